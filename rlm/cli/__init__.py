@@ -1,0 +1,12 @@
+"""The ``rlm`` command line.  Each command lives in its own module."""
+
+from __future__ import annotations
+
+from rlm.cli._group import main
+from rlm.cli.fixture_cmds import fixture_group, fixture_server
+from rlm.cli.run_cmd import run
+
+__all__ = ["main"]
+
+for _command in (run, fixture_server, fixture_group):
+    main.add_command(_command)

@@ -1,0 +1,135 @@
+"""The rlm exception tree.
+
+Every error rlm raises derives from :class:`RLMError`.  Third-party exceptions
+(httpx2, msgpack, OS errors) are translated where they enter, with the original
+kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
+
+::
+
+    RLMError                        exit 1
+    ├── UsageError                  exit 2  bad flag, missing or unreadable file, bad input
+    ├── ProviderError               exit 1  the LLM endpoint failed
+    │   ├── ProviderConnectionError         cannot connect, reset, timed out
+    │   ├── ProviderResponseError           reply is not the JSON we expect
+    │   └── ProviderStatusError             an HTTP error status
+    │       ├── AuthenticationError exit 4  401/403: the credentials were refused
+    │       ├── QuotaExceededError  exit 3  402 or 429 insufficient_quota: out of credit
+    │       └── RateLimitError              429 (retryable)
+    ├── SandboxError                exit 1  a sandbox process misbehaved
+    │   ├── SandboxCrashed                  it exited or broke the frame protocol
+    │   └── ExecutionTimeout                one execution passed --exec-timeout
+    └── LimitExceeded               exit 3  a limit ended the run
+        ├── BudgetExceeded                  the shared ledger refused a request
+        └── RunTimeout                      the run's wall-clock --timeout passed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "BudgetExceeded",
+    "ExecutionTimeout",
+    "LimitExceeded",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderResponseError",
+    "ProviderStatusError",
+    "QuotaExceededError",
+    "RLMError",
+    "RateLimitError",
+    "RunTimeout",
+    "SandboxCrashed",
+    "SandboxError",
+    "UsageError",
+]
+
+
+class RLMError(Exception):
+    """Root of every error rlm raises."""
+
+    exit_code = 1
+
+
+class UsageError(RLMError):
+    """The user asked for something impossible: a bad flag, a missing file, bad input."""
+
+    exit_code = 2
+
+
+class ProviderError(RLMError):
+    """An LLM endpoint failed.  ``url`` names the endpoint."""
+
+    def __init__(self, message: str, *, url: str = "", retryable: bool = False) -> None:
+        super().__init__(message)
+        self.url = url
+        self.retryable = retryable
+
+
+class ProviderConnectionError(ProviderError):
+    """The endpoint could not be reached, reset the connection, or timed out."""
+
+    def __init__(self, message: str, *, url: str = "") -> None:
+        super().__init__(message, url=url, retryable=True)
+
+
+class ProviderResponseError(ProviderError):
+    """The endpoint answered, but not with the JSON shape of a chat completion."""
+
+
+class ProviderStatusError(ProviderError):
+    """The endpoint answered with an HTTP error status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str = "",
+        status: int,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, url=url, retryable=retryable)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class AuthenticationError(ProviderStatusError):
+    """401/403: the provider refused the credentials.  Never retried."""
+
+    exit_code = 4
+
+
+class QuotaExceededError(ProviderStatusError):
+    """402, or 429 with ``insufficient_quota``: the account is out of credit."""
+
+    exit_code = 3
+
+
+class RateLimitError(ProviderStatusError):
+    """429: too many requests.  Retryable; ``retry_after`` is in seconds when known."""
+
+
+class SandboxError(RLMError):
+    """A sandbox process misbehaved.  The call that owns it reports the error."""
+
+
+class SandboxCrashed(SandboxError):
+    """The sandbox exited, was killed, or broke the frame protocol."""
+
+
+class ExecutionTimeout(SandboxError):
+    """One code execution ran past ``--exec-timeout``; the sandbox was killed."""
+
+
+class LimitExceeded(RLMError):
+    """A configured limit ended the run."""
+
+    exit_code = 3
+
+
+class BudgetExceeded(LimitExceeded):
+    """The shared budget ledger refused a request."""
+
+
+class RunTimeout(LimitExceeded):
+    """The run passed its wall-clock ``--timeout``."""

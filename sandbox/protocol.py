@@ -1,0 +1,120 @@
+"""Frames exchanged between the host and a sandbox process.
+
+A frame is a 4-byte big-endian length followed by a msgpack map with a string
+key ``"t"`` naming its type.  Frames travel on dedicated pipes (never the
+child's stdout/stderr), and every reader enforces a size cap so a misbehaving
+child cannot make the host buffer without bound.
+
+Host → child
+    ``init``      ``{"t", "context", "max_output_chars"}`` — first frame, once.
+    ``exec``      ``{"t", "id", "code"}`` — run one code block.
+    ``reply``     ``{"t", "id", "ok", "value", "error", "kind"}`` — answer to a bridge frame.
+    ``shutdown``  ``{"t"}`` — exit cleanly.
+
+Child → host
+    ``ready``     ``{"t", "pid"}`` — sent after ``init`` is applied.
+    ``bridge``    ``{"t", "id", "fn", "prompts", "contexts"}`` — model code called
+                  ``llm_query`` (one prompt) or ``llm_query_batched``; the child
+                  blocks until the matching ``reply``.  ``fn == "budget"`` asks
+                  for the remaining budget (no prompts).
+    ``result``    ``{"t", "id", "ok", "output", "output_chars", "error", "final"}`` —
+                  the outcome of one ``exec``; ``final`` is the answer string when
+                  model code called ``FINAL``/``FINAL_VAR``, else ``None``.
+
+This module is imported by both sides, so it depends only on msgpack.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "HEADER",
+    "FrameDecoder",
+    "FrameError",
+    "encode_frame",
+]
+
+HEADER = struct.Struct(">I")
+
+#: Frames larger than this are refused unless a reader is given a larger cap.
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+class FrameError(Exception):
+    """A frame could not be encoded or decoded (oversize, not msgpack, not a typed map)."""
+
+
+def encode_frame(message: dict[str, Any], max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """Encode ``message`` as one length-prefixed frame.
+
+    Raises FrameError when the message has no string ``"t"`` key, holds a value
+    msgpack cannot encode, or encodes to more than ``max_bytes``.
+    """
+    if not isinstance(message.get("t"), str):
+        raise FrameError("a frame must be a map with a string 't' key")
+    try:
+        payload: bytes = msgpack.packb(message, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameError(f"cannot encode frame: {exc}") from exc
+    if len(payload) > max_bytes:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds the {max_bytes}-byte cap")
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes as they arrive, get whole frames back.
+
+    The length header is checked against ``max_bytes`` before any payload is
+    buffered, so an oversize frame is refused after 4 bytes, not after it has
+    been read.  After a FrameError the decoder is unusable (the stream has lost
+    its framing); the reader must drop the connection.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._broken = False
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes received that do not yet form a whole frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Add ``data`` and return every frame it completes, in order."""
+        if self._broken:
+            raise FrameError("decoder already failed; the stream has lost its framing")
+        self._buffer += data
+        frames: list[dict[str, Any]] = []
+        try:
+            while len(self._buffer) >= HEADER.size:
+                (size,) = HEADER.unpack_from(self._buffer)
+                if size > self.max_bytes:
+                    raise FrameError(
+                        f"frame of {size} bytes exceeds the {self.max_bytes}-byte cap"
+                    )
+                end = HEADER.size + size
+                if len(self._buffer) < end:
+                    break
+                payload = bytes(self._buffer[HEADER.size:end])
+                del self._buffer[:end]
+                frames.append(_decode_payload(payload))
+        except FrameError:
+            self._broken = True
+            raise
+        return frames
+
+
+def _decode_payload(payload: bytes) -> dict[str, Any]:
+    try:
+        message = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise FrameError(f"frame is not valid msgpack: {exc}") from exc
+    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+        raise FrameError("frame is not a map with a string 't' key")
+    return message
