@@ -45,9 +45,15 @@ __all__ = [
 
 
 class RLMError(Exception):
-    """Root of every error rlm raises."""
+    """Root of every error rlm raises.
+
+    ``ends_run`` is true for errors that stop the whole run wherever they occur
+    (refused credentials, no credit, a hard limit); other errors fail only the
+    call or the sub-query they happen in.
+    """
 
     exit_code = 1
+    ends_run = False
 
 
 class UsageError(RLMError):
@@ -97,12 +103,14 @@ class AuthenticationError(ProviderStatusError):
     """401/403: the provider refused the credentials.  Never retried."""
 
     exit_code = 4
+    ends_run = True
 
 
 class QuotaExceededError(ProviderStatusError):
     """402, or 429 with ``insufficient_quota``: the account is out of credit."""
 
     exit_code = 3
+    ends_run = True
 
 
 class RateLimitError(ProviderStatusError):
@@ -125,6 +133,7 @@ class LimitExceeded(RLMError):
     """A configured limit ended the run."""
 
     exit_code = 3
+    ends_run = True
 
 
 class BudgetExceeded(LimitExceeded):

@@ -1,0 +1,85 @@
+"""Run configuration: every knob of one run, validated in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlm.errors import UsageError
+
+__all__ = ["ProviderName", "RunConfig"]
+
+ProviderName = Literal["openai", "fixture"]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs to know.  ``validate()`` names the offending flag.
+
+    ``api_key`` is held here (never logged, never sent to a sandbox); the CLI
+    reads it from ``RLM_API_KEY`` / ``OPENAI_API_KEY``, never from argv.
+    """
+
+    model: str = "fixture"
+    base_url: str | None = None
+    sub_model: str | None = None
+    sub_base_url: str | None = None
+    provider: ProviderName = "openai"
+    api_key: str | None = field(default=None, repr=False)
+    max_depth: int = 1
+    max_iterations: int = 20
+    max_concurrent: int = 8
+    root_permits: int = 1
+    timeout: float | None = None
+    exec_timeout: float = 60.0
+    max_output_chars: int = 10_000
+    max_tokens: int | None = None
+    request_timeout: float = 600.0
+    fixture_root_latency: float = 0.0
+    fixture_sub_latency: float = 0.0
+
+    @property
+    def effective_sub_model(self) -> str:
+        return self.sub_model or self.model
+
+    def validate(self) -> RunConfig:
+        """Return self, or raise UsageError naming the flag that is wrong."""
+        _positive("--max-depth", self.max_depth)
+        _positive("--max-iterations", self.max_iterations)
+        _positive("--max-concurrent", self.max_concurrent)
+        if self.root_permits < 0:
+            raise UsageError("--root-permits must be 0 or more")
+        if self.root_permits >= self.max_concurrent:
+            raise UsageError(
+                f"--root-permits ({self.root_permits}) must be less than --max-concurrent "
+                f"({self.max_concurrent}), or sub-queries could never run"
+            )
+        if self.timeout is not None and self.timeout <= 0:
+            raise UsageError("--timeout must be a positive number of seconds")
+        if self.exec_timeout <= 0:
+            raise UsageError("--exec-timeout must be a positive number of seconds")
+        _positive("--max-output-chars", self.max_output_chars)
+        if self.max_tokens is not None:
+            _positive("--max-tokens", self.max_tokens)
+        if self.provider == "openai":
+            if not self.base_url:
+                raise UsageError(
+                    "no endpoint: pass --base-url URL (or set RLM_BASE_URL), "
+                    "or use --provider fixture for the built-in fixture model"
+                )
+            if not self.base_url.startswith(("http://", "https://")):
+                raise UsageError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+            if self.sub_base_url and not self.sub_base_url.startswith(("http://", "https://")):
+                raise UsageError(
+                    f"--sub-base-url must start with http:// or https://, got {self.sub_base_url!r}"
+                )
+            if not self.model:
+                raise UsageError("no model: pass --model M (or set RLM_MODEL)")
+        elif self.provider != "fixture":
+            raise UsageError(f"--provider must be 'openai' or 'fixture', got {self.provider!r}")
+        return self
+
+
+def _positive(flag: str, value: int) -> None:
+    if value <= 0:
+        raise UsageError(f"{flag} must be a positive integer, got {value}")

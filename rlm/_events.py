@@ -1,0 +1,210 @@
+"""Events: immutable records of everything that happens in a run.
+
+Every observable behaviour is an event first; the trace file, the progress
+display and the run's metrics are sinks.  Each event carries ``t`` (seconds on
+trio's clock since the run started, so virtual-time tests see exact values),
+``call_id``, ``parent_id`` and ``depth``.  ``docs/events.md`` documents every
+kind and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import trio
+
+__all__ = [
+    "BridgeCallFinished",
+    "BridgeCallStarted",
+    "CallFinished",
+    "CallStarted",
+    "CodeExecuted",
+    "Event",
+    "EventBus",
+    "LLMRequest",
+    "LLMResponse",
+    "RunFinished",
+    "RunStarted",
+    "SandboxExited",
+    "SandboxStarted",
+    "StepCompleted",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Base of every event.  ``kind`` is the event's name in traces."""
+
+    kind: ClassVar[str] = "event"
+    t: float = 0.0
+    call_id: str = ""
+    parent_id: str | None = None
+    depth: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"event": self.kind}
+        record.update(dataclasses.asdict(self))
+        return record
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    query: str
+    context_chars: int
+    context_docs: int
+    config: dict[str, Any]
+    wall_time: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    status: str
+    answer: str | None
+    error: str | None
+    duration_s: float
+    llm_calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallStarted(Event):
+    kind: ClassVar[str] = "call_started"
+    query: str
+    model: str
+    context_chars: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallFinished(Event):
+    kind: ClassVar[str] = "call_finished"
+    status: str
+    iterations: int
+    answer: str | None
+    error: str | None
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCompleted(Event):
+    kind: ClassVar[str] = "step_completed"
+    iteration: int
+    model: str
+    code_blocks: int
+    has_final: bool
+    forced_final: bool
+    input_tokens: int
+    output_tokens: int
+    reply_chars: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeExecuted(Event):
+    kind: ClassVar[str] = "code_executed"
+    iteration: int
+    block: int
+    ok: bool
+    output: str
+    output_chars: int
+    error: str | None
+    final: bool
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class BridgeCallStarted(Event):
+    kind: ClassVar[str] = "bridge_call_started"
+    bridge_id: int
+    fn: str
+    items: int
+    mode: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BridgeCallFinished(Event):
+    kind: ClassVar[str] = "bridge_call_finished"
+    bridge_id: int
+    fn: str
+    items: int
+    failed_items: int
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMRequest(Event):
+    kind: ClassVar[str] = "llm_request"
+    request_id: int
+    lane: str
+    model: str
+    provider: str
+    prompt_chars: int
+    queue_wait_s: float
+    in_flight: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMResponse(Event):
+    kind: ClassVar[str] = "llm_response"
+    request_id: int
+    lane: str
+    model: str
+    provider: str
+    status: str
+    latency_s: float
+    input_tokens: int
+    output_tokens: int
+    error: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxStarted(Event):
+    kind: ClassVar[str] = "sandbox_started"
+    pid: int
+    startup_s: float
+    isolation: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxExited(Event):
+    kind: ClassVar[str] = "sandbox_exited"
+    pid: int
+    returncode: int | None
+    reason: str
+
+
+Sink = Callable[[Event], None]
+
+
+class EventBus:
+    """Stamps events with the run clock and hands them to every sink, in order.
+
+    Sinks are plain callables run synchronously; a sink must not block.  The bus
+    also keeps every event so the run's result can carry its own trace.
+    """
+
+    def __init__(self, *, keep: bool = True) -> None:
+        self._sinks: list[Sink] = []
+        self._origin = trio.current_time()
+        self._keep = keep
+        self.events: list[Event] = []
+
+    def now(self) -> float:
+        """Seconds since the bus was created, on trio's clock."""
+        return trio.current_time() - self._origin
+
+    def add_sink(self, sink: Sink) -> None:
+        self._sinks.append(sink)
+
+    def emit(self, event: Event) -> Event:
+        stamped = dataclasses.replace(event, t=round(self.now(), 6))
+        if self._keep:
+            self.events.append(stamped)
+        for sink in self._sinks:
+            sink(stamped)
+        return stamped

@@ -1,0 +1,124 @@
+"""Tiered permits: one global cap, with permits reserved for the root lane.
+
+A total of ``total`` requests may be in flight.  Sub-queries may hold at most
+``total - reserved_root`` of them, so ``reserved_root`` permits are always left
+for root steps: a burst of sub-queries can never make the root loop wait
+behind it.  A root step takes any free permit.  Waiters are served FIFO within
+their lane, and a freed permit is handed directly to the next waiter (no
+thundering herd, no barging).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from rlm.providers.base import Lane
+
+__all__ = ["LimiterStatistics", "TieredLimiter"]
+
+
+@dataclass(frozen=True)
+class LimiterStatistics:
+    total: int
+    reserved_root: int
+    in_flight: int
+    in_flight_sub: int
+    waiting_root: int
+    waiting_sub: int
+
+
+class TieredLimiter:
+    """A capacity limiter with a reserved root lane.
+
+    ``total`` may be reassigned at run time (the hook for adaptive limits);
+    lowering it never revokes permits already held, it only delays new ones.
+    """
+
+    def __init__(self, total: int, reserved_root: int) -> None:
+        if total < 1 or not 0 <= reserved_root < total:
+            raise ValueError("need total >= 1 and 0 <= reserved_root < total")
+        self._total = total
+        self._reserved = reserved_root
+        self._in_flight = 0
+        self._in_flight_sub = 0
+        self._waiters: dict[Lane, deque[trio.Event]] = {"root": deque(), "sub": deque()}
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    @total.setter
+    def total(self, value: int) -> None:
+        if value < 1 or self._reserved >= value:
+            raise ValueError(f"total must exceed the {self._reserved} reserved root permits")
+        self._total = value
+        self._wake()
+
+    def statistics(self) -> LimiterStatistics:
+        return LimiterStatistics(
+            total=self._total,
+            reserved_root=self._reserved,
+            in_flight=self._in_flight,
+            in_flight_sub=self._in_flight_sub,
+            waiting_root=len(self._waiters["root"]),
+            waiting_sub=len(self._waiters["sub"]),
+        )
+
+    def _free_for(self, lane: Lane) -> bool:
+        if self._in_flight >= self._total:
+            return False
+        return lane == "root" or self._in_flight_sub < self._total - self._reserved
+
+    def _take(self, lane: Lane) -> None:
+        self._in_flight += 1
+        if lane == "sub":
+            self._in_flight_sub += 1
+
+    def _wake(self) -> None:
+        for lane in ("root", "sub"):
+            waiters = self._waiters[lane]
+            while waiters and self._free_for(lane):
+                self._take(lane)
+                waiters.popleft().set()
+
+    async def acquire(self, lane: Lane) -> None:
+        """Wait for a permit in ``lane``.
+
+        On cancellation while waiting, the task leaves the queue; if a permit
+        had already been handed to it, the permit is passed on.
+        """
+        waiters = self._waiters[lane]
+        if not waiters and self._free_for(lane):
+            self._take(lane)
+            await trio.lowlevel.checkpoint()
+            return
+        granted = trio.Event()
+        waiters.append(granted)
+        try:
+            await granted.wait()
+        except BaseException:
+            if granted.is_set():
+                self.release(lane)
+            else:
+                waiters.remove(granted)
+            raise
+
+    def release(self, lane: Lane) -> None:
+        self._in_flight -= 1
+        if lane == "sub":
+            self._in_flight_sub -= 1
+        self._wake()
+
+    @asynccontextmanager
+    async def permit(self, lane: Lane) -> AsyncIterator[None]:
+        """Hold one permit in ``lane`` for the body of the ``async with``."""
+        await self.acquire(lane)
+        try:
+            yield
+        finally:
+            self.release(lane)

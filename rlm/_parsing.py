@@ -1,0 +1,69 @@
+"""Reading a root model's reply: code blocks and FINAL directives."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+__all__ = ["FinalDirective", "find_code_blocks", "find_final", "strip_code_blocks"]
+
+# ```repl or ```python (```py too), up to the next fence on its own.
+_CODE_BLOCK = re.compile(r"```(?:repl|python|py)[ \t]*\r?\n(.*?)```", re.DOTALL)
+_ANY_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_FINAL_VAR = re.compile(r"^[ \t]*FINAL_VAR\([ \t]*([\"']?)([A-Za-z_]\w*)\1[ \t]*\)", re.MULTILINE)
+_FINAL_LINE = re.compile(r"^[ \t]*FINAL\((.*)\)[ \t]*$", re.MULTILINE)
+_FINAL_START = re.compile(r"^[ \t]*FINAL\(", re.MULTILINE)
+_FINAL_SPAN = re.compile(r"(.*)\)[ \t]*$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class FinalDirective:
+    """A FINAL found in the text: either the answer itself or a variable to read."""
+
+    answer: str | None = None
+    variable: str | None = None
+
+
+def find_code_blocks(text: str) -> list[str]:
+    """The bodies of every ```repl / ```python block, in order."""
+    return [match.group(1) for match in _CODE_BLOCK.finditer(text)]
+
+
+def strip_code_blocks(text: str) -> str:
+    """The reply with every fenced block (of any language) removed."""
+    return _ANY_FENCE.sub("", text)
+
+
+def find_final(text: str) -> FinalDirective | None:
+    """The first FINAL(...) or FINAL_VAR(...) line outside code blocks, if any.
+
+    ``FINAL(answer)`` may span several lines; it runs to the last closing
+    parenthesis of the reply.  A single quoted literal is unquoted, so
+    ``FINAL("42")`` and ``FINAL(42)`` both answer ``42``.
+    """
+    prose = strip_code_blocks(text)
+    var_match = _FINAL_VAR.search(prose)
+    start = _FINAL_START.search(prose)
+    if var_match and (start is None or var_match.start() <= start.start()):
+        return FinalDirective(variable=var_match.group(2))
+    if start is None:
+        return None
+    line = _FINAL_LINE.match(prose, start.start())
+    if line:  # the usual case: the answer closes on its own line
+        return FinalDirective(answer=_unquote(line.group(1).strip()))
+    span = _FINAL_SPAN.match(prose, start.end())
+    if span:  # a multi-line answer runs to the last closing parenthesis
+        return FinalDirective(answer=_unquote(span.group(1).strip()))
+    return None
+
+
+def _unquote(raw: str) -> str:
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return raw
+        if isinstance(value, str):
+            return value
+    return raw

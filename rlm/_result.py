@@ -1,0 +1,55 @@
+"""What a run returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm._usage import Usage
+
+__all__ = ["STATUS_EXIT_CODES", "RunResult"]
+
+#: Exit code of ``rlm run`` for each status that is not an error.
+STATUS_EXIT_CODES = {
+    "answered": 0,
+    "iterations": 3,
+    "timeout": 3,
+    "budget_exceeded": 3,
+    "interrupted": 130,
+}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one run.
+
+    ``status`` is ``answered``, ``iterations`` (no answer within
+    ``max_iterations``), ``timeout``, ``budget_exceeded``, ``interrupted`` or
+    ``error``.  ``trace`` holds every event of the run as a dict (the same
+    records the JSONL trace file has); ``trace_path`` is that file, if one was
+    written.  ``fixture`` is true when answers came from the built-in fixture
+    model rather than a language model.
+    """
+
+    answer: str | None
+    status: str
+    iterations: int
+    usage: Usage
+    duration_s: float
+    trace: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    trace_path: str | None = None
+    error: str | None = None
+    fixture: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape."""
+        return {
+            "answer": self.answer,
+            "status": self.status,
+            "iterations": self.iterations,
+            "usage": self.usage.to_dict(),
+            "duration_s": round(self.duration_s, 3),
+            "trace": self.trace_path,
+            "error": self.error,
+            "fixture": self.fixture,
+        }

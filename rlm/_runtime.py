@@ -1,0 +1,135 @@
+"""The runtime: one trio nursery that owns every call, sandbox and request of a run.
+
+Nothing outlives :meth:`Runtime.run`.  When the root call concludes, when an
+error that ends the run is raised anywhere in the call tree (see
+``RLMError.ends_run``), or when ``--timeout`` passes, the run's cancel scope is
+cancelled: in-flight requests are abandoned, and every partition's ``aclose``
+kills its call's sandbox before ``run`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from rlm._bridge import Bridge
+from rlm._call import Call, CallOutcome
+from rlm._config import RunConfig
+from rlm._context import Context
+from rlm._events import EventBus
+from rlm._gate import Gate
+from rlm._limiter import TieredLimiter
+from rlm._scheduler import Scheduler
+from rlm._usage import UsageMeter
+from rlm.errors import RLMError, RunTimeout
+from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
+
+__all__ = ["RunOutcome", "Runtime"]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How the run ended: the root call's outcome, or the error that stopped it."""
+
+    root: CallOutcome | None
+    error: RLMError | None
+
+
+class Runtime:
+    """Runs one root call and everything it starts."""
+
+    def __init__(
+        self, config: RunConfig, *, providers: Mapping[Lane, Provider], events: EventBus
+    ) -> None:
+        self.config = config
+        self.events = events
+        self.usage = UsageMeter()
+        self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
+        self.gate = Gate(limiter=self.limiter, providers=providers, events=events, usage=self.usage)
+        self.bridge = Bridge(self)
+        self.calls: dict[str, Call] = {}
+        self._scheduler: Scheduler | None = None
+        self._run_scope: trio.CancelScope | None = None
+        self._error: RLMError | None = None
+        self._deadline = float("inf")
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            raise RuntimeError("the runtime is not running")
+        return self._scheduler
+
+    async def run(self, query: str, context: Context) -> RunOutcome:
+        """Run the root call to its end, or until an error or the timeout stops it."""
+        timeout = self.config.timeout
+        self._deadline = trio.current_time() + timeout if timeout else float("inf")
+        root: Call | None = None
+        with trio.CancelScope(deadline=self._deadline) as run_scope:
+            self._run_scope = run_scope
+            async with trio.open_nursery() as nursery:
+                self._scheduler = Scheduler(nursery, self.abort)
+                root = self.start_call(query, context, parent=None)
+                await root.done.wait()
+                nursery.cancel_scope.cancel()
+        if self._error is None and run_scope.cancelled_caught and root and root.outcome is None:
+            self._error = RunTimeout(f"the run passed its {timeout:g} s --timeout")
+        if self._error is not None:
+            return RunOutcome(root.outcome if root else None, self._error)
+        return RunOutcome(root.outcome if root else None, None)
+
+    def abort(self, exc: RLMError) -> None:
+        """End the run because of ``exc`` (the first such error wins)."""
+        if self._error is None:
+            self._error = exc
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+    def start_call(self, query: str, context: Context, parent: Call | None) -> Call:
+        if parent is None:
+            call_id, depth, parent_id = "root", 0, None
+        else:
+            parent.children += 1
+            call_id = f"{parent.call_id}.{parent.children}"
+            depth, parent_id = parent.depth + 1, parent.call_id
+        call = Call(
+            self, call_id=call_id, parent_id=parent_id, depth=depth, query=query, context=context
+        )
+        self.calls[call_id] = call
+        self.scheduler.open(call_id, call)
+        self.scheduler.submit(call.command("start"))
+        return call
+
+    async def run_child(self, parent: Call, query: str, context: str) -> str:
+        """Run a child call to its end and return its answer (or an ``Error:`` string)."""
+        child = self.start_call(query, context, parent)
+        await child.done.wait()
+        outcome = child.outcome
+        assert outcome is not None
+        if outcome.answer is not None:
+            return outcome.answer
+        if outcome.status == "iterations":
+            return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
+        return f"Error: child call {child.call_id} failed: {outcome.error}"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        return await self.gate.complete(request)
+
+    async def serve_bridge(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]:
+        return await self.bridge.serve(call, frame)
+
+    def budget_view(self, call: Call) -> dict[str, Any]:
+        """What remains for ``call`` to plan with (returned by ``budget()`` in the sandbox)."""
+        usage = self.usage.snapshot()
+        remaining = self._deadline - trio.current_time()
+        return {
+            "llm_calls_used": usage.llm_calls,
+            "input_tokens_used": usage.input_tokens,
+            "output_tokens_used": usage.output_tokens,
+            "time_remaining_s": None if remaining == float("inf") else round(remaining, 3),
+            "depth": call.depth,
+            "depth_remaining": self.config.max_depth - call.depth - 1,
+            "iterations_remaining": self.config.max_iterations - call.iteration,
+        }

@@ -1,0 +1,49 @@
+"""The JSONL trace: one event per line, written as the run goes.
+
+The file is written under a temporary name beside the target and renamed into
+place when the run ends (for any reason), so a reader never sees a file that
+some other run is still writing, and a failed open leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from rlm._events import Event
+from rlm.errors import UsageError
+
+__all__ = ["TraceWriter"]
+
+
+class TraceWriter:
+    """A sink that appends each event as one JSON line."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
+        try:
+            self._file: IO[str] | None = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise UsageError(f"cannot write trace file {self.path}: {exc.strerror}") from exc
+
+    def __call__(self, event: Event) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(event.to_dict(), default=_jsonable, ensure_ascii=False))
+            self._file.write("\n")
+
+    def close(self) -> None:
+        """Flush and move the trace into place.  Safe to call twice."""
+        if self._file is None:
+            return
+        self._file.close()
+        self._file = None
+        os.replace(self._tmp, self.path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return repr(value)

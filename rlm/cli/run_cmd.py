@@ -1,0 +1,107 @@
+"""``rlm run``: answer a query over a large context with the RLM loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from rlm._api import RLM
+from rlm._result import STATUS_EXIT_CODES, RunResult
+from rlm.cli._context_input import read_context
+from rlm.cli._progress import ProgressPrinter
+from rlm.errors import RLMError, UsageError
+
+__all__ = ["run"]
+
+
+@click.command()
+@click.argument("query")
+@click.option("--context-file", "context_files", multiple=True, metavar="PATH",
+              help="The input. Repeat for several documents (context becomes a list); - reads stdin.")
+@click.option("--encoding", default="utf-8", show_default=True, help="Encoding of context files.")
+@click.option("--base-url", envvar="RLM_BASE_URL", help="OpenAI-compatible endpoint [env: RLM_BASE_URL].")
+@click.option("--model", envvar="RLM_MODEL", help="Root model [env: RLM_MODEL].")
+@click.option("--sub-model", help="Model for sub-queries and child calls (default: --model).")
+@click.option("--sub-base-url", help="Endpoint for sub-queries (default: --base-url).")
+@click.option("--provider", type=click.Choice(["openai", "fixture"]), default="openai",
+              show_default=True, help="fixture: the built-in scripted model, no key needed.")
+@click.option("--max-depth", type=int, default=1, show_default=True,
+              help="Depth of the call tree: 1 makes every llm_query a one-shot sub-query.")
+@click.option("--max-iterations", type=int, default=20, show_default=True,
+              help="Steps per call before it is asked for its final answer.")
+@click.option("--max-concurrent", type=int, default=8, show_default=True,
+              help="LLM requests in flight at once, all lanes together.")
+@click.option("--root-permits", type=int, default=1, show_default=True,
+              help="Permits reserved for root steps, so sub-queries never stall them.")
+@click.option("--timeout", type=float, default=None, help="Wall-clock limit for the whole run (s).")
+@click.option("--exec-timeout", type=float, default=60.0, show_default=True,
+              help="Limit for one code execution in the sandbox (s).")
+@click.option("--max-output-chars", type=int, default=10_000, show_default=True,
+              help="Printed output shown to the model per code block.")
+@click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def run(query: str, context_files: tuple[str, ...], encoding: str, as_json: bool, quiet: bool,
+        trace_path: str | None, **settings: Any) -> None:
+    """Answer QUERY over a large context with a recursive language model.
+
+    The context is never shown to the root model: it lives as `context` in a
+    sandboxed Python REPL, and the model writes code to search it and to call
+    sub-models on the pieces.  stdout carries only the answer (or, with
+    --json, one object); progress and diagnostics go to stderr.  The API key
+    is read from RLM_API_KEY (or OPENAI_API_KEY), never from the command line.
+
+    \b
+    Examples:
+      rlm fixture needle --chars 2000000 | rlm run "What is the magic number?" \\
+          --context-file - --provider fixture
+      RLM_API_KEY=sk-... rlm run "Which service fails most?" --context-file app.log \\
+          --base-url https://api.openai.com/v1 --model gpt-4.1 --sub-model gpt-4.1-mini
+
+    \b
+    Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
+    3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
+    """
+    if settings["provider"] == "fixture" and not settings["model"]:
+        settings["model"] = "fixture"
+    api_key = os.environ.get("RLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    try:
+        context = read_context(context_files, encoding)
+        sinks = [] if quiet else [ProgressPrinter()]
+        model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
+        result = model.completion(query, context)
+    except UsageError as exc:
+        _fail(str(exc), exc.exit_code)
+    except RLMError as exc:
+        partial: RunResult | None = getattr(exc, "result", None)
+        if as_json and partial is not None:
+            click.echo(json.dumps(partial.to_dict(), ensure_ascii=False))
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    _report(result, as_json=as_json, quiet=quiet)
+    sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
+
+
+def _report(result: RunResult, *, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+    elif result.answer is not None:
+        click.echo(result.answer)
+    if result.fixture and not quiet:
+        click.echo("note: answered by the built-in fixture model (scripted, not a language model)",
+                   err=True)
+    if result.status != "answered":
+        reason = result.error or {
+            "iterations": "the root call gave no final answer within --max-iterations",
+        }.get(result.status, result.status)
+        click.echo(f"Error: {reason}", err=True)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)

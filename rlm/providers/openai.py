@@ -1,0 +1,161 @@
+"""OpenAI-compatible chat completions (OpenAI, OpenRouter, vLLM, llama.cpp, Ollama).
+
+One attempt per call, no hidden retries: the shared ``httpx2.AsyncClient`` is
+built with ``retries=0`` and the gate decides what to do with a failure.
+httpx2's exceptions are translated here into :mod:`rlm.errors` types that name
+the URL and what came back.  The API key travels only in the Authorization
+header; it is never logged and never part of an error message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+
+from rlm.errors import (
+    AuthenticationError,
+    ProviderConnectionError,
+    ProviderResponseError,
+    ProviderStatusError,
+    QuotaExceededError,
+    RateLimitError,
+)
+from rlm.providers.base import Completion, CompletionRequest
+
+__all__ = ["OpenAIProvider", "make_http_client", "parse_retry_after"]
+
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
+
+
+def make_http_client(*, max_connections: int, request_timeout: float) -> httpx2.AsyncClient:
+    """The one HTTP client a run shares across every provider."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(request_timeout, connect=30.0),
+        limits=httpx2.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        transport=httpx2.AsyncHTTPTransport(retries=0),
+        follow_redirects=False,
+    )
+
+
+class OpenAIProvider:
+    """Chat completions at ``{base_url}/chat/completions``."""
+
+    name = "openai"
+
+    def __init__(self, client: httpx2.AsyncClient, base_url: str, api_key: str | None) -> None:
+        self._client = client
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    async def aclose(self) -> None:
+        """The shared client is closed by its owner, the runtime."""
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        body: dict[str, Any] = {"model": request.model, "messages": request.messages}
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        try:
+            response = await self._client.post(self.url, json=body, headers=self._headers)
+        except httpx2.TimeoutException as exc:
+            raise ProviderConnectionError(f"{self.url} timed out ({type(exc).__name__})", url=self.url) from exc
+        except httpx2.TransportError as exc:
+            raise ProviderConnectionError(f"cannot reach {self.url}: {exc or type(exc).__name__}", url=self.url) from exc
+        if response.status_code >= 400:
+            raise self._status_error(response)
+        return self._parse(response)
+
+    def _status_error(self, response: httpx2.Response) -> ProviderStatusError:
+        status = response.status_code
+        detail = _error_detail(response)
+        where = f"{self.url} answered HTTP {status}"
+        message = f"{where}: {detail}" if detail else where
+        retry_after = parse_retry_after(response.headers)
+        if status in (401, 403):
+            return AuthenticationError(
+                f"{message}. The provider refused the credentials: check RLM_API_KEY",
+                url=self.url,
+                status=status,
+            )
+        if status == 402 or (status == 429 and "insufficient_quota" in response.text):
+            return QuotaExceededError(
+                f"{message}. The account is out of credit", url=self.url, status=status
+            )
+        if status == 429:
+            return RateLimitError(
+                message, url=self.url, status=status, retryable=True, retry_after=retry_after
+            )
+        return ProviderStatusError(
+            message,
+            url=self.url,
+            status=status,
+            retryable=status in _RETRYABLE_STATUS,
+            retry_after=retry_after,
+        )
+
+    def _parse(self, response: httpx2.Response) -> Completion:
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+            if not isinstance(text, str):
+                raise TypeError("message content is not a string")
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as exc:
+            kind = response.headers.get("content-type", "no content-type")
+            raise ProviderResponseError(
+                f"{self.url} did not answer with a chat completion (HTTP {response.status_code}, "
+                f"{kind}): {response.text[:200]!r}",
+                url=self.url,
+            ) from exc
+        usage = data.get("usage") or {}
+        metadata: dict[str, Any] = {}
+        for key in ("system_fingerprint", "id"):
+            if isinstance(data.get(key), str):
+                metadata[key] = data[key]
+        if data.get("system_fingerprint") == "rlm-fixture":
+            metadata["fixture"] = True
+        if isinstance(usage.get("cost"), int | float):
+            metadata["cost"] = usage["cost"]
+        return Completion(
+            text=text,
+            model=str(data.get("model") or ""),
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            finish_reason=choice.get("finish_reason"),
+            metadata=metadata,
+        )
+
+
+def _error_detail(response: httpx2.Response) -> str:
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return response.text[:200].strip()
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])[:300]
+    if isinstance(error, str):
+        return error[:300]
+    return response.text[:200].strip()
+
+
+def parse_retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds form)."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return None
+    return None

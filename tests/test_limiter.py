@@ -1,0 +1,85 @@
+"""Tiered permits in virtual time: caps, the reserved root lane, FIFO, cancellation."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from rlm._limiter import TieredLimiter
+
+
+async def hold(limiter: TieredLimiter, lane: str, seconds: float, log: list[tuple[str, float]],
+               name: str) -> None:
+    async with limiter.permit(lane):  # type: ignore[arg-type]
+        log.append((name, trio.current_time()))
+        await trio.sleep(seconds)
+
+
+async def test_sub_lane_never_takes_reserved_root_permits(autojump_clock: trio.abc.Clock) -> None:
+    limiter = TieredLimiter(total=4, reserved_root=1)
+    peak = 0
+    log: list[tuple[str, float]] = []
+
+    async def sub(i: int) -> None:
+        nonlocal peak
+        async with limiter.permit("sub"):
+            peak = max(peak, limiter.statistics().in_flight_sub)
+            await trio.sleep(1)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(sub, i)
+        await trio.sleep(0.5)
+        # 50 sub-queries saturate their 3 permits; a root step still starts at once.
+        nursery.start_soon(hold, limiter, "root", 1, log, "root")
+    assert peak == 3
+    assert log == [("root", 0.5)]
+    assert trio.current_time() == pytest.approx(17.0)  # ceil(50 / 3) rounds of 1 s
+
+
+async def test_total_cap_is_never_exceeded_and_fifo_within_lane(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    limiter = TieredLimiter(total=2, reserved_root=0)
+    log: list[tuple[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        for i in range(6):
+            nursery.start_soon(hold, limiter, "sub", 1, log, f"s{i}")
+            await trio.sleep(0.01)  # arrive in order
+    starts = [name for name, _ in log]
+    assert starts == [f"s{i}" for i in range(6)]
+    assert [round(t) for _, t in log] == [0, 0, 1, 1, 2, 2]
+
+
+async def test_cancelled_waiter_leaves_queue_without_leaking(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    limiter = TieredLimiter(total=1, reserved_root=0)
+    log: list[tuple[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, limiter, "sub", 2, log, "first")
+        await trio.sleep(0.1)
+        with trio.move_on_after(0.5):
+            await limiter.acquire("sub")
+        assert limiter.statistics().waiting_sub == 0
+        nursery.start_soon(hold, limiter, "sub", 1, log, "second")
+    assert log == [("first", 0.0), ("second", 2.0)]
+    assert limiter.statistics().in_flight == 0
+
+
+async def test_total_can_be_raised_at_run_time(autojump_clock: trio.abc.Clock) -> None:
+    limiter = TieredLimiter(total=2, reserved_root=1)
+    log: list[tuple[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(hold, limiter, "sub", 5, log, f"s{i}")
+        await trio.sleep(1)
+        limiter.total = 4  # two more sub permits free up now
+    assert sorted(t for _, t in log) == [0.0, 1.0, 1.0]
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(ValueError):
+        TieredLimiter(total=2, reserved_root=2)
+    with pytest.raises(ValueError):
+        TieredLimiter(total=0, reserved_root=0)
