@@ -1,8 +1,8 @@
 """rlm: a fast, bounded and sandboxed runtime for recursive language models.
 
-    >>> from rlm import RLM
-    >>> result = RLM(provider="fixture").completion("What is the magic number?", text)
-    >>> result.answer, result.status, result.usage.llm_calls
+>>> from rlm import RLM
+>>> result = RLM(provider="fixture").completion("What is the magic number?", text)
+>>> result.answer, result.status, result.usage.llm_calls
 """
 
 from rlm._api import RLM

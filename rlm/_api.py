@@ -89,13 +89,21 @@ class RLM:
         finally:
             if result is None:  # cancelled, or a bug: still record how the run ended
                 status = "interrupted"
-                events.emit(RunFinished(status=status, answer=None, error=status,
-                                        duration_s=round(events.now(), 6),
-                                        llm_calls=0, input_tokens=0, output_tokens=0))
+                events.emit(
+                    RunFinished(
+                        status=status,
+                        answer=None,
+                        error=status,
+                        duration_s=round(events.now(), 6),
+                        llm_calls=0,
+                        input_tokens=0,
+                        output_tokens=0,
+                    )
+                )
             if trace is not None:
                 trace.close()
         if error is not None and not isinstance(error, LimitExceeded):
-            error.result = result  # type: ignore[attr-defined]
+            error.result = result
             raise error
         return result
 
@@ -104,8 +112,10 @@ class RLM:
     ) -> RunResult:
         usage = runtime.usage.snapshot()
         if error is not None:
-            status = "timeout" if isinstance(error, RunTimeout) else (
-                "budget_exceeded" if isinstance(error, LimitExceeded) else "error"
+            status = (
+                "timeout"
+                if isinstance(error, RunTimeout)
+                else ("budget_exceeded" if isinstance(error, LimitExceeded) else "error")
             )
         else:
             status = root.status if root is not None else "error"
@@ -131,7 +141,7 @@ class RLM:
             trace=tuple(e.to_dict() for e in events.events),
             trace_path=self.trace_path,
             error=message,
-            fixture=self.config.provider == "fixture" and self._providers is None
+            fixture=(self.config.provider == "fixture" and self._providers is None)
             or _saw_fixture(events.events),
         )
 

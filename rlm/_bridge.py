@@ -62,15 +62,25 @@ class Bridge:
             return _refuse(problem)
         assert isinstance(prompts, list)
         items: list[tuple[str, str | None]] = list(
-            zip(prompts, contexts if isinstance(contexts, list) else [None] * len(prompts), strict=True)
+            zip(
+                prompts,
+                contexts if isinstance(contexts, list) else [None] * len(prompts),
+                strict=True,
+            )
         )
         self._ids += 1
         bridge_id = self._ids
-        ids: dict[str, Any] = {"call_id": call.call_id, "parent_id": call.parent_id, "depth": call.depth}
+        ids: dict[str, Any] = {
+            "call_id": call.call_id,
+            "parent_id": call.parent_id,
+            "depth": call.depth,
+        }
         mode = "child-call" if call.depth + 1 < self._host.config.max_depth else "sub-query"
         events = self._host.events
         started = events.now()
-        events.emit(BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode))
+        events.emit(
+            BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
+        )
         results = await self._fan_out(call, items)
         failed = sum(1 for r in results if r.startswith("Error:"))
         events.emit(

@@ -228,9 +228,7 @@ class Call:
 
     def _next_step(self) -> list[Command]:
         if self.iteration >= self.host.config.max_iterations:
-            self.history.append(
-                {"role": "user", "content": FORCE_FINAL.format(n=self.iteration)}
-            )
+            self.history.append({"role": "user", "content": FORCE_FINAL.format(n=self.iteration)})
             return [self.command("generate", True)]
         return [self.command("generate", False)]
 
@@ -270,7 +268,7 @@ class Call:
 
         started = trio.current_time()
         try:
-            return await sandbox.execute(code, on_bridge, timeout=self.host.config.exec_timeout)
+            return await sandbox.execute(code, on_bridge, limit=self.host.config.exec_timeout)
         except (ExecutionTimeout, SandboxCrashed) as exc:
             self._sandbox_failures += 1
             await self._discard_sandbox()
@@ -278,8 +276,10 @@ class Call:
                 raise SandboxCrashed(
                     f"call {self.call_id} lost {self._sandbox_failures} sandboxes; giving up: {exc}"
                 ) from exc
-            note = "" if isinstance(exc, ExecutionTimeout) else (
-                "; a fresh sandbox will be used and variables from earlier steps are gone"
+            note = (
+                ""
+                if isinstance(exc, ExecutionTimeout)
+                else ("; a fresh sandbox will be used and variables from earlier steps are gone")
             )
             return ExecResult(
                 ok=False,
@@ -331,6 +331,4 @@ class Call:
         """Kill the sandbox; if the call never concluded, conclude it as failed."""
         await self._discard_sandbox()
         if self.outcome is None:
-            self._conclude(
-                CallOutcome("error", None, self.iteration, error="the call was stopped")
-            )
+            self._conclude(CallOutcome("error", None, self.iteration, error="the call was stopped"))

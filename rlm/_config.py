@@ -68,7 +68,9 @@ class RunConfig:
                     "or use --provider fixture for the built-in fixture model"
                 )
             if not self.base_url.startswith(("http://", "https://")):
-                raise UsageError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+                raise UsageError(
+                    f"--base-url must start with http:// or https://, got {self.base_url!r}"
+                )
             if self.sub_base_url and not self.sub_base_url.startswith(("http://", "https://")):
                 raise UsageError(
                     f"--sub-base-url must start with http:// or https://, got {self.sub_base_url!r}"

@@ -14,6 +14,7 @@ gets) and ``isolation`` (what is reported in the ``sandbox_started`` event).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -186,12 +187,10 @@ class Sandbox:
         )
         return box
 
-    async def execute(
-        self, code: str, on_bridge: BridgeHandler, *, timeout: float
-    ) -> ExecResult:
+    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
         """Run ``code`` and serve its bridge calls until it finishes.
 
-        ``timeout`` bounds the time the child spends running code; time spent
+        ``limit`` (seconds) bounds the time the child spends running code; time spent
         waiting for the host to answer a bridge call does not count (the run's
         own --timeout bounds that).  On timeout the process group is killed and
         ExecutionTimeout raised; a crash or protocol violation kills it and
@@ -200,7 +199,7 @@ class Sandbox:
         self._exec_ids += 1
         exec_id = self._exec_ids
         started = trio.current_time()
-        deadline = started + timeout
+        deadline = started + limit
         read_limit = self._bytes_read + MAX_EXEC_BYTES
         await self._send_frame({"t": "exec", "id": exec_id, "code": code}, MAX_CHILD_FRAME_BYTES)
         while True:
@@ -210,7 +209,7 @@ class Sandbox:
             if frame is None:
                 self.kill("timeout")
                 raise ExecutionTimeout(
-                    f"execution exceeded the {timeout:g} s limit (--exec-timeout); the sandbox "
+                    f"execution exceeded the {limit:g} s limit (--exec-timeout); the sandbox "
                     "was restarted and variables from earlier steps are gone"
                 )
             if self._bytes_read > read_limit:
@@ -240,10 +239,9 @@ class Sandbox:
     def kill(self, reason: str = "killed") -> None:
         """Kill the whole process group at once.  Safe to call repeatedly."""
         if self._process.returncode is None:
-            try:
+            # ProcessLookupError: it already exited; aclose() reaps it.
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # it already exited; wait() below reaps it
             self._kill_reason = reason
 
     async def aclose(self) -> None:

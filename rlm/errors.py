@@ -25,6 +25,8 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "BudgetExceeded",
@@ -49,11 +51,13 @@ class RLMError(Exception):
 
     ``ends_run`` is true for errors that stop the whole run wherever they occur
     (refused credentials, no credit, a hard limit); other errors fail only the
-    call or the sub-query they happen in.
+    call or the sub-query they happen in.  When a run fails, ``result`` holds
+    the :class:`rlm.RunResult` of what the run had (usage, trace) by then.
     """
 
     exit_code = 1
     ends_run = False
+    result: Any = None
 
 
 class UsageError(RLMError):

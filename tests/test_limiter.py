@@ -8,8 +8,9 @@ import trio
 from rlm._limiter import TieredLimiter
 
 
-async def hold(limiter: TieredLimiter, lane: str, seconds: float, log: list[tuple[str, float]],
-               name: str) -> None:
+async def hold(
+    limiter: TieredLimiter, lane: str, seconds: float, log: list[tuple[str, float]], name: str
+) -> None:
     async with limiter.permit(lane):  # type: ignore[arg-type]
         log.append((name, trio.current_time()))
         await trio.sleep(seconds)

@@ -38,5 +38,5 @@ def _read_one(path: str, encoding: str) -> str:
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"context file {name} is not valid {encoding} (byte 0x{data[exc.start]:02x} at "
-            f"offset {exc.start}); pass --encoding with the file's encoding, e.g. --encoding latin-1"
+            f"offset {exc.start}); pass the file's encoding, e.g. --encoding latin-1"
         ) from exc

@@ -45,9 +45,7 @@ class ProgressPrinter:
             return f"{who}: [yellow]code error[/yellow]: {escape(first[0][:120])}"
         if isinstance(event, BridgeCallFinished):
             failed = f", [red]{event.failed_items} failed[/red]" if event.failed_items else ""
-            return (
-                f"{who}: {event.fn} × {event.items} answered in {event.duration_s:.2f}s{failed}"
-            )
+            return f"{who}: {event.fn} × {event.items} answered in {event.duration_s:.2f}s{failed}"
         if isinstance(event, CallFinished) and event.depth > 0:
             return f"{who}: child call {event.status}"
         if isinstance(event, RunFinished):

@@ -20,33 +20,84 @@ __all__ = ["run"]
 
 @click.command()
 @click.argument("query")
-@click.option("--context-file", "context_files", multiple=True, metavar="PATH",
-              help="The input. Repeat for several documents (context becomes a list); - reads stdin.")
+@click.option(
+    "--context-file",
+    "context_files",
+    multiple=True,
+    metavar="PATH",
+    help="The input. Repeat for several documents (context becomes a list); - reads stdin.",
+)
 @click.option("--encoding", default="utf-8", show_default=True, help="Encoding of context files.")
-@click.option("--base-url", envvar="RLM_BASE_URL", help="OpenAI-compatible endpoint [env: RLM_BASE_URL].")
+@click.option(
+    "--base-url", envvar="RLM_BASE_URL", help="OpenAI-compatible endpoint [env: RLM_BASE_URL]."
+)
 @click.option("--model", envvar="RLM_MODEL", help="Root model [env: RLM_MODEL].")
 @click.option("--sub-model", help="Model for sub-queries and child calls (default: --model).")
 @click.option("--sub-base-url", help="Endpoint for sub-queries (default: --base-url).")
-@click.option("--provider", type=click.Choice(["openai", "fixture"]), default="openai",
-              show_default=True, help="fixture: the built-in scripted model, no key needed.")
-@click.option("--max-depth", type=int, default=1, show_default=True,
-              help="Depth of the call tree: 1 makes every llm_query a one-shot sub-query.")
-@click.option("--max-iterations", type=int, default=20, show_default=True,
-              help="Steps per call before it is asked for its final answer.")
-@click.option("--max-concurrent", type=int, default=8, show_default=True,
-              help="LLM requests in flight at once, all lanes together.")
-@click.option("--root-permits", type=int, default=1, show_default=True,
-              help="Permits reserved for root steps, so sub-queries never stall them.")
+@click.option(
+    "--provider",
+    type=click.Choice(["openai", "fixture"]),
+    default="openai",
+    show_default=True,
+    help="fixture: the built-in scripted model, no key needed.",
+)
+@click.option(
+    "--max-depth",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Depth of the call tree: 1 makes every llm_query a one-shot sub-query.",
+)
+@click.option(
+    "--max-iterations",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Steps per call before it is asked for its final answer.",
+)
+@click.option(
+    "--max-concurrent",
+    type=int,
+    default=8,
+    show_default=True,
+    help="LLM requests in flight at once, all lanes together.",
+)
+@click.option(
+    "--root-permits",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Permits reserved for root steps, so sub-queries never stall them.",
+)
 @click.option("--timeout", type=float, default=None, help="Wall-clock limit for the whole run (s).")
-@click.option("--exec-timeout", type=float, default=60.0, show_default=True,
-              help="Limit for one code execution in the sandbox (s).")
-@click.option("--max-output-chars", type=int, default=10_000, show_default=True,
-              help="Printed output shown to the model per code block.")
+@click.option(
+    "--exec-timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Limit for one code execution in the sandbox (s).",
+)
+@click.option(
+    "--max-output-chars",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="Printed output shown to the model per code block.",
+)
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def run(query: str, context_files: tuple[str, ...], encoding: str, as_json: bool, quiet: bool,
-        trace_path: str | None, **settings: Any) -> None:
+def run(
+    query: str,
+    context_files: tuple[str, ...],
+    encoding: str,
+    as_json: bool,
+    quiet: bool,
+    trace_path: str | None,
+    **settings: Any,
+) -> None:
     """Answer QUERY over a large context with a recursive language model.
 
     The context is never shown to the root model: it lives as `context` in a
@@ -93,8 +144,10 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool) -> None:
     elif result.answer is not None:
         click.echo(result.answer)
     if result.fixture and not quiet:
-        click.echo("note: answered by the built-in fixture model (scripted, not a language model)",
-                   err=True)
+        click.echo(
+            "note: answered by the built-in fixture model (scripted, not a language model)",
+            err=True,
+        )
     if result.status != "answered":
         reason = result.error or {
             "iterations": "the root call gave no final answer within --max-iterations",

@@ -63,9 +63,13 @@ class OpenAIProvider:
         try:
             response = await self._client.post(self.url, json=body, headers=self._headers)
         except httpx2.TimeoutException as exc:
-            raise ProviderConnectionError(f"{self.url} timed out ({type(exc).__name__})", url=self.url) from exc
+            raise ProviderConnectionError(
+                f"{self.url} timed out ({type(exc).__name__})", url=self.url
+            ) from exc
         except httpx2.TransportError as exc:
-            raise ProviderConnectionError(f"cannot reach {self.url}: {exc or type(exc).__name__}", url=self.url) from exc
+            raise ProviderConnectionError(
+                f"cannot reach {self.url}: {exc or type(exc).__name__}", url=self.url
+            ) from exc
         if response.status_code >= 400:
             raise self._status_error(response)
         return self._parse(response)
