@@ -1,0 +1,165 @@
+"""Read-only proxies for the few standard modules model code may import.
+
+Model code never receives a real module object: a real module leads to its
+``__dict__``, to other modules (``json.codecs``, ``datetime.sys``) and from
+there to ``os``.  A :class:`ModuleProxy` exposes only the public attributes of
+one module whose values are not modules (nor other objects that lead out of
+the sandbox), minus a short list of known gadgets: callables that look up
+attributes by a caller-chosen name with plain ``getattr`` (``string.Formatter``,
+``functools.update_wrapper``) or that ``eval`` annotations
+(``functools.singledispatch``).
+
+``from X import Y`` resolves ``Y`` with plain ``getattr`` (the RestrictedPython
+guard is not involved), so the proxy is safe under plain attribute access on
+its own: every attribute lookup, dunder names included, goes through
+``ModuleProxy.__getattribute__`` and sees only the exposed mapping.  The one
+extra, ``__name__``, is "re (sandbox)" rather than "re": when ``from re import
+enum`` fails, CPython falls back to ``sys.modules[__name__ + ".enum"]``, and
+the real name would hand out the real submodule (``collections.abc``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from collections.abc import Mapping
+
+__all__ = [
+    "ALLOWED_MODULES",
+    "ModuleProxy",
+    "guarded_import",
+    "import_module",
+    "is_forbidden_value",
+    "plain_str",
+]
+
+#: Modules model code may import (top-level names only; no submodules).
+ALLOWED_MODULES = frozenset({
+    "bisect", "collections", "datetime", "functools", "heapq", "itertools", "json",
+    "math", "random", "re", "statistics", "string", "textwrap",
+})
+
+#: Public attributes withheld even though their values are not modules.
+EXCLUDED_ATTRIBUTES: dict[str, frozenset[str]] = {
+    # Formatter.get_field walks attributes named in the format string.
+    "string": frozenset({"Formatter"}),
+    # update_wrapper/wraps read and write attributes named by the caller (a
+    # route to a function's __globals__); singledispatch evaluates string
+    # annotations with eval(); the rest is plumbing nobody analysing text needs.
+    "functools": frozenset({
+        "update_wrapper", "wraps", "singledispatch", "singledispatchmethod",
+        "RLock", "GenericAlias", "get_cache_token",
+    }),
+}
+
+_FORBIDDEN_TYPES: tuple[type, ...] = (
+    types.ModuleType,
+    types.FrameType,
+    types.CodeType,
+    types.TracebackType,
+)
+
+
+def plain_str(value: object, what: str) -> str:
+    """``value`` as an exact ``str``, or TypeError.
+
+    Guards must never call methods of a str subclass from model code: it could
+    override ``startswith`` or ``__contains__`` and lie about its content.
+    """
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)  # an exact copy, made without calling model code
+    raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+
+
+def is_forbidden_value(value: object) -> bool:
+    """True for objects model code must never hold.
+
+    Modules, frames, code objects, tracebacks, C capsules and namespace dicts
+    (a dict holding ``__builtins__`` is some function's or module's globals).
+    """
+    if isinstance(value, _FORBIDDEN_TYPES):
+        return True
+    kind = type(value)
+    if kind.__name__ == "PyCapsule" and kind.__module__ == "builtins":
+        return True
+    return type(value) is dict and "__builtins__" in value
+
+
+class ModuleProxy:
+    """An immutable, attribute-only view of a module's safe public names."""
+
+    __slots__ = ("_proxy_label", "_proxy_names")
+
+    def __init__(self, label: str, names: Mapping[str, object]) -> None:
+        object.__setattr__(self, "_proxy_label", label)
+        object.__setattr__(self, "_proxy_names", types.MappingProxyType(dict(names)))
+
+    def __getattribute__(self, name: str) -> object:
+        names: Mapping[str, object] = object.__getattribute__(self, "_proxy_names")
+        try:
+            return names[name]
+        except KeyError:
+            label = object.__getattribute__(self, "_proxy_label")
+        if name == "__name__":
+            # Read only by CPython's `from X import missing` error path: no
+            # "re (sandbox).enum" key exists in sys.modules, so the fallback
+            # lookup fails and the ImportError names the module.
+            return f"{label} (sandbox)"
+        raise AttributeError(f"module {label!r} has no attribute {name!r} in the sandbox")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise TypeError("sandbox modules are read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise TypeError("sandbox modules are read-only")
+
+    def __repr__(self) -> str:
+        return f"<sandbox module {object.__getattribute__(self, '_proxy_label')!r}>"
+
+    def __dir__(self) -> list[str]:
+        names: Mapping[str, object] = object.__getattribute__(self, "_proxy_names")
+        return sorted(names)
+
+
+_PROXIES: dict[str, ModuleProxy] = {}
+
+
+def _exposed_names(name: str, module: types.ModuleType) -> dict[str, object]:
+    excluded = EXCLUDED_ATTRIBUTES.get(name, frozenset())
+    exposed: dict[str, object] = {}
+    for attr in dir(module):
+        if attr.startswith("_") or attr in excluded:
+            continue
+        value = getattr(module, attr)
+        if not is_forbidden_value(value):
+            exposed[attr] = value
+    return exposed
+
+
+def import_module(name: str) -> ModuleProxy:
+    """Return the (cached) proxy of an allowed module; ImportError otherwise."""
+    proxy = _PROXIES.get(name)
+    if proxy is not None:
+        return proxy
+    if name not in ALLOWED_MODULES:
+        allowed = ", ".join(sorted(ALLOWED_MODULES))
+        raise ImportError(f"import of {name!r} is not allowed in the sandbox; allowed: {allowed}")
+    module = importlib.import_module(name)
+    proxy = ModuleProxy(name, _exposed_names(name, module))
+    _PROXIES[name] = proxy
+    return proxy
+
+
+def guarded_import(
+    name: str,
+    globals: Mapping[str, object] | None = None,
+    locals: Mapping[str, object] | None = None,
+    fromlist: tuple[str, ...] | list[str] | None = (),
+    level: int = 0,
+) -> ModuleProxy:
+    """The ``__import__`` seen by model code: allow-listed top-level modules only."""
+    if level != 0:
+        raise ImportError("relative imports are not allowed in the sandbox")
+    return import_module(plain_str(name, "module name"))

@@ -1,0 +1,116 @@
+"""Property tests of the frame codec shared by host and sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
+
+scalars = (
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner,
+                                                                 max_size=5),
+    max_leaves=20,
+)
+messages = st.builds(
+    lambda t, rest: {**rest, "t": t},
+    st.text(max_size=10),
+    st.dictionaries(st.text(max_size=10), values, max_size=6),
+)
+
+
+def _normalise(value: Any) -> Any:
+    """msgpack has no tuples; lists come back as lists."""
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks, start = [], 0
+    for point in [*points, len(data)]:
+        chunks.append(data[start:point])
+        start = point
+    return chunks
+
+
+@given(st.lists(messages, min_size=1, max_size=5), st.lists(st.integers(0, 4000), max_size=12))
+def test_round_trip_at_any_chunk_boundaries(batch: list[dict[str, Any]], cuts: list[int]) -> None:
+    stream = b"".join(encode_frame(message) for message in batch)
+    decoder = FrameDecoder()
+    decoded: list[dict[str, Any]] = []
+    for chunk in _split(stream, cuts):
+        decoded.extend(decoder.feed(chunk))
+    assert decoded == [_normalise(message) for message in batch]
+    assert decoder.pending_bytes == 0
+
+
+@settings(max_examples=300)
+@given(st.binary(min_size=1, max_size=200))
+def test_garbage_raises_frame_error_or_waits(data: bytes) -> None:
+    decoder = FrameDecoder(max_bytes=1000)
+    try:
+        frames = decoder.feed(data)
+    except FrameError:
+        with pytest.raises(FrameError):  # the decoder stays broken
+            decoder.feed(b"")
+        return
+    for frame in frames:  # whatever got through is a well-formed frame
+        assert isinstance(frame, dict) and isinstance(frame["t"], str)
+
+
+@given(st.binary(max_size=100))
+def test_random_payloads_behind_a_valid_header(payload: bytes) -> None:
+    decoder = FrameDecoder()
+    try:
+        frames = decoder.feed(HEADER.pack(len(payload)) + payload)
+    except FrameError:
+        return
+    assert len(frames) == 1 and isinstance(frames[0]["t"], str)
+
+
+def test_oversize_header_is_refused_before_the_payload() -> None:
+    decoder = FrameDecoder(max_bytes=100)
+    with pytest.raises(FrameError, match="exceeds"):
+        decoder.feed(HEADER.pack(101))  # only the header: no payload was needed to refuse
+
+
+@pytest.mark.parametrize("payload", [[1, 2], "text", 5, None, {"x": 1}, {"t": 3}, {1: "a"}])
+def test_non_map_or_untyped_payloads_are_refused(payload: object) -> None:
+    data = msgpack.packb(payload, use_bin_type=True)
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(HEADER.pack(len(data)) + data)
+
+
+def test_empty_payload_is_refused() -> None:
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(HEADER.pack(0))
+
+
+def test_encode_refuses_bad_messages() -> None:
+    with pytest.raises(FrameError):
+        encode_frame({"no": "type"})
+    with pytest.raises(FrameError):
+        encode_frame({"t": "x", "value": object()})
+    with pytest.raises(FrameError, match="exceeds"):
+        encode_frame({"t": "x", "blob": b"a" * 100}, max_bytes=50)
+
+
+def test_partial_frame_waits_for_more() -> None:
+    frame = encode_frame({"t": "exec", "id": 1, "code": "x"})
+    decoder = FrameDecoder()
+    assert decoder.feed(frame[:-1]) == []
+    assert decoder.pending_bytes == len(frame) - 1
+    assert decoder.feed(frame[-1:]) == [{"t": "exec", "id": 1, "code": "x"}]
