@@ -38,6 +38,10 @@ class CallHost(Protocol):
 
     async def complete(self, request: CompletionRequest) -> Completion: ...
 
+    async def open_sandbox(
+        self, nursery: trio.Nursery, *, context: Context, owner: SandboxIdentity
+    ) -> Sandbox: ...
+
     async def serve_bridge(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]: ...
 
 
@@ -239,11 +243,9 @@ class Call:
 
         async def spawn() -> None:
             try:
-                self._sandbox = await Sandbox.start(
+                self._sandbox = await self.host.open_sandbox(
                     nursery,
                     context=self.context,
-                    max_output_chars=self.host.config.max_output_chars,
-                    events=self.host.events,
                     owner=SandboxIdentity(self.call_id, self.parent_id, self.depth),
                 )
             except SandboxError as exc:

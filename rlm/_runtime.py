@@ -22,6 +22,7 @@ from rlm._context import Context
 from rlm._events import EventBus
 from rlm._gate import Gate
 from rlm._limiter import TieredLimiter
+from rlm._sandbox_host import Sandbox, SandboxIdentity, SandboxLauncher
 from rlm._scheduler import Scheduler
 from rlm._usage import UsageMeter
 from rlm.errors import RLMError, RunTimeout
@@ -50,6 +51,7 @@ class Runtime:
         self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
         self.gate = Gate(limiter=self.limiter, providers=providers, events=events, usage=self.usage)
         self.bridge = Bridge(self)
+        self.sandboxes = SandboxLauncher(events=events, max_output_chars=config.max_output_chars)
         self.calls: dict[str, Call] = {}
         self._scheduler: Scheduler | None = None
         self._run_scope: trio.CancelScope | None = None
@@ -116,6 +118,11 @@ class Runtime:
 
     async def complete(self, request: CompletionRequest) -> Completion:
         return await self.gate.complete(request)
+
+    async def open_sandbox(
+        self, nursery: trio.Nursery, *, context: Context, owner: SandboxIdentity
+    ) -> Sandbox:
+        return await self.sandboxes.open(nursery, context=context, owner=owner)
 
     async def serve_bridge(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]:
         return await self.bridge.serve(call, frame)

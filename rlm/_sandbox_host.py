@@ -33,7 +33,7 @@ from rlm._events import EventBus, SandboxExited, SandboxStarted
 from rlm.errors import ExecutionTimeout, SandboxCrashed
 from sandbox.protocol import FrameDecoder, FrameError, encode_frame
 
-__all__ = ["BridgeHandler", "ExecResult", "Sandbox", "SandboxIdentity"]
+__all__ = ["BridgeHandler", "ExecResult", "Sandbox", "SandboxIdentity", "SandboxLauncher"]
 
 #: Cap on one child→host frame, and on everything one execution may send.
 MAX_CHILD_FRAME_BYTES = 16 * 1024 * 1024
@@ -333,3 +333,28 @@ class Sandbox:
 
 def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+class SandboxLauncher:
+    """Where calls get their sandboxes.  One per run.
+
+    Today it spawns a fresh process per request; this is the seam for a
+    zygote and a warm pool (the hardening issue), so calls never care how a
+    sandbox came to be.
+    """
+
+    def __init__(self, *, events: EventBus, max_output_chars: int) -> None:
+        self._events = events
+        self._max_output_chars = max_output_chars
+
+    async def open(
+        self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
+    ) -> Sandbox:
+        """A ready sandbox holding ``context``.  The caller must ``aclose`` it."""
+        return await Sandbox.start(
+            nursery,
+            context=context,
+            max_output_chars=self._max_output_chars,
+            events=self._events,
+            owner=owner,
+        )
