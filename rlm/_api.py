@@ -143,6 +143,7 @@ class RLM:
             error=message,
             fixture=(self.config.provider == "fixture" and self._providers is None)
             or _saw_fixture(events.events),
+            traffic=runtime.gate.traffic(),
         )
 
     def _run_started(self, query: str, context: Context) -> RunStarted:

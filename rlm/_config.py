@@ -35,6 +35,11 @@ class RunConfig:
     max_output_chars: int = 10_000
     max_tokens: int | None = None
     request_timeout: float = 600.0
+    rpm: float | None = None
+    tpm: float | None = None
+    burst: int = 1
+    max_retries: int = 3
+    adaptive: bool = True
     fixture_root_latency: float = 0.0
     fixture_sub_latency: float = 0.0
 
@@ -59,6 +64,12 @@ class RunConfig:
         if self.exec_timeout <= 0:
             raise UsageError("--exec-timeout must be a positive number of seconds")
         _positive("--max-output-chars", self.max_output_chars)
+        for flag, rate in (("--rpm", self.rpm), ("--tpm", self.tpm)):
+            if rate is not None and rate <= 0:
+                raise UsageError(f"{flag} must be a positive rate per minute, got {rate:g}")
+        _positive("--burst", self.burst)
+        if self.max_retries < 0:
+            raise UsageError(f"--max-retries must be 0 or more, got {self.max_retries}")
         if self.max_tokens is not None:
             _positive("--max-tokens", self.max_tokens)
         if self.provider == "openai":

@@ -21,11 +21,14 @@ __all__ = [
     "BridgeCallStarted",
     "CallFinished",
     "CallStarted",
+    "CapacityChanged",
     "CodeExecuted",
     "Event",
     "EventBus",
     "LLMRequest",
     "LLMResponse",
+    "LLMRetry",
+    "RateLimitLearned",
     "RunFinished",
     "RunStarted",
     "SandboxExited",
@@ -144,6 +147,8 @@ class LLMRequest(Event):
     provider: str
     prompt_chars: int
     queue_wait_s: float
+    pace_wait_s: float
+    attempt: int
     in_flight: int
 
 
@@ -155,11 +160,41 @@ class LLMResponse(Event):
     model: str
     provider: str
     status: str
+    http_status: int | None
     latency_s: float
     input_tokens: int
     output_tokens: int
+    attempt: int = 1
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMRetry(Event):
+    kind: ClassVar[str] = "llm_retry"
+    request_id: int
+    lane: str
+    attempt: int
+    delay_s: float
+    reason: str
+    retry_after: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityChanged(Event):
+    kind: ClassVar[str] = "capacity_changed"
+    lane: str
+    old: int
+    new: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLimitLearned(Event):
+    kind: ClassVar[str] = "rate_limit_learned"
+    limit: str
+    value: float
+    source: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,31 +1,65 @@
 """The traffic gate: the one path every LLM request takes.
 
-Today the gate holds the tiered concurrency limit and accounts for usage; the
-traffic issue plugs pacing, retries and adaptive capacity in here, in
-``_send``, so no request can bypass them.  A permit is held only around one
-HTTP attempt, never while a call waits for its children.
+For each attempt: take a permit in the request's lane (tiered limiter) → take
+a pacing slot (rpm/tpm) → send once through the provider → record the outcome.
+Between attempts the permit is released and the request backs off (the
+provider's ``Retry-After`` when it gave one), never past the run's deadline;
+a retry goes back through the limiter and the pacer like any request.
+Overload answers (429/503/529) shrink the sub lane's capacity (AIMD);
+successes grow it back.  While a request backs off from an overload answer,
+the sub lane holds back one permit for it, so the permit it released is not
+handed at once to a waiter the provider would refuse too.  Every attempt,
+retry, wait and capacity change is an event, so a trace alone explains where
+the time went.
+
+The budget ledger plugs in at ``_attempt``: every attempt is a request sent,
+so each one is reserved before it goes and settled after.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import count
+from typing import Protocol
 
-from rlm._events import EventBus, LLMRequest, LLMResponse
+import trio
+
+from rlm._adaptive import AdaptiveCapacity
+from rlm._events import (
+    CapacityChanged,
+    EventBus,
+    LLMRequest,
+    LLMResponse,
+    LLMRetry,
+    RateLimitLearned,
+)
 from rlm._limiter import TieredLimiter
+from rlm._pacer import Pacer
+from rlm._retry import RetryPolicy, is_overload
+from rlm._traffic import TrafficMetrics
 from rlm._usage import UsageMeter
-from rlm.errors import ProviderError
+from rlm.errors import ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
 
-__all__ = ["Gate"]
+__all__ = ["Gate", "Ledger", "estimate_tokens"]
+
+
+def estimate_tokens(request: CompletionRequest, default_output: int = 1024) -> int:
+    """A request's tokens before sending: prompt chars / 4 plus the output allowance."""
+    prompt = sum(len(m["content"]) for m in request.messages) // 4
+    return prompt + (request.max_tokens or default_output)
+
+
+class Ledger(Protocol):
+    """The budget's view from the gate (see ``rlm._budget``)."""
+
+    def reserve(self, request: CompletionRequest) -> object: ...
+
+    def settle(self, ticket: object, completion: Completion | None) -> None: ...
 
 
 class Gate:
-    """Sends completion requests under the run's limits.
-
-    ``providers`` maps each lane to the provider that serves it (root steps may
-    use another endpoint than sub-queries).
-    """
+    """Sends completion requests under the run's limits."""
 
     def __init__(
         self,
@@ -34,62 +68,148 @@ class Gate:
         providers: Mapping[Lane, Provider],
         events: EventBus,
         usage: UsageMeter,
+        pacer: Pacer | None = None,
+        retry: RetryPolicy | None = None,
+        adaptive: bool = True,
+        deadline: Callable[[], float] = lambda: float("inf"),
+        ledger: Ledger | None = None,
     ) -> None:
         self.limiter = limiter
+        self.pacer = pacer or Pacer()
+        self.retry = retry or RetryPolicy()
+        self.metrics = TrafficMetrics()
+        self.adaptive = AdaptiveCapacity(
+            limiter, enabled=adaptive, on_change=self._capacity_changed
+        )
+        self.ledger = ledger
         self._providers = dict(providers)
         self._events = events
         self._usage = usage
+        self._deadline = deadline
         self._ids = count(1)
+        self._learned: set[str] = set()
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        """Send ``request`` once it holds a permit in its lane.
+        """Send ``request``, retrying what is worth retrying.
 
-        Raises the provider's :class:`ProviderError` on failure.  On
-        cancellation the in-flight HTTP request is abandoned and its permit
-        released.
+        Raises the last ProviderError when the request fails for good, and
+        RunTimeout when a wait would pass the run's deadline.  On cancellation
+        the in-flight attempt is abandoned and its permit released.
         """
         provider = self._providers[request.lane]
-        queued_at = self._events.now()
-        async with self.limiter.permit(request.lane):
-            return await self._send(provider, request, queue_wait=self._events.now() - queued_at)
-
-    async def _send(
-        self, provider: Provider, request: CompletionRequest, *, queue_wait: float
-    ) -> Completion:
         request_id = next(self._ids)
-        self._usage.count_request()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._attempt(provider, request, request_id, attempt)
+            except ProviderError as exc:
+                if not self.retry.should_retry(exc, attempt):
+                    raise
+                await self._back_off(request, request_id, attempt, exc)
+
+    async def _back_off(
+        self, request: CompletionRequest, request_id: int, attempt: int, exc: ProviderError
+    ) -> None:
+        delay = self.retry.delay(exc, attempt)
+        now = trio.current_time()
+        if now + delay > self._deadline():
+            raise RunTimeout(
+                f"{exc.url or 'the provider'} asked to wait {delay:.1f} s before retrying, "
+                f"longer than the {max(0.0, self._deadline() - now):.1f} s left of --timeout"
+            ) from exc
+        self.metrics.lane(request.lane).retries += 1
         self._events.emit(
-            LLMRequest(
+            LLMRetry(
                 call_id=request.call_id,
                 depth=request.depth,
                 request_id=request_id,
                 lane=request.lane,
-                model=request.model,
-                provider=provider.name,
-                prompt_chars=sum(len(m["content"]) for m in request.messages),
-                queue_wait_s=round(queue_wait, 6),
-                in_flight=self.limiter.statistics().in_flight,
+                attempt=attempt + 1,
+                delay_s=round(delay, 6),
+                reason=f"{type(exc).__name__}: {exc}"[:300],
+                retry_after=getattr(exc, "retry_after", None) is not None,
             )
         )
-        started = self._events.now()
-        try:
-            completion = await provider.complete(request)
-        except ProviderError as exc:
-            self._respond(request, provider, request_id, started, None, exc)
-            raise
+        if is_overload(exc) and self.adaptive.enabled:
+            with self.limiter.penalty():
+                await trio.sleep(delay)
+        else:
+            await trio.sleep(delay)
+
+    async def _attempt(
+        self, provider: Provider, request: CompletionRequest, request_id: int, attempt: int
+    ) -> Completion:
+        lane = request.lane
+        metrics = self.metrics.lane(lane)
+        queued_at = trio.current_time()
+        async with self.limiter.permit(lane):
+            queue_wait = trio.current_time() - queued_at
+            pace_wait = await self.pacer.wait(estimate_tokens(request), lane)
+            ticket = self.ledger.reserve(request) if self.ledger is not None else None
+            self._usage.count_request()
+            metrics.attempts += 1
+            metrics.in_flight += 1
+            metrics.max_in_flight = max(metrics.max_in_flight, metrics.in_flight)
+            metrics.queue_wait_total_s += queue_wait
+            metrics.queue_wait_max_s = max(metrics.queue_wait_max_s, queue_wait)
+            metrics.pace_wait_total_s += pace_wait
+            self._events.emit(
+                LLMRequest(
+                    call_id=request.call_id,
+                    depth=request.depth,
+                    request_id=request_id,
+                    lane=lane,
+                    model=request.model,
+                    provider=provider.name,
+                    prompt_chars=sum(len(m["content"]) for m in request.messages),
+                    queue_wait_s=round(queue_wait, 6),
+                    pace_wait_s=round(pace_wait, 6),
+                    attempt=attempt,
+                    in_flight=self.limiter.statistics().in_flight,
+                )
+            )
+            started = trio.current_time()
+            completion: Completion | None = None
+            try:
+                completion = await provider.complete(request)
+            except ProviderError as exc:
+                self._record(request, provider, request_id, attempt, started, None, exc)
+                raise
+            finally:
+                metrics.in_flight -= 1
+                if self.ledger is not None:
+                    self.ledger.settle(ticket, completion)
         self._usage.add_tokens(completion.input_tokens, completion.output_tokens)
-        self._respond(request, provider, request_id, started, completion, None)
+        self._record(request, provider, request_id, attempt, started, completion, None)
         return completion
 
-    def _respond(
+    def _record(
         self,
         request: CompletionRequest,
         provider: Provider,
         request_id: int,
+        attempt: int,
         started: float,
         completion: Completion | None,
         error: ProviderError | None,
     ) -> None:
+        latency = trio.current_time() - started
+        metrics = self.metrics.lane(request.lane)
+        status = error.status if isinstance(error, ProviderStatusError) else None
+        if completion is not None:
+            metrics.ok += 1
+            metrics.latencies.append(latency)
+            self.adaptive.observe_latency(latency)
+            if request.lane == "sub":
+                self.adaptive.on_success()
+            self._learn_limits(completion)
+        else:
+            metrics.failed += 1
+            if status == 429:
+                metrics.rate_limited += 1
+            if error is not None and is_overload(error):
+                self.adaptive.on_overload(trio.current_time())
         self._events.emit(
             LLMResponse(
                 call_id=request.call_id,
@@ -99,10 +219,46 @@ class Gate:
                 model=request.model,
                 provider=provider.name,
                 status="ok" if completion is not None else "error",
-                latency_s=round(self._events.now() - started, 6),
+                http_status=200 if completion is not None else status,
+                latency_s=round(latency, 6),
                 input_tokens=completion.input_tokens if completion else 0,
                 output_tokens=completion.output_tokens if completion else 0,
+                attempt=attempt,
                 error=f"{type(error).__name__}: {error}" if error else None,
                 metadata=dict(completion.metadata) if completion else {},
             )
         )
+
+    def _learn_limits(self, completion: Completion) -> None:
+        """Adopt rpm/tpm from response headers when the user gave none."""
+        limits = completion.metadata.get("ratelimit")
+        if not isinstance(limits, dict):
+            return
+        for key, current, setter in (
+            ("requests_limit", self.pacer.rpm, self.pacer.set_rpm),
+            ("tokens_limit", self.pacer.tpm, self.pacer.set_tpm),
+        ):
+            value = limits.get(key)
+            if current is not None or key in self._learned:
+                continue
+            if isinstance(value, int | float) and value > 0:
+                self._learned.add(key)
+                setter(float(value))
+                self._events.emit(
+                    RateLimitLearned(
+                        limit="rpm" if key == "requests_limit" else "tpm",
+                        value=float(value),
+                        source=str(limits.get("source", "headers")),
+                    )
+                )
+
+    def _capacity_changed(self, old: int, new: int, reason: str) -> None:
+        self.metrics.capacity_changes += 1
+        self._events.emit(CapacityChanged(lane="sub", old=old, new=new, reason=reason))
+
+    def traffic(self) -> dict[str, object]:
+        """The ``traffic`` object of ``--json``."""
+        return self.metrics.to_dict(self.capacities(), self.pacer.rpm, self.pacer.tpm)
+
+    def capacities(self) -> dict[str, int]:
+        return {"root": self.limiter.total, "sub": self.limiter.sub_limit}

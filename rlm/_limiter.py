@@ -11,8 +11,8 @@ thundering herd, no barging).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import trio
@@ -30,6 +30,7 @@ class LimiterStatistics:
     in_flight_sub: int
     waiting_root: int
     waiting_sub: int
+    sub_limit: int
 
 
 class TieredLimiter:
@@ -46,6 +47,8 @@ class TieredLimiter:
         self._reserved = reserved_root
         self._in_flight = 0
         self._in_flight_sub = 0
+        self._sub_limit = total - reserved_root
+        self._penalty = 0
         self._waiters: dict[Lane, deque[trio.Event]] = {"root": deque(), "sub": deque()}
 
     @property
@@ -57,6 +60,26 @@ class TieredLimiter:
         if value < 1 or self._reserved >= value:
             raise ValueError(f"total must exceed the {self._reserved} reserved root permits")
         self._total = value
+        self._sub_limit = max(self._sub_limit, value - self._reserved)
+        self._wake()
+
+    @property
+    def reserved_root(self) -> int:
+        return self._reserved
+
+    @property
+    def sub_limit(self) -> int:
+        """Permits the sub lane may hold: at most ``total - reserved_root``.
+
+        Lowered by adaptive concurrency when the provider pushes back.
+        """
+        return min(self._sub_limit, self._total - self._reserved)
+
+    @sub_limit.setter
+    def sub_limit(self, value: int) -> None:
+        if value < 1:
+            raise ValueError("the sub lane needs at least one permit")
+        self._sub_limit = value
         self._wake()
 
     def statistics(self) -> LimiterStatistics:
@@ -67,12 +90,13 @@ class TieredLimiter:
             in_flight_sub=self._in_flight_sub,
             waiting_root=len(self._waiters["root"]),
             waiting_sub=len(self._waiters["sub"]),
+            sub_limit=self.sub_limit,
         )
 
     def _free_for(self, lane: Lane) -> bool:
         if self._in_flight >= self._total:
             return False
-        return lane == "root" or self._in_flight_sub < self._total - self._reserved
+        return lane == "root" or self._in_flight_sub + self._penalty < self.sub_limit
 
     def _take(self, lane: Lane) -> None:
         self._in_flight += 1
@@ -113,6 +137,20 @@ class TieredLimiter:
         if lane == "sub":
             self._in_flight_sub -= 1
         self._wake()
+
+    @contextmanager
+    def penalty(self) -> Iterator[None]:
+        """Hold back one sub permit for the body of the ``with``.
+
+        Used while a request backs off from an overload answer: the permit it
+        released is not handed to a waiter that would only be refused too.
+        """
+        self._penalty += 1
+        try:
+            yield
+        finally:
+            self._penalty -= 1
+            self._wake()
 
     @asynccontextmanager
     async def permit(self, lane: Lane) -> AsyncIterator[None]:

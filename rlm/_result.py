@@ -40,6 +40,7 @@ class RunResult:
     trace_path: str | None = None
     error: str | None = None
     fixture: bool = False
+    traffic: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
@@ -52,4 +53,5 @@ class RunResult:
             "trace": self.trace_path,
             "error": self.error,
             "fixture": self.fixture,
+            "traffic": self.traffic,
         }

@@ -22,6 +22,8 @@ from rlm._context import Context
 from rlm._events import EventBus
 from rlm._gate import Gate
 from rlm._limiter import TieredLimiter
+from rlm._pacer import Pacer
+from rlm._retry import RetryPolicy
 from rlm._sandbox_host import Sandbox, SandboxIdentity, SandboxLauncher
 from rlm._scheduler import Scheduler
 from rlm._usage import UsageMeter
@@ -49,7 +51,16 @@ class Runtime:
         self.events = events
         self.usage = UsageMeter()
         self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
-        self.gate = Gate(limiter=self.limiter, providers=providers, events=events, usage=self.usage)
+        self.gate = Gate(
+            limiter=self.limiter,
+            providers=providers,
+            events=events,
+            usage=self.usage,
+            pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
+            retry=RetryPolicy(max_retries=config.max_retries),
+            adaptive=config.adaptive,
+            deadline=lambda: self._deadline,
+        )
         self.bridge = Bridge(self)
         self.sandboxes = SandboxLauncher(events=events, max_output_chars=config.max_output_chars)
         self.calls: dict[str, Call] = {}

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
 from rlm.errors import ProviderError
+from rlm.fixture_server import FixtureServer, FixtureServerOptions
 from rlm.providers.base import Completion, CompletionRequest
 
 Script = Callable[[CompletionRequest], str]
@@ -89,3 +91,13 @@ def sandbox_pids(trace: tuple[dict[str, Any], ...]) -> list[int]:
 
 def repl(code: str) -> str:
     return f"Working on it.\n```repl\n{code}\n```"
+
+
+@asynccontextmanager
+async def serving(**options: Any) -> AsyncIterator[tuple[str, FixtureServer]]:
+    """A fixture server on a free loopback port for the body; yields (base URL, server)."""
+    server = FixtureServer(FixtureServerOptions(**options))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        yield f"http://127.0.0.1:{port}/v1", server
+        nursery.cancel_scope.cancel()

@@ -9,27 +9,16 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
 from fixtures.needle import generate_needle
-from rlm.fixture_server import FixtureServer, FixtureServerOptions
+from tests.helpers import serving
 
 RLM = [sys.executable, "-m", "rlm"]
 QUESTION = "What is the magic number?"
-
-
-@asynccontextmanager
-async def fixture_server(**options: object) -> AsyncIterator[tuple[str, FixtureServer]]:
-    server = FixtureServer(FixtureServerOptions(**options))  # type: ignore[arg-type]
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(server.serve)
-        yield f"http://127.0.0.1:{port}/v1", server
-        nursery.cancel_scope.cancel()
 
 
 async def rlm(
@@ -62,7 +51,7 @@ async def test_needle_over_http_json_and_trace(
 ) -> None:
     path, answer = needle_file
     trace = tmp_path / "run.jsonl"
-    async with fixture_server(sub_latency=0.01) as (url, server):
+    async with serving(sub_latency=0.01) as (url, server):
         done = await rlm(
             "run",
             QUESTION,
@@ -105,7 +94,7 @@ async def test_needle_over_http_json_and_trace(
 
 async def test_stdout_carries_only_the_answer(needle_file: tuple[Path, str]) -> None:
     path, answer = needle_file
-    async with fixture_server() as (url, _):
+    async with serving() as (url, _):
         done = await rlm(
             "run", QUESTION, "--context-file", str(path), "--base-url", url, "--model", "fixture"
         )
@@ -184,7 +173,7 @@ async def test_unreachable_url_names_the_url(needle_file: tuple[Path, str]) -> N
 async def test_non_json_reply_names_the_url_and_what_came_back(
     needle_file: tuple[Path, str],
 ) -> None:
-    async with fixture_server(garbage=True) as (url, _):
+    async with serving(garbage=True) as (url, _):
         done = await rlm(
             "run",
             QUESTION,
@@ -204,7 +193,7 @@ async def test_non_json_reply_names_the_url_and_what_came_back(
 async def test_refused_credentials_exit_4_after_one_request(
     needle_file: tuple[Path, str],
 ) -> None:
-    async with fixture_server(api_key="right-key") as (url, server):
+    async with serving(api_key="right-key") as (url, server):
         done = await rlm(
             "run",
             QUESTION,
@@ -223,7 +212,7 @@ async def test_refused_credentials_exit_4_after_one_request(
 
 async def test_the_right_key_is_sent_from_the_environment(needle_file: tuple[Path, str]) -> None:
     path, answer = needle_file
-    async with fixture_server(api_key="right-key") as (url, _):
+    async with serving(api_key="right-key") as (url, _):
         done = await rlm(
             "run",
             QUESTION,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -15,7 +17,7 @@ from rlm._events import (
     StepCompleted,
 )
 
-__all__ = ["ProgressPrinter"]
+__all__ = ["ProgressPrinter", "format_traffic"]
 
 
 class ProgressPrinter:
@@ -54,3 +56,18 @@ class ProgressPrinter:
                 f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens"
             )
         return None
+
+
+def format_traffic(traffic: dict[str, Any]) -> str:
+    """One line per lane that saw requests: attempts, retries, 429s, waits, latency."""
+    lines = []
+    for name, lane in traffic.get("lanes", {}).items():
+        if not lane.get("attempts"):
+            continue
+        lines.append(
+            f"{name:>4} lane: {lane['attempts']} attempts, {lane['retries']} retries, "
+            f"{lane['rate_limited']} × 429, peak {lane['max_in_flight']} in flight "
+            f"(capacity now {lane['capacity']}), queue wait mean {lane['queue_wait_mean_s']:.3f}s, "
+            f"latency p50 {lane['latency_p50_s']:.3f}s"
+        )
+    return "\n".join(lines)

@@ -12,7 +12,7 @@ import click
 from rlm._api import RLM
 from rlm._result import STATUS_EXIT_CODES, RunResult
 from rlm.cli._context_input import read_context
-from rlm.cli._progress import ProgressPrinter
+from rlm.cli._progress import ProgressPrinter, format_traffic
 from rlm.errors import RLMError, UsageError
 
 __all__ = ["run"]
@@ -68,6 +68,29 @@ __all__ = ["run"]
     default=1,
     show_default=True,
     help="Permits reserved for root steps, so sub-queries never stall them.",
+)
+@click.option("--rpm", type=float, help="Requests per minute the provider allows (paced evenly).")
+@click.option("--tpm", type=float, help="Tokens per minute the provider allows.")
+@click.option(
+    "--burst",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Requests that may go back to back before --rpm spacing applies.",
+)
+@click.option(
+    "--max-retries",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Retries per request (429, 5xx, network); Retry-After is honoured.",
+)
+@click.option(
+    "--adapt/--no-adapt",
+    "adaptive",
+    default=True,
+    show_default=True,
+    help="Shrink sub-query concurrency when the provider pushes back; grow it back after.",
 )
 @click.option("--timeout", type=float, default=None, help="Wall-clock limit for the whole run (s).")
 @click.option(
@@ -143,6 +166,10 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool) -> None:
         click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
     elif result.answer is not None:
         click.echo(result.answer)
+    if not quiet and result.traffic:
+        summary = format_traffic(result.traffic)
+        if summary:
+            click.echo(summary, err=True)
     if result.fixture and not quiet:
         click.echo(
             "note: answered by the built-in fixture model (scripted, not a language model)",

@@ -24,7 +24,12 @@ from rlm.errors import (
 )
 from rlm.providers.base import Completion, CompletionRequest
 
-__all__ = ["OpenAIProvider", "make_http_client", "parse_retry_after"]
+__all__ = [
+    "OpenAIProvider",
+    "make_http_client",
+    "parse_rate_limit_headers",
+    "parse_retry_after",
+]
 
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 
@@ -74,9 +79,18 @@ class OpenAIProvider:
             raise self._status_error(response)
         return self._parse(response)
 
-    def _status_error(self, response: httpx2.Response) -> ProviderStatusError:
-        status = response.status_code
-        detail = _error_detail(response)
+    def _error_in_body(self, response: httpx2.Response, error: object) -> ProviderStatusError:
+        """An error inside a 200 response (OpenRouter and some proxies do this)."""
+        code = error.get("code") if isinstance(error, dict) else None
+        status = code if isinstance(code, int) and 400 <= code < 600 else 502
+        message = error.get("message") if isinstance(error, dict) else error
+        return self._status_error(response, status=status, detail=str(message)[:300])
+
+    def _status_error(
+        self, response: httpx2.Response, *, status: int | None = None, detail: str | None = None
+    ) -> ProviderStatusError:
+        status = status or response.status_code
+        detail = _error_detail(response) if detail is None else detail
         where = f"{self.url} answered HTTP {status}"
         message = f"{where}: {detail}" if detail else where
         retry_after = parse_retry_after(response.headers)
@@ -105,6 +119,8 @@ class OpenAIProvider:
     def _parse(self, response: httpx2.Response) -> Completion:
         try:
             data = response.json()
+            if isinstance(data, dict) and "error" in data and not data.get("choices"):
+                raise self._error_in_body(response, data["error"])
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""
             if not isinstance(text, str):
@@ -125,6 +141,9 @@ class OpenAIProvider:
             metadata["fixture"] = True
         if isinstance(usage.get("cost"), int | float):
             metadata["cost"] = usage["cost"]
+        limits = parse_rate_limit_headers(response.headers)
+        if limits:
+            metadata["ratelimit"] = limits
         return Completion(
             text=text,
             model=str(data.get("model") or ""),
@@ -146,6 +165,37 @@ def _error_detail(response: httpx2.Response) -> str:
     if isinstance(error, str):
         return error[:300]
     return response.text[:200].strip()
+
+
+def _header_number(headers: httpx2.Headers, *names: str) -> float | None:
+    for name in names:
+        raw = headers.get(name)
+        if raw:
+            try:
+                return float(raw)
+            except ValueError:
+                continue
+    return None
+
+
+def parse_rate_limit_headers(headers: httpx2.Headers) -> dict[str, float | str]:
+    """Per-minute request and token limits announced by the provider, if any.
+
+    Understands OpenAI-style ``x-ratelimit-limit-*`` and Anthropic-style
+    ``anthropic-ratelimit-*-limit`` headers.
+    """
+    found: dict[str, float | str] = {}
+    requests = _header_number(
+        headers, "x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"
+    )
+    tokens = _header_number(headers, "x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")
+    if requests:
+        found["requests_limit"] = requests
+    if tokens:
+        found["tokens_limit"] = tokens
+    if found:
+        found["source"] = "headers"
+    return found
 
 
 def parse_retry_after(headers: httpx2.Headers) -> float | None:
