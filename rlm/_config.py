@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlm._isolation import parse_layers
 from rlm.errors import UsageError
 
 __all__ = ["ProviderName", "RunConfig"]
@@ -42,6 +43,7 @@ class RunConfig:
     adaptive: bool = True
     fixture_root_latency: float = 0.0
     fixture_sub_latency: float = 0.0
+    require_isolation: tuple[str, ...] = ()
 
     @property
     def effective_sub_model(self) -> str:
@@ -72,6 +74,10 @@ class RunConfig:
             raise UsageError(f"--max-retries must be 0 or more, got {self.max_retries}")
         if self.max_tokens is not None:
             _positive("--max-tokens", self.max_tokens)
+        try:
+            parse_layers(self.require_isolation)
+        except ValueError as exc:
+            raise UsageError(f"--require-isolation: {exc}") from None
         if self.provider == "openai":
             if not self.base_url:
                 raise UsageError(

@@ -62,7 +62,11 @@ class Runtime:
             deadline=lambda: self._deadline,
         )
         self.bridge = Bridge(self)
-        self.sandboxes = SandboxLauncher(events=events, max_output_chars=config.max_output_chars)
+        self.sandboxes = SandboxLauncher(
+            events=events,
+            max_output_chars=config.max_output_chars,
+            require_isolation=config.require_isolation,
+        )
         self.calls: dict[str, Call] = {}
         self._scheduler: Scheduler | None = None
         self._run_scope: trio.CancelScope | None = None
@@ -82,7 +86,7 @@ class Runtime:
         root: Call | None = None
         with trio.CancelScope(deadline=self._deadline) as run_scope:
             self._run_scope = run_scope
-            async with trio.open_nursery() as nursery:
+            async with self.sandboxes.serving(), trio.open_nursery() as nursery:
                 self._scheduler = Scheduler(nursery, self.abort)
                 root = self.start_call(query, context, parent=None)
                 await root.done.wait()

@@ -37,6 +37,8 @@ __all__ = [
 ALLOWED_MODULES = frozenset({
     "bisect", "collections", "datetime", "functools", "heapq", "itertools", "json",
     "math", "random", "re", "statistics", "string", "textwrap",
+    # datetime.strftime imports time from C through the sandbox's __import__.
+    "time",
 })
 
 #: Public attributes withheld even though their values are not modules.

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from sandbox.policy import REPL_FILENAME, PrintSink, compile_code, new_namespace
 from sandbox.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, encode_frame
+from sandbox.shared_context import ContextError, receive_context
 
 __all__ = ["BudgetExceeded", "Channel", "Repl", "serve"]
 
@@ -286,16 +287,22 @@ def _terminate(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _parse_init(message: dict[str, Any] | None) -> tuple[str | list[str], int]:
+def _parse_init(message: dict[str, Any] | None, ctx_fd: int | None
+                ) -> tuple[str | list[str], int]:
     if message is None or message["t"] != "init":
         raise ProtocolError("the first frame must be 'init'")
-    context = message.get("context")
     limit = message.get("max_output_chars")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ProtocolError("init: max_output_chars must be a non-negative int")
+    if message.get("context_fd") is True:
+        try:
+            return receive_context(ctx_fd), limit
+        except (ContextError, OSError) as exc:
+            raise ProtocolError(f"init: {exc}") from exc
+    context = message.get("context")
     if not (isinstance(context, str) or (
             isinstance(context, list) and all(isinstance(item, str) for item in context))):
         raise ProtocolError("init: context must be a str or a list of str")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise ProtocolError("init: max_output_chars must be a non-negative int")
     return context, limit
 
 
@@ -308,16 +315,25 @@ def _send_result(channel: Channel, result: dict[str, Any]) -> None:
                       "error": f"the result is too large to send back ({exc})"})
 
 
-def serve(in_fd: int, out_fd: int) -> int:
-    """Run the REPL protocol on two file descriptors; return the exit code."""
+def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
+          isolation: dict[str, str] | None = None) -> int:
+    """Run the REPL protocol on two file descriptors; return the exit code.
+
+    ``ctx_fd`` is the socket a shared context arrives on; ``isolation`` (the
+    hardening report) is sent back in the ``ready`` frame.
+    """
     channel = Channel(in_fd, out_fd)
     try:
         first = channel.receive()
         if first is None:
             return EXIT_OK
-        context, max_output_chars = _parse_init(first)
+        context, max_output_chars = _parse_init(first, ctx_fd)
         repl = Repl(channel, context, max_output_chars)
-        channel.send({"t": "ready", "pid": os.getpid()})
+        del context, first  # the namespace holds the only reference
+        ready: dict[str, Any] = {"t": "ready", "pid": os.getpid()}
+        if isolation is not None:
+            ready["isolation"] = isolation
+        channel.send(ready)
         while True:
             message = channel.receive()
             if message is None or message["t"] == "shutdown":

@@ -64,7 +64,8 @@ class Child:
     def init(self, context: str | list[str] = "ctx", max_output_chars: int = 1000) -> None:
         self.send({"t": "init", "context": context, "max_output_chars": max_output_chars})
         ready = self.receive()
-        assert ready == {"t": "ready", "pid": self.process.pid}
+        assert ready["t"] == "ready" and ready["pid"] == self.process.pid
+        assert set(ready["isolation"]) >= {"fds", "rlimits", "seccomp"}
 
     def run(self, code: str, exec_id: int = 1) -> dict[str, Any]:
         self.send({"t": "exec", "id": exec_id, "code": code})
