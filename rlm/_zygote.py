@@ -53,8 +53,9 @@ class ZygoteChild:
 
     def kill(self) -> None:
         if self._returncode is None:  # unreaped: the pid is still this sandbox's
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._pid, signal.SIGKILL)
+            for kill in (os.killpg, os.kill):  # os.kill: it may not have called setsid() yet
+                with contextlib.suppress(ProcessLookupError):
+                    kill(self._pid, signal.SIGKILL)
 
     async def wait(self) -> None:
         if self._returncode is None:

@@ -91,8 +91,10 @@ def _handle(data: bytes, fds: list[int], children: set[int],
 
 
 def _kill_and_reap(pid: int) -> int:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+    # The child itself too: right after the fork it may not have called setsid() yet.
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError):
+            kill(pid, signal.SIGKILL)
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from rlm.cli._group import main
+from rlm.cli.doctor_cmd import doctor
 from rlm.cli.fixture_cmds import fixture_group, fixture_server
 from rlm.cli.run_cmd import run
 
 __all__ = ["main"]
 
-for _command in (run, fixture_server, fixture_group):
+for _command in (run, fixture_server, fixture_group, doctor):
     main.add_command(_command)

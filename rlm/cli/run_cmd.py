@@ -10,9 +10,11 @@ from typing import Any
 import click
 
 from rlm._api import RLM
+from rlm._isolation import parse_layers
 from rlm._result import STATUS_EXIT_CODES, RunResult
 from rlm.cli._context_input import read_context
 from rlm.cli._progress import ProgressPrinter, format_traffic
+from rlm.cli.doctor_cmd import require_isolation
 from rlm.errors import RLMError, UsageError
 
 __all__ = ["run"]
@@ -107,6 +109,13 @@ __all__ = ["run"]
     show_default=True,
     help="Printed output shown to the model per code block.",
 )
+@click.option(
+    "--require-isolation",
+    default="",
+    metavar="LAYER,...",
+    callback=lambda ctx, param, value: _isolation_option(value),
+    help="Refuse to run unless these sandbox layers are active ('all'; see `rlm doctor`).",
+)
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."
@@ -143,6 +152,8 @@ def run(
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    if settings["require_isolation"]:
+        require_isolation(settings["require_isolation"])
     try:
         context = read_context(context_files, encoding)
         sinks = [] if quiet else [ProgressPrinter()]
@@ -180,6 +191,13 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool) -> None:
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
         click.echo(f"Error: {reason}", err=True)
+
+
+def _isolation_option(value: str) -> tuple[str, ...]:
+    try:
+        return parse_layers(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _fail(message: str, code: int) -> None:
