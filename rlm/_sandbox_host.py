@@ -73,6 +73,7 @@ class SandboxLauncher:
         self._zygote_settled = trio.Event()
         self._pool: deque[Sandbox] = deque()
         self._pool_wanted = trio.Event()
+        self._pool_full = trio.Event()
         self._created: list[Sandbox] = []
         self._shared: dict[int, tuple[str | list[str], int]] = {}
 
@@ -85,6 +86,10 @@ class SandboxLauncher:
     def pooled(self) -> int:
         """How many spawned sandboxes are waiting in the pool."""
         return len(self._pool)
+
+    async def wait_pool_full(self) -> None:
+        """Return once the warm pool is full (or cannot be filled); for benchmarks and tests."""
+        await self._pool_full.wait()
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[SandboxLauncher]:
@@ -117,6 +122,7 @@ class SandboxLauncher:
         while self._pool and box is None:
             box = self._pool.popleft()
             self._pool_wanted.set()
+            self._pool_full = trio.Event()
             if not box.alive:  # died while waiting: never handed out
                 await box.aclose()
                 box = None
@@ -176,14 +182,17 @@ class SandboxLauncher:
             return  # sandboxes are spawned directly instead
         finally:
             self._zygote_settled.set()
-        while True:
-            while len(self._pool) < self._pool_size:
-                try:
+        try:
+            while True:
+                while len(self._pool) < self._pool_size:
                     self._pool.append(await self._spawn(nursery))
-                except SandboxError:
-                    return  # the pool stays empty; open() spawns on demand
-            self._pool_wanted = trio.Event()
-            await self._pool_wanted.wait()
+                self._pool_full.set()
+                self._pool_wanted = trio.Event()
+                await self._pool_wanted.wait()
+        except SandboxError:
+            return  # the pool stays as it is; open() spawns on demand
+        finally:
+            self._pool_full.set()
 
     async def _context_fd(self, context: str | list[str]) -> int | None:
         if context_chars(context) < SHARED_CONTEXT_CHARS:
