@@ -1,0 +1,334 @@
+"""The fixture model behind a real OpenAI-compatible HTTP endpoint (trio + h11).
+
+For loopback tests, demos and benchmarks: ``POST /v1/chat/completions`` answers
+with :func:`rlm.providers.fixture.fixture_reply` after a latency slept inside
+the handler (so concurrent requests overlap), optionally behind a bearer key,
+a concurrency cap and seeded fault injection.  ``GET /v1/models`` lists the
+fixture names; ``GET /stats`` reports what the server saw (and is not counted).
+
+HTTP/1.1 keep-alive is served with h11, one task per connection inside
+``trio.serve_listeners``; a client that disconnects or speaks garbage only
+ends its own connection.  Cancelling the task running :meth:`FixtureServer.serve`
+closes every listener and connection.  Nothing is logged per request.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+import h11
+import trio
+
+from rlm.providers import fixture as scripted
+from rlm.providers.base import Message
+
+__all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_CHAT_PATHS = (b"/v1/chat/completions", b"/chat/completions")
+_MODEL_PATHS = (b"/v1/models", b"/models")
+_MODEL_IDS = ("fixture", "fixture-batched", "fixture-sequential")
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_GARBAGE = b"<html><body><h1>502 Bad Gateway</h1><p>fixture garbage mode</p></body></html>"
+
+
+@dataclass
+class FixtureServerOptions:
+    """How the fixture server behaves.  Fault rates are probabilities per chat request.
+
+    One seeded draw per chat request picks at most one fault, in the order
+    ``rate_429`` (immediate 429 with ``retry-after``), then, after the latency,
+    ``fail_500``, ``fail_529`` and ``drop`` (close without a response).
+    """
+
+    root_latency: float = 0.0
+    sub_latency: float = 0.0
+    chunks: int = 16
+    api_key: str | None = None
+    max_concurrent: int | None = None
+    fail_500: float = 0.0
+    fail_529: float = 0.0
+    drop: float = 0.0
+    rate_429: float = 0.0
+    garbage: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        rates = (self.rate_429, self.fail_500, self.fail_529, self.drop)
+        if any(not 0.0 <= rate <= 1.0 for rate in rates) or sum(rates) > 1.0:
+            raise ValueError("fault rates must be in [0, 1] and sum to at most 1")
+        if self.root_latency < 0 or self.sub_latency < 0:
+            raise ValueError("latencies must not be negative")
+        if self.chunks < 1 or (self.max_concurrent is not None and self.max_concurrent < 1):
+            raise ValueError("chunks and max_concurrent must be at least 1")
+
+
+@dataclass
+class FixtureServerStats:
+    """What the server has seen.  ``/stats`` requests are not counted."""
+
+    total_requests: int = 0
+    connections: int = 0
+    by_status: dict[int, int] = field(default_factory=dict)
+    dropped: int = 0
+    root_requests: int = 0
+    sub_requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        """The stats as served by ``GET /stats`` (status codes as string keys)."""
+        data = asdict(self)
+        data["by_status"] = {str(code): n for code, n in sorted(self.by_status.items())}
+        return data
+
+
+@dataclass
+class _Reply:
+    status: int
+    body: bytes
+    content_type: bytes = b"application/json"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    close: bool = False
+
+
+class _BadRequest(Exception):
+    """The chat request body is not what the OpenAI API accepts."""
+
+
+def _json_reply(status: int, payload: object, **extra: Any) -> _Reply:
+    return _Reply(status, json.dumps(payload).encode(), **extra)
+
+
+def _error(status: int, message: str, kind: str, code: str | None = None, **extra: Any) -> _Reply:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return _json_reply(status, body, **extra)
+
+
+def _rate_limited(message: str) -> _Reply:
+    headers = [(b"retry-after", b"1")]
+    return _error(429, message, "rate_limit_exceeded", "rate_limit_exceeded", headers=headers)
+
+
+def _sent(conn: h11.Connection, event: h11.Event) -> bytes:
+    """The bytes h11 produces for ``event`` (``None`` only for ConnectionClosed)."""
+    return conn.send(event) or b""
+
+
+def _parse_chat(body: bytes) -> tuple[list[Message], str]:
+    """The messages and model of a chat request; raises ``_BadRequest``."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
+        raise _BadRequest("request body must be a JSON object with a 'messages' list")
+    model = payload.get("model", "fixture")
+    if not isinstance(model, str):
+        raise _BadRequest("'model' must be a string")
+    try:
+        scripted.parse_fixture_model(model)
+    except ValueError as exc:
+        raise _BadRequest(str(exc)) from exc
+    messages: list[Message] = []
+    for item in payload["messages"]:
+        role = _ROLES.get(str(item.get("role"))) if isinstance(item, dict) else None
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if role is None or not isinstance(content, str):
+            raise _BadRequest("each message needs a role (system/user/assistant) and content")
+        messages.append(Message(role=role, content=content))  # type: ignore[typeddict-item]
+    return messages, model
+
+
+class FixtureServer:
+    """An OpenAI-compatible server for the fixture model.  See the module docstring."""
+
+    def __init__(self, options: FixtureServerOptions | None = None) -> None:
+        self.options = options or FixtureServerOptions()
+        self.stats = FixtureServerStats()
+        self._random = random.Random(self.options.seed)
+
+    async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
+                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on ``host:port`` (0 = any free port) and serve until cancelled.
+
+        Reports the bound port through ``task_status.started(port)``.  Raises
+        ``OSError`` (before starting) when the address cannot be bound.
+        """
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        await self.serve_listeners(listeners, task_status=task_status)
+
+    async def serve_listeners(self, listeners: Sequence[trio.SocketListener], *,
+                              task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve on already-bound listeners until cancelled; reports the first port."""
+        task_status.started(int(listeners[0].socket.getsockname()[1]))
+        await trio.serve_listeners(self._handle_connection, list(listeners))
+
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        self.stats.connections += 1
+        try:
+            await self._serve_connection(h11.Connection(h11.SERVER), stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            # The client went away or broke HTTP mid-exchange: only this connection ends.
+            return
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _serve_connection(self, conn: h11.Connection, stream: trio.SocketStream) -> None:
+        while True:
+            try:
+                request = await self._read_request(conn, stream)
+            except h11.RemoteProtocolError as exc:
+                bad = _error(400, str(exc), "invalid_request_error", close=True)
+                await self._send(conn, stream, bad)
+                return
+            if request is None:
+                return
+            head, body = request
+            if len(body) > MAX_BODY_BYTES:
+                msg = f"request body is larger than {MAX_BODY_BYTES} bytes"
+                await self._send(conn, stream, _error(413, msg, "payload_too_large", close=True))
+                return
+            reply = await self._dispatch(head, body)
+            if reply is None:  # fault injection: drop the connection without a response
+                return
+            await self._send(conn, stream, reply)
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+
+    async def _read_request(
+        self, conn: h11.Connection, stream: trio.SocketStream
+    ) -> tuple[h11.Request, bytes] | None:
+        """The next request and its body, or ``None`` when the client closed."""
+        head: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                if conn.they_are_waiting_for_100_continue:  # e.g. curl with a big body
+                    go_on = h11.InformationalResponse(status_code=100, headers=[])
+                    await stream.send_all(_sent(conn, go_on))
+                conn.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Request):
+                head = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > MAX_BODY_BYTES:  # stop reading; the caller answers 413
+                    break
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            else:  # ConnectionClosed, or PAUSED after a protocol switch we never accept
+                return None
+        return (head, bytes(body)) if head is not None else None
+
+    async def _send(self, conn: h11.Connection, stream: trio.SocketStream, reply: _Reply) -> None:
+        headers = [
+            (b"content-type", reply.content_type),
+            (b"content-length", str(len(reply.body)).encode()),
+            (b"server", b"rlm-fixture"),
+            *reply.headers,
+        ]
+        if reply.close:
+            headers.append((b"connection", b"close"))
+        # Every status sent here is standard except Anthropic's 529.
+        reason = b"Overloaded" if reply.status == 529 else HTTPStatus(reply.status).phrase.encode()
+        response = h11.Response(status_code=reply.status, headers=headers, reason=reason)
+        await stream.send_all(
+            _sent(conn, response) + _sent(conn, h11.Data(data=reply.body))
+            + _sent(conn, h11.EndOfMessage())
+        )
+
+    async def _dispatch(self, head: h11.Request, body: bytes) -> _Reply | None:
+        path = head.target.split(b"?", 1)[0]
+        if path == b"/stats" and head.method == b"GET":
+            return _json_reply(200, self.stats.as_json())
+        self.stats.total_requests += 1
+        reply = await self._route(head, path, body)
+        if reply is None:
+            self.stats.dropped += 1
+        else:
+            self.stats.by_status[reply.status] = self.stats.by_status.get(reply.status, 0) + 1
+        return reply
+
+    async def _route(self, head: h11.Request, path: bytes, body: bytes) -> _Reply | None:
+        if path not in _CHAT_PATHS and path not in _MODEL_PATHS:
+            return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
+                          "invalid_request_error", "not_found")
+        expected = b"POST" if path in _CHAT_PATHS else b"GET"
+        if head.method != expected:
+            return _error(405, f"use {expected.decode()} here", "invalid_request_error",
+                          headers=[(b"allow", expected)])
+        if not self._authorized(head):
+            return _error(401, "Incorrect API key provided.", "invalid_request_error",
+                          "invalid_api_key")
+        if path in _MODEL_PATHS:
+            models = [{"id": m, "object": "model", "created": 0, "owned_by": "rlm-fixture"}
+                      for m in _MODEL_IDS]
+            return _json_reply(200, {"object": "list", "data": models})
+        try:
+            messages, model = _parse_chat(body)
+        except _BadRequest as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        cap = self.options.max_concurrent
+        if cap is not None and self.stats.in_flight >= cap:
+            return _rate_limited(f"more than {cap} requests in flight")
+        self.stats.in_flight += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+        try:
+            return await self._complete(messages, model)
+        finally:
+            self.stats.in_flight -= 1
+
+    def _authorized(self, head: h11.Request) -> bool:
+        if self.options.api_key is None:
+            return True
+        expected = f"Bearer {self.options.api_key}".encode()
+        given = next((v for k, v in head.headers if k == b"authorization"), b"")
+        return hmac.compare_digest(given, expected)
+
+    async def _complete(self, messages: list[Message], model: str) -> _Reply | None:
+        opts = self.options
+        draw = self._random.random()
+        if draw < opts.rate_429:
+            return _rate_limited("Rate limit reached (fixture fault injection).")
+        root = scripted.is_root_request(messages)
+        await trio.sleep(opts.root_latency if root else opts.sub_latency)
+        draw -= opts.rate_429
+        if draw < opts.fail_500:
+            return _error(500, "The server had an error (fixture fault injection).",
+                          "server_error")
+        if draw - opts.fail_500 < opts.fail_529:
+            return _error(529, "Overloaded (fixture fault injection).", "overloaded_error")
+        if draw - opts.fail_500 - opts.fail_529 < opts.drop:
+            return None
+        if opts.garbage:
+            return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
+        text = scripted.fixture_reply(messages, model, opts.chunks)  # the model name was checked
+        if root:
+            self.stats.root_requests += 1
+        else:
+            self.stats.sub_requests += 1
+        prompt_tokens = math.ceil(sum(len(m["content"]) for m in messages) / 4)
+        completion_tokens = scripted.estimate_tokens(text)
+        return _json_reply(200, {
+            "id": f"chatcmpl-fixture-{self.stats.total_requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": "rlm-fixture",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        })

@@ -1,0 +1,279 @@
+"""The built-in fixture model: a scripted stand-in for a language model.
+
+It is **not** a language model.  It exists so that demos, tests and benchmarks
+exercise the whole runtime (sandbox, gate, fan-out) deterministically and
+offline.  Two roles, told apart by the conversation alone:
+
+- **root** (some system message contains ``llm_query_batched``, i.e. the RLM
+  system prompt): a stateless script that derives its step from the
+  conversation.  Step 1 writes real REPL code that chunks ``context`` and asks
+  a sub-model about every chunk (batched or sequential, from the model name);
+  later steps end the call with a ``FINAL(...)`` line.
+- **sub** (anything else): finds ``the <key> is <value>`` in the text it is
+  given, where the key comes from a first line ``What is the <key>?``.
+
+Model names: ``fixture`` / ``fixture-batched`` (batched fan-out),
+``fixture-sequential`` (one ``llm_query`` after another), each with an optional
+``:N`` suffix for the number of chunks (``fixture:32``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+from rlm.errors import ProviderStatusError
+from rlm.providers.base import Completion, CompletionRequest, Message
+
+__all__ = [
+    "NOT_FOUND",
+    "FixtureModel",
+    "FixtureProvider",
+    "estimate_tokens",
+    "fixture_reply",
+    "is_root_request",
+    "parse_fixture_model",
+    "root_reply",
+    "step_one_code",
+    "sub_reply",
+]
+
+NOT_FOUND = "NOT FOUND"
+MAX_ROOT_STEPS = 3  # after this many assistant replies the root always answers
+_ROOT_MARKER = "llm_query_batched"
+_QUESTION_RE = re.compile(r"^\s*what\s+(?:is|was|are)\s+(?:the\s+)?(.+?)[\s?.!]*$", re.IGNORECASE)
+_ERROR_RE = re.compile(
+    r"Traceback \(most recent call last\)|^\s*\w*(?:Error|Exception)\b", re.MULTILINE
+)
+_ANSWER_LINE_RE = re.compile(r"^answer: (.+)$", re.MULTILINE)
+_TRAILING_PUNCTUATION = ".,;:!?\"')]}>"
+
+
+@dataclass(frozen=True)
+class FixtureModel:
+    """What a fixture model name asks for: the fan-out style and the chunk count."""
+
+    variant: Literal["batched", "sequential"]
+    chunks: int
+
+
+def parse_fixture_model(model: str, default_chunks: int = 16) -> FixtureModel:
+    """Parse ``fixture[-batched|-sequential][:N]``.
+
+    Names that do not mention ``sequential`` are batched, so any model name
+    works.  Raises ``ValueError`` when the ``:N`` suffix is not a positive int.
+    """
+    name, colon, suffix = model.strip().rpartition(":")
+    if not colon:
+        name, suffix = suffix, ""
+    chunks = default_chunks
+    if suffix:
+        if not suffix.isdigit() or int(suffix) < 1:
+            raise ValueError(f"bad chunk count {suffix!r} in model {model!r}; use e.g. fixture:16")
+        chunks = int(suffix)
+    if chunks < 1:
+        raise ValueError(f"chunks must be at least 1 (got {chunks})")
+    variant: Literal["batched", "sequential"] = (
+        "sequential" if "sequential" in name.lower() else "batched"
+    )
+    return FixtureModel(variant=variant, chunks=chunks)
+
+
+def estimate_tokens(text: str) -> int:
+    """The fixture's token count: one token per four characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def is_root_request(messages: Sequence[Message]) -> bool:
+    """A root step carries the RLM system prompt; a sub-query does not."""
+    return any(m["role"] == "system" and _ROOT_MARKER in m["content"] for m in messages)
+
+
+def sub_reply(prompt: str) -> str:
+    """Answer ``What is the <key>?`` (first line) from the rest of ``prompt``."""
+    first_line, _, rest = prompt.strip().partition("\n")
+    match = _QUESTION_RE.match(first_line)
+    if match is None:
+        return NOT_FOUND
+    key = match.group(1).strip()
+    if key.lower().startswith("the "):
+        key = key[4:].strip()
+    if not key:
+        return NOT_FOUND
+    _, marker, text = rest.partition("Text:\n")
+    if not marker:
+        text = rest
+    words = r"\s+".join(re.escape(word) for word in key.split())
+    for found in re.finditer(rf"\bthe\s+{words}\s+is\s+(\S+)", text, re.IGNORECASE):
+        value = found.group(1).rstrip(_TRAILING_PUNCTUATION)
+        if value:
+            return value
+    return NOT_FOUND
+
+
+def _query_of(messages: Sequence[Message]) -> str:
+    """The question: the last ``Query:`` line of the first user message."""
+    first_user = next((m["content"] for m in messages if m["role"] == "user"), "")
+    lines = [line.strip() for line in first_user.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("Query:"):
+            return line.removeprefix("Query:").strip()
+    return lines[-1] if lines else ""
+
+
+_CHUNKING = """\
+question = {question!r}
+docs = context if isinstance(context, list) else [context]
+total = 0
+for doc in docs:
+    total = total + len(doc)
+overlap = 200
+step = (total + {chunks} - 1) // {chunks}
+if step < 1:
+    step = 1
+chunks = []
+for doc in docs:
+    stop = len(doc) - overlap
+    if stop < 1:
+        stop = 1
+    for start in range(0, stop, step):
+        chunks.append(doc[start:start + step + overlap])
+prompts = []
+for chunk in chunks:
+    prompts.append(f"{{question}}\\nAnswer with the value only, or NOT FOUND.\\n\\nText:\\n{{chunk}}")
+"""  # noqa: E501 (the generated line is long)
+
+_BATCHED = "answers = llm_query_batched(prompts)\n"
+_SEQUENTIAL = "answers = []\nfor p in prompts:\n    answers.append(llm_query(p))\n"
+
+_COLLECT = """\
+found = []
+for a in answers:
+    a = str(a).strip()
+    if a and not a.upper().startswith("NOT FOUND") and not a.startswith("Error:"):
+        found.append(a)
+print(f"{len(chunks)} chunks, {len(found)} hits")
+if found:
+    answer = collections.Counter(found).most_common(1)[0][0]
+    FINAL_VAR("answer")
+"""
+
+_PROBE = """\
+answer = "NOT FOUND"
+for p in prompts:
+    a = str(llm_query(p)).strip()
+    if a and not a.upper().startswith("NOT FOUND") and not a.startswith("Error:"):
+        answer = a
+        break
+print(f"answer: {answer}")
+"""
+
+
+def step_one_code(question: str, model: FixtureModel) -> str:
+    """The REPL code of the root's first step (without the fence)."""
+    fan_out = _BATCHED if model.variant == "batched" else _SEQUENTIAL
+    chunking = _CHUNKING.format(question=question, chunks=model.chunks)
+    return "import collections\n\n" + chunking + fan_out + _COLLECT
+
+
+def _probe_code(question: str, model: FixtureModel) -> str:
+    """A simpler retry after step 1 failed: sequential, first hit wins, prints it."""
+    return _CHUNKING.format(question=question, chunks=model.chunks) + _PROBE
+
+
+def _best_answer(messages: Sequence[Message]) -> str:
+    """The last ``answer: X`` a probe printed, else NOT FOUND."""
+    for message in reversed(messages):
+        if message["role"] == "user":
+            answers = _ANSWER_LINE_RE.findall(message["content"])
+            if answers:
+                return str(answers[-1]).strip()
+    return NOT_FOUND
+
+
+def _repl(code: str) -> str:
+    return f"```repl\n{code}```"
+
+
+def root_reply(messages: Sequence[Message], model: FixtureModel) -> str:
+    """The scripted root's next reply, derived from the conversation alone."""
+    question = _query_of(messages)
+    steps = sum(1 for m in messages if m["role"] == "assistant")
+    if steps == 0:
+        how = "in one batch" if model.variant == "batched" else "one chunk at a time"
+        return (
+            "The context is too long to read at once, so I will split it into about "
+            f"{model.chunks} overlapping chunks and ask a sub-model about each, {how}.\n\n"
+            + _repl(step_one_code(question, model))
+        )
+    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    asks_final = "final answer" in last_user.lower()
+    if steps == 1 and not asks_final and _ERROR_RE.search(last_user):
+        return (
+            "The code failed, so I will retry with a simpler sequential probe.\n\n"
+            + _repl(_probe_code(question, model))
+        )
+    answer = _best_answer(messages[1:])
+    if answer == NOT_FOUND:
+        return f"The search found no answer.\nFINAL({NOT_FOUND})"
+    return f"The probe found the answer.\nFINAL({answer})"
+
+
+def fixture_reply(messages: Sequence[Message], model: str, chunks: int = 16) -> str:
+    """The fixture model's reply to ``messages`` (root or sub by the rule above).
+
+    Raises ``ValueError`` for a malformed ``:N`` suffix in ``model``.
+    """
+    parsed = parse_fixture_model(model, chunks)
+    if is_root_request(messages):
+        return root_reply(messages, parsed)
+    prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    return sub_reply(prompt)
+
+
+class FixtureProvider:
+    """The fixture model in-process, with a latency slept on trio's clock.
+
+    Root steps sleep ``root_latency`` and sub-queries ``sub_latency`` seconds
+    (told apart by the messages, not by ``request.lane``), so under a mock
+    clock a run takes exactly the virtual time its critical path implies.
+    Cancellation during the sleep abandons the request, as with a real socket.
+    """
+
+    name = "fixture"
+
+    def __init__(
+        self, *, root_latency: float = 0.0, sub_latency: float = 0.0, chunks: int = 16
+    ) -> None:
+        if root_latency < 0 or sub_latency < 0:
+            raise ValueError("latencies must not be negative")
+        if chunks < 1:
+            raise ValueError(f"chunks must be at least 1 (got {chunks})")
+        self.root_latency = root_latency
+        self.sub_latency = sub_latency
+        self.chunks = chunks
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        root = is_root_request(request.messages)
+        await trio.sleep(self.root_latency if root else self.sub_latency)
+        try:
+            text = fixture_reply(request.messages, request.model, self.chunks)
+        except ValueError as exc:
+            raise ProviderStatusError(str(exc), url="fixture:", status=400) from exc
+        prompt_chars = sum(len(m["content"]) for m in request.messages)
+        return Completion(
+            text=text,
+            model=request.model,
+            input_tokens=math.ceil(prompt_chars / 4),
+            output_tokens=estimate_tokens(text),
+            finish_reason="stop",
+            metadata={"fixture": True},
+        )
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
