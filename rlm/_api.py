@@ -10,13 +10,14 @@ from typing import Any
 
 import trio
 
+from rlm._call import CallOutcome
 from rlm._config import RunConfig
 from rlm._context import Context, context_chars
 from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted
 from rlm._result import RunResult
-from rlm._runtime import Runtime
+from rlm._runtime import RunOutcome, Runtime
 from rlm._trace import TraceWriter
-from rlm.errors import LimitExceeded, RLMError, RunTimeout, UsageError
+from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Lane, Provider
 
 __all__ = ["RLM"]
@@ -54,6 +55,7 @@ class RLM:
         self.trace_path = trace_path
         self._providers = dict(providers) if providers is not None else None
         self._sinks = list(sinks or [])
+        self._runtime: Runtime | None = None
 
     def completion(self, query: str, context: Context = "") -> RunResult:
         """Run to the end in a fresh trio event loop and return the result.
@@ -83,17 +85,20 @@ class RLM:
             events.emit(self._run_started(query, context))
             async with self._open_providers() as providers:
                 runtime = Runtime(self.config, providers=providers, events=events)
-                outcome = await runtime.run(query, context)
+                self._runtime = runtime
+                try:
+                    outcome = await runtime.run(query, context)
+                finally:
+                    self._runtime = None
             error = outcome.error
-            result = self._result(events, runtime, outcome.root, error)
+            result = self._result(events, runtime, outcome)
         finally:
             if result is None:  # cancelled, or a bug: still record how the run ended
-                status = "interrupted"
                 events.emit(
                     RunFinished(
-                        status=status,
+                        status="interrupted",
                         answer=None,
-                        error=status,
+                        error="the run was cancelled",
                         duration_s=round(events.now(), 6),
                         llm_calls=0,
                         input_tokens=0,
@@ -102,25 +107,35 @@ class RLM:
                 )
             if trace is not None:
                 trace.close()
-        if error is not None and not isinstance(error, LimitExceeded):
+        if error is not None and not isinstance(error, LimitExceeded | Interrupted):
             error.result = result
             raise error
         return result
 
-    def _result(
-        self, events: EventBus, runtime: Runtime, root: Any, error: RLMError | None
-    ) -> RunResult:
+    def interrupt(self) -> None:
+        """Stop the run in progress (call it from another task or a signal handler's task).
+
+        The run stops launching work, cancels in-flight requests, kills every
+        sandbox and returns a result with status ``interrupted``.
+        """
+        if self._runtime is not None:
+            self._runtime.interrupt()
+
+    def kill_sandboxes(self) -> None:
+        """Kill every sandbox of the run in progress at once (for a second Ctrl-C)."""
+        if self._runtime is not None:
+            self._runtime.kill_sandboxes()
+
+    def _result(self, events: EventBus, runtime: Runtime, outcome: RunOutcome) -> RunResult:
         usage = runtime.usage.snapshot()
-        if error is not None:
-            status = (
-                "timeout"
-                if isinstance(error, RunTimeout)
-                else ("budget_exceeded" if isinstance(error, LimitExceeded) else "error")
-            )
-        else:
-            status = root.status if root is not None else "error"
+        root, error = outcome.root, outcome.error
+        status = _status(root, error)
         answer = root.answer if root is not None else None
+        if answer is None:
+            answer = outcome.extracted or (root.candidate if root is not None else None)
         message = str(error) if error is not None else (root.error if root is not None else None)
+        detail = runtime.budget.usage_report()
+        traffic = runtime.gate.traffic()
         finished = events.emit(
             RunFinished(
                 status=status,
@@ -130,6 +145,8 @@ class RLM:
                 llm_calls=usage.llm_calls,
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
+                usage_detail=detail,
+                traffic=traffic,
             )
         )
         return RunResult(
@@ -143,7 +160,9 @@ class RLM:
             error=message,
             fixture=(self.config.provider == "fixture" and self._providers is None)
             or _saw_fixture(events.events),
-            traffic=runtime.gate.traffic(),
+            traffic=traffic,
+            usage_detail=detail,
+            last_output=root.last_output if root is not None else None,
         )
 
     def _run_started(self, query: str, context: Context) -> RunStarted:
@@ -179,6 +198,18 @@ class RLM:
             root = OpenAIProvider(client, config.base_url, config.api_key)
             sub = OpenAIProvider(client, config.sub_base_url or config.base_url, config.api_key)
             yield {"root": root, "sub": sub}
+
+
+def _status(root: CallOutcome | None, error: RLMError | None) -> str:
+    if isinstance(error, RunTimeout):
+        return "timeout"
+    if isinstance(error, LimitExceeded):
+        return "budget_exceeded"
+    if isinstance(error, Interrupted):
+        return "interrupted"
+    if error is not None or root is None:
+        return "error"
+    return root.status
 
 
 def _saw_fixture(events: list[Event]) -> bool:

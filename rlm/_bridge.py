@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from rlm._events import BridgeCallFinished, BridgeCallStarted, EventBus
-from rlm.errors import RLMError
+from rlm.errors import BudgetExceeded, RLMError
 from rlm.providers.base import Completion, CompletionRequest
 
 if TYPE_CHECKING:
+    from rlm._budget import Budget
     from rlm._call import Call
     from rlm._config import RunConfig
 
@@ -32,6 +33,7 @@ _MAX_ITEMS = 100_000
 class BridgeHost(Protocol):
     config: RunConfig
     events: EventBus
+    budget: Budget
 
     async def complete(self, request: CompletionRequest) -> Completion: ...
 
@@ -81,7 +83,21 @@ class Bridge:
         events.emit(
             BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
         )
-        results = await self._fan_out(call, items)
+        try:
+            self._host.budget.check_batch(len(items))
+            results = await self._fan_out(call, items)
+        except BudgetExceeded as exc:
+            events.emit(
+                BridgeCallFinished(
+                    **ids,
+                    bridge_id=bridge_id,
+                    fn=fn,
+                    items=len(items),
+                    failed_items=len(items),
+                    duration_s=round(events.now() - started, 6),
+                )
+            )
+            return {"ok": False, "value": None, "error": str(exc), "kind": "budget"}
         failed = sum(1 for r in results if r.startswith("Error:"))
         events.emit(
             BridgeCallFinished(
@@ -99,17 +115,26 @@ class Bridge:
     async def _fan_out(self, call: Call, items: list[tuple[str, str | None]]) -> list[str]:
         results = [""] * len(items)
         window = trio.Semaphore(self._host.config.max_concurrent)
+        exhausted: list[BudgetExceeded] = []
 
         async def run_item(index: int, prompt: str, context: str | None) -> None:
             try:
                 results[index] = await self._one(call, prompt, context)
+            except BudgetExceeded as exc:
+                exhausted.append(exc)
+                results[index] = f"Error: BudgetExceeded: {exc}"
             finally:
                 window.release()
 
         async with trio.open_nursery() as nursery:
             for index, (prompt, context) in enumerate(items):
                 await window.acquire()
+                if exhausted:  # the ledger is spent: send nothing more
+                    window.release()
+                    break
                 nursery.start_soon(run_item, index, prompt, context)
+        if exhausted:
+            raise exhausted[0]
         return results
 
     async def _one(self, call: Call, prompt: str, context: str | None) -> str:
@@ -129,6 +154,8 @@ class Bridge:
                 )
             )
             return completion.text
+        except BudgetExceeded:
+            raise  # the sandbox raises it in model code
         except RLMError as exc:
             if exc.ends_run:
                 host.abort(exc)

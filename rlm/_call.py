@@ -22,7 +22,13 @@ from rlm._feedback import FORCE_FINAL, REMINDER, format_execution
 from rlm._parsing import FinalDirective, find_code_blocks, find_final
 from rlm._sandbox_host import ExecResult, Sandbox, SandboxIdentity
 from rlm._scheduler import Command
-from rlm.errors import ExecutionTimeout, RLMError, SandboxCrashed, SandboxError
+from rlm.errors import (
+    BudgetExceeded,
+    ExecutionTimeout,
+    RLMError,
+    SandboxCrashed,
+    SandboxError,
+)
 from rlm.providers.base import Completion, CompletionRequest, Message
 
 __all__ = ["Call", "CallHost", "CallOutcome"]
@@ -47,13 +53,21 @@ class CallHost(Protocol):
 
 @dataclass(frozen=True)
 class CallOutcome:
-    """How a call ended.  ``status`` is ``answered``, ``iterations`` or ``error``."""
+    """How a call ended.
+
+    ``status`` is ``answered``, ``iterations``, ``budget_exceeded``, ``error``
+    or ``stopped`` (the run ended around it).  ``candidate`` is the best answer
+    it had without finishing (a FINAL before a later error, or its ``answer``
+    variable); ``last_output`` what its code printed last.
+    """
 
     status: str
     answer: str | None
     iterations: int
     error: str | None = None
     last_reply: str | None = None
+    candidate: str | None = None
+    last_output: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +110,10 @@ class Call:
         self._sandbox_ready: trio.Event | None = None
         self._sandbox_error: RLMError | None = None
         self._sandbox_failures = 0
+        self._executing = False
         self._last_reply: str | None = None
+        self.candidate: str | None = None
+        self.last_output: str | None = None
 
     @property
     def lane(self) -> str:
@@ -126,9 +143,13 @@ class Call:
         except RLMError as exc:
             # A root call's failure is the run's failure: let the scheduler abort
             # with the exception itself.  A child's failure is its parent's data.
-            if exc.ends_run or self.depth == 0 or command.kind in ("finish", "fail"):
+            if command.kind in ("finish", "fail") or self.depth == 0:
                 raise
-            return [self.command("fail", f"{type(exc).__name__}: {exc}")]
+            if isinstance(exc, BudgetExceeded):
+                return [self.command("fail", ("budget_exceeded", str(exc)))]
+            if exc.ends_run:
+                raise
+            return [self.command("fail", ("error", f"{type(exc).__name__}: {exc}"))]
 
     async def _on_start(self, _: Any, nursery: trio.Nursery) -> list[Command]:
         events = self.host.events
@@ -189,6 +210,10 @@ class Call:
         for index, code in enumerate(blocks, start=1):
             result = await self._run_block(code, nursery)
             self._emit_executed(index, result)
+            if result.output:
+                self.last_output = result.output
+            if result.final is not None:
+                self.candidate = result.final
             feedback.append(format_execution(code, result, index, len(blocks)))
             if result.final is not None:
                 final = result.final
@@ -217,16 +242,28 @@ class Call:
 
     async def _on_finish(self, answer: str | None, _: trio.Nursery) -> list[Command]:
         if answer is not None:
-            self._conclude(CallOutcome("answered", answer, self.iteration))
+            self._conclude(self._outcome("answered", answer=answer))
         else:
-            self._conclude(
-                CallOutcome("iterations", None, self.iteration, last_reply=self._last_reply)
-            )
+            self._conclude(self._outcome("iterations"))
         return []
 
-    async def _on_fail(self, error: str, _: trio.Nursery) -> list[Command]:
-        self._conclude(CallOutcome("error", None, self.iteration, error=error))
+    async def _on_fail(self, payload: tuple[str, str], _: trio.Nursery) -> list[Command]:
+        status, error = payload
+        self._conclude(self._outcome(status, error=error))
         return []
+
+    def _outcome(
+        self, status: str, *, answer: str | None = None, error: str | None = None
+    ) -> CallOutcome:
+        return CallOutcome(
+            status,
+            answer,
+            self.iteration,
+            error=error,
+            last_reply=self._last_reply,
+            candidate=self.candidate,
+            last_output=self.last_output,
+        )
 
     # -- helpers ---------------------------------------------------------------
 
@@ -269,6 +306,7 @@ class Call:
             return await self.host.serve_bridge(self, frame)
 
         started = trio.current_time()
+        self._executing = True
         try:
             return await sandbox.execute(code, on_bridge, limit=self.host.config.exec_timeout)
         except (ExecutionTimeout, SandboxCrashed) as exc:
@@ -291,6 +329,13 @@ class Call:
                 final=None,
                 duration_s=round(trio.current_time() - started, 6),
             )
+        finally:
+            self._executing = False
+
+    def kill_sandbox(self) -> None:
+        """Kill this call's sandbox at once (synchronous; reaping happens in aclose)."""
+        if self._sandbox is not None:
+            self._sandbox.kill("interrupted")
 
     async def _discard_sandbox(self) -> None:
         sandbox, self._sandbox, self._sandbox_ready = self._sandbox, None, None
@@ -330,7 +375,29 @@ class Call:
         return {"call_id": self.call_id, "parent_id": self.parent_id, "depth": self.depth}
 
     async def aclose(self) -> None:
-        """Kill the sandbox; if the call never concluded, conclude it as failed."""
+        """Kill the sandbox; if the call never concluded, conclude it as stopped.
+
+        A root call stopped by a limit first looks for an ``answer`` variable in
+        its sandbox (if the sandbox is idle), so the run can report it.
+        """
+        if self.outcome is None and self.depth == 0:
+            await self._peek_answer()
         await self._discard_sandbox()
         if self.outcome is None:
-            self._conclude(CallOutcome("error", None, self.iteration, error="the call was stopped"))
+            self._conclude(self._outcome("stopped", error="the run ended before this call did"))
+
+    async def _peek_answer(self) -> None:
+        sandbox = self._sandbox
+        if sandbox is None or not sandbox.alive or self._executing or self.candidate:
+            return
+
+        async def no_bridge(frame: dict[str, Any]) -> dict[str, Any]:
+            return {"ok": False, "value": None, "error": "the run has ended", "kind": "budget"}
+
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            try:
+                peek = await sandbox.execute('FINAL_VAR("answer")', no_bridge, limit=1.0)
+            except SandboxError:
+                return
+            if peek.final is not None:
+                self.candidate = peek.final

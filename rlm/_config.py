@@ -36,6 +36,12 @@ class RunConfig:
     max_output_chars: int = 10_000
     max_tokens: int | None = None
     request_timeout: float = 600.0
+    max_llm_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+    max_cost: float | None = None
+    prices_path: str | None = None
     rpm: float | None = None
     tpm: float | None = None
     burst: int = 1
@@ -70,6 +76,16 @@ class RunConfig:
             if rate is not None and rate <= 0:
                 raise UsageError(f"{flag} must be a positive rate per minute, got {rate:g}")
         _positive("--burst", self.burst)
+        for flag, limit in (
+            ("--max-llm-calls", self.max_llm_calls),
+            ("--max-input-tokens", self.max_input_tokens),
+            ("--max-output-tokens", self.max_output_tokens),
+            ("--max-total-tokens", self.max_total_tokens),
+        ):
+            if limit is not None:
+                _positive(flag, limit)
+        if self.max_cost is not None and self.max_cost <= 0:
+            raise UsageError(f"--max-cost must be a positive amount of USD, got {self.max_cost:g}")
         if self.max_retries < 0:
             raise UsageError(f"--max-retries must be 0 or more, got {self.max_retries}")
         if self.max_tokens is not None:

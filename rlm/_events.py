@@ -73,6 +73,8 @@ class RunFinished(Event):
     llm_calls: int
     input_tokens: int
     output_tokens: int
+    usage_detail: dict[str, Any] = field(default_factory=dict)
+    traffic: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +167,7 @@ class LLMResponse(Event):
     input_tokens: int
     output_tokens: int
     attempt: int = 1
+    cost: float | None = None
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 

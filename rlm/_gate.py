@@ -55,7 +55,7 @@ class Ledger(Protocol):
 
     def reserve(self, request: CompletionRequest) -> object: ...
 
-    def settle(self, ticket: object, completion: Completion | None) -> None: ...
+    def settle(self, ticket: object, completion: Completion | None) -> float | None: ...
 
 
 class Gate:
@@ -171,17 +171,21 @@ class Gate:
             )
             started = trio.current_time()
             completion: Completion | None = None
+            cost: float | None = None
             try:
                 completion = await provider.complete(request)
             except ProviderError as exc:
-                self._record(request, provider, request_id, attempt, started, None, exc)
+                if self.ledger is not None:
+                    self.ledger.settle(ticket, None)
+                    ticket = None
+                self._record(request, provider, request_id, attempt, started, None, exc, None)
                 raise
             finally:
                 metrics.in_flight -= 1
-                if self.ledger is not None:
-                    self.ledger.settle(ticket, completion)
+                if self.ledger is not None and ticket is not None:
+                    cost = self.ledger.settle(ticket, completion)
         self._usage.add_tokens(completion.input_tokens, completion.output_tokens)
-        self._record(request, provider, request_id, attempt, started, completion, None)
+        self._record(request, provider, request_id, attempt, started, completion, None, cost)
         return completion
 
     def _record(
@@ -193,6 +197,7 @@ class Gate:
         started: float,
         completion: Completion | None,
         error: ProviderError | None,
+        cost: float | None,
     ) -> None:
         latency = trio.current_time() - started
         metrics = self.metrics.lane(request.lane)
@@ -224,6 +229,7 @@ class Gate:
                 input_tokens=completion.input_tokens if completion else 0,
                 output_tokens=completion.output_tokens if completion else 0,
                 attempt=attempt,
+                cost=cost,
                 error=f"{type(error).__name__}: {error}" if error else None,
                 metadata=dict(completion.metadata) if completion else {},
             )

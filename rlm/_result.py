@@ -27,7 +27,11 @@ class RunResult:
     ``max_iterations``), ``timeout``, ``budget_exceeded``, ``interrupted`` or
     ``error``.  ``trace`` holds every event of the run as a dict (the same
     records the JSONL trace file has); ``trace_path`` is that file, if one was
-    written.  ``fixture`` is true when answers came from the built-in fixture
+    written.  When a limit ended the run, ``answer`` holds the best candidate
+    the run had (a FINAL in progress, an ``answer`` variable, or the reply to
+    a final extract step) and ``last_output`` what the root's code printed
+    last.  ``usage_detail`` breaks usage and cost down per model, lane and
+    depth.  ``fixture`` is true when answers came from the built-in fixture
     model rather than a language model.
     """
 
@@ -41,6 +45,8 @@ class RunResult:
     error: str | None = None
     fixture: bool = False
     traffic: dict[str, Any] = field(default_factory=dict, repr=False)
+    usage_detail: dict[str, Any] = field(default_factory=dict, repr=False)
+    last_output: str | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
@@ -53,5 +59,8 @@ class RunResult:
             "trace": self.trace_path,
             "error": self.error,
             "fixture": self.fixture,
+            "cost": self.usage_detail.get("cost"),
+            "usage_detail": self.usage_detail,
             "traffic": self.traffic,
+            "last_output": self.last_output,
         }

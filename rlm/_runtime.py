@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from rlm._bridge import Bridge
+from rlm._budget import Budget, BudgetLimits
 from rlm._call import Call, CallOutcome
 from rlm._config import RunConfig
 from rlm._context import Context
@@ -23,14 +24,23 @@ from rlm._events import EventBus
 from rlm._gate import Gate
 from rlm._limiter import TieredLimiter
 from rlm._pacer import Pacer
+from rlm._parsing import find_final
+from rlm._prices import PriceTable
 from rlm._retry import RetryPolicy
 from rlm._sandbox_host import Sandbox, SandboxIdentity, SandboxLauncher
 from rlm._scheduler import Scheduler
 from rlm._usage import UsageMeter
-from rlm.errors import RLMError, RunTimeout
+from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
 
 __all__ = ["RunOutcome", "Runtime"]
+
+# Short on purpose: the extract step must fit where a full step did not.
+_EXTRACT_SYSTEM = (
+    "You were the root of a recursive language model: you worked on a large `context` by "
+    "writing Python in a REPL and calling sub-models with llm_query / llm_query_batched. "
+    "No more code can run. Answer with one line: FINAL(your answer)."
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class RunOutcome:
 
     root: CallOutcome | None
     error: RLMError | None
+    extracted: str | None = None
 
 
 class Runtime:
@@ -51,6 +62,7 @@ class Runtime:
         self.events = events
         self.usage = UsageMeter()
         self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
+        self.budget = make_budget(config)
         self.gate = Gate(
             limiter=self.limiter,
             providers=providers,
@@ -60,6 +72,7 @@ class Runtime:
             retry=RetryPolicy(max_retries=config.max_retries),
             adaptive=config.adaptive,
             deadline=lambda: self._deadline,
+            ledger=self.budget,
         )
         self.bridge = Bridge(self)
         self.sandboxes = SandboxLauncher(
@@ -91,11 +104,59 @@ class Runtime:
                 root = self.start_call(query, context, parent=None)
                 await root.done.wait()
                 nursery.cancel_scope.cancel()
-        if self._error is None and run_scope.cancelled_caught and root and root.outcome is None:
+        outcome = root.outcome if root else None
+        answered = outcome is not None and outcome.status == "answered"
+        if self._error is None and run_scope.cancelled_caught and not answered:
             self._error = RunTimeout(f"the run passed its {timeout:g} s --timeout")
-        if self._error is not None:
-            return RunOutcome(root.outcome if root else None, self._error)
-        return RunOutcome(root.outcome if root else None, None)
+        extracted = None
+        if isinstance(self._error, BudgetExceeded) and outcome is not None and not answered:
+            extracted = await self._extract_answer(query, outcome)
+        return RunOutcome(outcome, self._error, extracted)
+
+    async def _extract_answer(self, query: str, outcome: CallOutcome) -> str | None:
+        """One last root request for the best answer, if the budget still allows one.
+
+        The request is small (the query, the last output, the candidate), not
+        the whole history, so a token budget that refused the next step may
+        still fit it.  Returns None when the ledger refuses it or it fails.
+        """
+        facts = [f"Query: {query}"]
+        if outcome.last_output:
+            facts.append(f"What your code printed last:\n{outcome.last_output[-4000:]}")
+        if outcome.candidate:
+            facts.append(f"Your answer candidate so far: {outcome.candidate}")
+        facts.append(
+            "The run's budget is exhausted and no more code can run. Give your best final "
+            "answer now, from what you have, as a line FINAL(your answer)."
+        )
+        request = CompletionRequest(
+            messages=[
+                {"role": "system", "content": _EXTRACT_SYSTEM},
+                {"role": "user", "content": "\n\n".join(facts)},
+            ],
+            model=self.config.model,
+            lane="root",
+            max_tokens=self.config.max_tokens,
+            call_id="root",
+        )
+        with trio.move_on_at(self._deadline):
+            try:
+                completion = await self.gate.complete(request)
+            except RLMError:
+                return None
+            final = find_final(completion.text)
+            if final is not None and final.answer is not None:
+                return final.answer
+        return None
+
+    def kill_sandboxes(self) -> None:
+        """Kill every live sandbox's process group now, synchronously."""
+        for call in self.calls.values():
+            call.kill_sandbox()
+
+    def interrupt(self) -> None:
+        """Stop the run as if Ctrl-C was pressed: it ends with status ``interrupted``."""
+        self.abort(Interrupted("interrupted"))
 
     def abort(self, exc: RLMError) -> None:
         """End the run because of ``exc`` (the first such error wins)."""
@@ -120,13 +181,19 @@ class Runtime:
         return call
 
     async def run_child(self, parent: Call, query: str, context: str) -> str:
-        """Run a child call to its end and return its answer (or an ``Error:`` string)."""
+        """Run a child call to its end and return its answer (or an ``Error:`` string).
+
+        Raises BudgetExceeded when the child ran out of budget, so the parent's
+        code sees the exhaustion rather than a plain error string.
+        """
         child = self.start_call(query, context, parent)
         await child.done.wait()
         outcome = child.outcome
         assert outcome is not None
         if outcome.answer is not None:
             return outcome.answer
+        if outcome.status == "budget_exceeded":
+            raise BudgetExceeded(outcome.error or "the budget is exhausted")
         if outcome.status == "iterations":
             return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
         return f"Error: child call {child.call_id} failed: {outcome.error}"
@@ -144,14 +211,34 @@ class Runtime:
 
     def budget_view(self, call: Call) -> dict[str, Any]:
         """What remains for ``call`` to plan with (returned by ``budget()`` in the sandbox)."""
-        usage = self.usage.snapshot()
         remaining = self._deadline - trio.current_time()
         return {
-            "llm_calls_used": usage.llm_calls,
-            "input_tokens_used": usage.input_tokens,
-            "output_tokens_used": usage.output_tokens,
+            **self.budget.remaining(),
             "time_remaining_s": None if remaining == float("inf") else round(remaining, 3),
             "depth": call.depth,
             "depth_remaining": self.config.max_depth - call.depth - 1,
             "iterations_remaining": self.config.max_iterations - call.iteration,
         }
+
+
+def make_budget(config: RunConfig) -> Budget:
+    """The run's ledger from its configuration; unpriced models under --max-cost are refused."""
+    prices = PriceTable.default()
+    if config.prices_path:
+        prices = PriceTable.load(config.prices_path, base=prices)
+    budget = Budget(
+        limits=BudgetLimits(
+            max_llm_calls=config.max_llm_calls,
+            max_input_tokens=config.max_input_tokens,
+            max_output_tokens=config.max_output_tokens,
+            max_total_tokens=config.max_total_tokens,
+            max_cost=config.max_cost,
+        ),
+        prices=prices,
+    )
+    for model in {config.model, config.effective_sub_model}:
+        try:
+            budget.check_priced(model)
+        except BudgetExceeded as exc:
+            raise UsageError(str(exc)) from exc
+    return budget

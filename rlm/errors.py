@@ -18,9 +18,10 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     ├── SandboxError                exit 1  a sandbox process misbehaved
     │   ├── SandboxCrashed                  it exited or broke the frame protocol
     │   └── ExecutionTimeout                one execution passed --exec-timeout
-    └── LimitExceeded               exit 3  a limit ended the run
-        ├── BudgetExceeded                  the shared ledger refused a request
-        └── RunTimeout                      the run's wall-clock --timeout passed
+    ├── LimitExceeded               exit 3  a limit ended the run
+    │   ├── BudgetExceeded                  the shared ledger refused a request
+    │   └── RunTimeout                      the run's wall-clock --timeout passed
+    └── Interrupted                 exit 130 Ctrl-C or SIGTERM stopped the run
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "AuthenticationError",
     "BudgetExceeded",
     "ExecutionTimeout",
+    "Interrupted",
     "LimitExceeded",
     "ProviderConnectionError",
     "ProviderError",
@@ -146,3 +148,10 @@ class BudgetExceeded(LimitExceeded):
 
 class RunTimeout(LimitExceeded):
     """The run passed its wall-clock ``--timeout``."""
+
+
+class Interrupted(RLMError):
+    """Ctrl-C (SIGINT) or SIGTERM stopped the run."""
+
+    exit_code = 130
+    ends_run = True

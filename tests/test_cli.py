@@ -235,6 +235,13 @@ async def test_the_right_key_is_sent_from_the_environment(needle_file: tuple[Pat
         (["--max-concurrent", "0"], b"--max-concurrent"),
         (["--exec-timeout", "-1"], b"--exec-timeout"),
         (["--provider", "openai"], b"--base-url"),
+        (["--max-llm-calls", "0"], b"--max-llm-calls"),
+        (["--max-total-tokens", "-5"], b"--max-total-tokens"),
+        (["--max-cost", "0"], b"--max-cost"),
+        (["--rpm", "0"], b"--rpm"),
+        (["--burst", "0"], b"--burst"),
+        (["--max-retries", "-1"], b"--max-retries"),
+        (["--max-cost", "1", "--sub-model", "mystery-9"], b"has no price"),
     ],
 )
 async def test_bad_flags_exit_2_naming_the_flag(args: list[str], flag: bytes) -> None:
@@ -248,3 +255,11 @@ async def test_help_is_honest_about_the_fixture() -> None:
     done = await rlm("--help")
     assert done.returncode == 0
     assert "not a language model" in " ".join(done.stdout.decode().split())
+
+
+async def test_a_broken_price_table_is_a_usage_error(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.json"
+    prices.write_text('{\n  "fixture": {"input": 0, "output": 0},\n  oops\n}\n')
+    done = await rlm("run", QUESTION, "--provider", "fixture", "--prices", str(prices))
+    assert done.returncode == 2
+    assert b"prices.json is not valid JSON" in done.stderr and b"line 3" in done.stderr

@@ -14,6 +14,7 @@ from rlm._isolation import parse_layers
 from rlm._result import STATUS_EXIT_CODES, RunResult
 from rlm.cli._context_input import read_context
 from rlm.cli._progress import ProgressPrinter, format_traffic
+from rlm.cli._signals import run_with_signals
 from rlm.cli.doctor_cmd import require_isolation
 from rlm.errors import RLMError, UsageError
 
@@ -71,6 +72,18 @@ __all__ = ["run"]
     show_default=True,
     help="Permits reserved for root steps, so sub-queries never stall them.",
 )
+@click.option("--max-llm-calls", type=int, help="Requests sent to providers, retries included.")
+@click.option("--max-input-tokens", type=int, help="Input tokens for the whole run.")
+@click.option("--max-output-tokens", type=int, help="Output tokens for the whole run.")
+@click.option("--max-total-tokens", type=int, help="Input + output tokens for the whole run.")
+@click.option("--max-cost", type=float, help="USD for the whole run (see --prices).")
+@click.option(
+    "--prices",
+    "prices_path",
+    metavar="PATH",
+    help="JSON price table (model → input/output/cached_input USD per token) on top of ours.",
+)
+@click.option("--max-tokens", type=int, help="Output tokens per request (sent to the provider).")
 @click.option("--rpm", type=float, help="Requests per minute the provider allows (paced evenly).")
 @click.option("--tpm", type=float, help="Tokens per minute the provider allows.")
 @click.option(
@@ -158,7 +171,7 @@ def run(
         context = read_context(context_files, encoding)
         sinks = [] if quiet else [ProgressPrinter()]
         model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
-        result = model.completion(query, context)
+        result = run_with_signals(model, query, context)
     except UsageError as exc:
         _fail(str(exc), exc.exit_code)
     except RLMError as exc:
@@ -191,6 +204,14 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool) -> None:
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
         click.echo(f"Error: {reason}", err=True)
+        usage = result.usage
+        partial = "a partial answer is on stdout" if result.answer else "no answer candidate"
+        click.echo(
+            f"run {result.status} after {result.duration_s:.2f}s: {partial}; "
+            f"{usage.llm_calls} LLM calls, {usage.input_tokens:,} in / "
+            f"{usage.output_tokens:,} out tokens",
+            err=True,
+        )
 
 
 def _isolation_option(value: str) -> tuple[str, ...]:

@@ -1,0 +1,103 @@
+"""The price table: USD per token, per model, shipped as data and overridable.
+
+A model is matched by its exact name, then by the longest listed name it
+starts with (so ``gpt-4.1-mini-2025-04-14`` is priced as ``gpt-4.1-mini``) and
+with any ``provider/`` prefix removed (``openai/gpt-4.1``).  Models with no
+match are *unpriced*: their tokens are counted, their cost is unknown, and a
+``--max-cost`` budget refuses to spend on them rather than treat them as free.
+A provider-reported cost (OpenRouter's ``usage.cost``) wins over the table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rlm.errors import UsageError
+
+__all__ = ["ModelPrice", "PriceTable"]
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    input: float
+    output: float
+    cached_input: float
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        uncached = max(0, input_tokens - cached_tokens)
+        return (
+            uncached * self.input + cached_tokens * self.cached_input + output_tokens * self.output
+        )
+
+
+class PriceTable:
+    """Prices by model name."""
+
+    def __init__(self, prices: dict[str, ModelPrice]) -> None:
+        self._prices = dict(prices)
+
+    @classmethod
+    def default(cls) -> PriceTable:
+        text = resources.files("rlm").joinpath("data/prices.json").read_text(encoding="utf-8")
+        return cls(_parse(text, "rlm/data/prices.json"))
+
+    @classmethod
+    def load(cls, path: str | Path, *, base: PriceTable | None = None) -> PriceTable:
+        """The table in ``path``, on top of ``base`` (entries in the file win)."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read price table {path}: {exc.strerror}") from exc
+        prices = dict(base._prices) if base is not None else {}
+        prices.update(_parse(text, str(path)))
+        return cls(prices)
+
+    def lookup(self, model: str) -> ModelPrice | None:
+        name = model.split("/", 1)[1] if "/" in model else model
+        for candidate in (model, name):
+            if candidate in self._prices:
+                return self._prices[candidate]
+        matches = [key for key in self._prices if name.startswith(key)]
+        return self._prices[max(matches, key=len)] if matches else None
+
+
+def _parse(text: str, source: str) -> dict[str, ModelPrice]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"price table {source} is not valid JSON: {exc.msg} at line {exc.lineno}, "
+            f"column {exc.colno}"
+        ) from exc
+    if not isinstance(raw, dict):
+        raise UsageError(f"price table {source} must be a JSON object of model → prices")
+    prices: dict[str, ModelPrice] = {}
+    for model, entry in raw.items():
+        if model.startswith("_"):
+            continue  # comments
+        line = _line_of(text, model)
+        if not isinstance(entry, dict):
+            raise UsageError(f"price table {source}, line {line}: {model!r} must map to an object")
+        try:
+            values = {k: float(entry.get(k, 0.0)) for k in ("input", "output", "cached_input")}
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"price table {source}, line {line}: prices for {model!r} must be numbers"
+            ) from exc
+        if "input" not in entry or "output" not in entry or min(values.values()) < 0:
+            raise UsageError(
+                f"price table {source}, line {line}: {model!r} needs non-negative "
+                "'input' and 'output' prices (USD per token)"
+            )
+        if "cached_input" not in entry:
+            values["cached_input"] = values["input"]
+        prices[model] = ModelPrice(**values)
+    return prices
+
+
+def _line_of(text: str, key: str) -> int:
+    index = text.find(json.dumps(key))
+    return text.count("\n", 0, index) + 1 if index >= 0 else 1

@@ -1,0 +1,166 @@
+"""Budgets, timeouts and Ctrl-C end to end: the real CLI against a loopback fixture server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from fixtures.needle import generate_needle
+from rlm import RLM
+from tests.helpers import ScriptedProvider, pid_alive, repl, sandbox_pids, serving
+
+QUESTION = "What is the magic number?"
+RLM_CMD = [sys.executable, "-m", "rlm", "run", QUESTION]
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+
+
+@pytest.fixture
+def haystack(tmp_path: Path) -> Path:
+    path = tmp_path / "haystack.txt"
+    path.write_text(generate_needle(100_000, seed=4).text)
+    return path
+
+
+async def run_cli(*args: str) -> trio.CompletedProcess[bytes]:
+    with trio.fail_after(60):
+        return await trio.run_process(
+            [*RLM_CMD, *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=clean_env(),
+        )
+
+
+@pytest.mark.parametrize("faults", [{}, {"fail_500": 0.3, "seed": 3}])
+async def test_max_llm_calls_5_with_a_16_way_batch(
+    haystack: Path, faults: dict[str, object]
+) -> None:
+    async with serving(**faults) as (url, server):
+        done = await run_cli(
+            "--context-file",
+            str(haystack),
+            "--base-url",
+            url,
+            "--model",
+            "fixture:16",
+            "--max-llm-calls",
+            "5",
+            "--json",
+        )
+    assert done.returncode == 3, done.stderr.decode()
+    assert server.stats.total_requests <= 5
+    out = json.loads(done.stdout)
+    assert out["status"] == "budget_exceeded" and out["usage"]["llm_calls"] <= 5
+    assert "--max-llm-calls 5" in out["error"]
+
+
+async def test_budget_exhaustion_is_visible_to_model_code() -> None:
+    code = (
+        "print(budget()['llm_calls'])\n"
+        "try:\n    llm_query_batched(['a'] * 10)\n"
+        "except BudgetExceeded as e:\n    print('refused:', e)\n"
+        "answer = 'partial'"
+    )
+    provider = ScriptedProvider([repl(code), "FINAL(done)"])
+    model = RLM(providers={"root": provider, "sub": provider}, max_llm_calls=3)
+    result = await model.acompletion("q", "ctx")
+    fed_back = provider.root_requests()[1].messages[-1]["content"]
+    assert "refused: a batch of 10 sub-queries needs 10 LLM calls, but only 2" in fed_back
+    assert fed_back.splitlines()[4].strip() == "2" or "\n2\n" in fed_back
+    assert result.status == "answered" and result.usage.llm_calls == 2
+
+
+async def test_a_run_stopped_by_the_budget_keeps_its_answer_variable() -> None:
+    provider = ScriptedProvider([repl("answer = 'half-way'"), repl("print(1)"), "FINAL(x)"])
+    model = RLM(providers={"root": provider, "sub": provider}, max_llm_calls=2)
+    result = await model.acompletion("q", "ctx")
+    assert result.status == "budget_exceeded"
+    assert result.answer == "half-way"
+    assert all(not pid_alive(p) for p in sandbox_pids(result.trace))
+
+
+async def test_a_final_extract_step_runs_when_the_budget_allows_one() -> None:
+    big_step = repl("answer = 'x' * 10\nprint('the needle is 42')")
+
+    def root(request: object) -> str:
+        messages = request.messages  # type: ignore[attr-defined]
+        if "budget is exhausted" in messages[-1]["content"]:
+            return "FINAL(42 from extract)"
+        return big_step
+
+    provider = ScriptedProvider(root)
+    # Each regular step re-sends a growing history; the small extract request still fits.
+    model = RLM(
+        providers={"root": provider, "sub": provider}, max_input_tokens=3_400, max_tokens=50
+    )
+    result = await model.acompletion("q", "ctx")
+    assert result.status == "budget_exceeded"
+    assert result.answer == "42 from extract"
+
+
+async def test_timeout_ends_a_slow_run_with_exit_3(haystack: Path) -> None:
+    async with serving(sub_latency=10.0) as (url, _):
+        started = trio.current_time()
+        done = await run_cli(
+            "--context-file",
+            str(haystack),
+            "--base-url",
+            url,
+            "--model",
+            "fixture",
+            "--timeout",
+            "2",
+            "--json",
+        )
+        elapsed = trio.current_time() - started
+    assert done.returncode == 3, done.stderr.decode()
+    assert json.loads(done.stdout)["status"] == "timeout"
+    assert elapsed < 10  # it did not wait for the 10 s sub-queries
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_ctrl_c_during_a_slow_fan_out_exits_130_and_leaves_no_process(
+    haystack: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    async with serving(sub_latency=30.0) as (url, server):
+        with trio.fail_after(30):
+            proc = await trio.lowlevel.open_process(
+                [
+                    *RLM_CMD,
+                    "--context-file",
+                    str(haystack),
+                    "--base-url",
+                    url,
+                    "--model",
+                    "fixture",
+                    "--trace",
+                    str(trace),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=clean_env(),
+            )
+            while server.stats.in_flight < 4:  # noqa: ASYNC110 - polling another process's effect
+                await trio.sleep(0.05)
+            sent_at = trio.current_time()
+            proc.send_signal(sig)
+            code = await proc.wait()
+            waited = trio.current_time() - sent_at
+    assert code == 130
+    assert waited < 10  # generous guard; the figure is reported by the benchmark notes
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert events[-1]["event"] == "run_finished" and events[-1]["status"] == "interrupted"
+    pids = [e["pid"] for e in events if e["event"] == "sandbox_started"]
+    assert pids and not any(pid_alive(pid) for pid in pids)
