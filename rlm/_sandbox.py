@@ -108,6 +108,7 @@ class Sandbox:
         self._stderr_tail = b""
         self._exec_ids = 0
         self._closed = False
+        self._killed = False
         self._kill_reason = "closed"
         self._bytes_read = 0
         self.pid = process.pid
@@ -223,8 +224,9 @@ class Sandbox:
 
     def kill(self, reason: str = "killed") -> None:
         """Kill the whole process group at once.  Safe to call repeatedly."""
-        if self._process.returncode is None:
+        if self._process.returncode is None and not self._killed:
             self._process.kill()
+            self._killed = True
             self._kill_reason = reason
 
     async def aclose(self) -> None:
@@ -258,7 +260,7 @@ class Sandbox:
 
     @property
     def alive(self) -> bool:
-        return not self._closed and self._process.returncode is None
+        return not (self._closed or self._killed) and self._process.returncode is None
 
     async def _send_frame(self, message: dict[str, Any], cap: int) -> None:
         try:

@@ -34,7 +34,7 @@ from rlm._sandbox import (
 )
 from rlm._sandbox_spawn import SHARED_CONTEXT_CHARS, ChildEnds, context_memfd, spawn_direct
 from rlm._zygote import Zygote
-from rlm.errors import SandboxError
+from rlm.errors import SandboxCrashed, SandboxError
 
 __all__ = [
     "BridgeHandler", "ExecResult", "HostEnds", "Sandbox", "SandboxIdentity", "SandboxLauncher",
@@ -116,37 +116,49 @@ class SandboxLauncher:
     async def open(
         self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
     ) -> Sandbox:
-        """A ready sandbox holding ``context``.  The caller must ``aclose`` it."""
+        """A ready sandbox holding ``context``.  The caller must ``aclose`` it.
+
+        A pooled sandbox that turns out dead (say its zygote was killed) is
+        replaced by a freshly spawned one, once.
+        """
         requested_at = self._events.now()
-        box = None
-        while self._pool and box is None:
-            box = self._pool.popleft()
-            self._pool_wanted.set()
-            self._pool_full = trio.Event()
-            if not box.alive:  # died while waiting: never handed out
-                await box.aclose()
-                box = None
-        if box is None:
+        context_fd = await self._context_fd(context)
+        try:
+            box = self._take_pooled()
+            if box is not None:
+                try:
+                    await self._initialize(box, context, context_fd, owner, requested_at)
+                    return box
+                except SandboxCrashed:
+                    pass  # initialize() closed it; spawn a fresh one below
             box = await self._spawn(self._nursery or nursery)
-        try:
-            context_fd = await self._context_fd(context)
-        except BaseException:
-            await box.aclose()
-            raise
-        try:
-            await box.initialize(
-                context=context, context_fd=context_fd, max_output_chars=self._max_output_chars,
-                owner=owner, requested_at=requested_at,
-            )
+            await self._initialize(box, context, context_fd, owner, requested_at)
+            return box
         finally:
             if context_fd is not None and self._nursery is None:
                 os.close(context_fd)  # not cached outside serving()
+
+    def _take_pooled(self) -> Sandbox | None:
+        while self._pool:
+            box = self._pool.popleft()
+            self._pool_wanted.set()
+            self._pool_full = trio.Event()
+            if box.alive:
+                return box
+            # Died while waiting: never handed out; closed with the rest at the end.
+        return None
+
+    async def _initialize(self, box: Sandbox, context: str | list[str], context_fd: int | None,
+                          owner: SandboxIdentity, requested_at: float) -> None:
+        await box.initialize(
+            context=context, context_fd=context_fd, max_output_chars=self._max_output_chars,
+            owner=owner, requested_at=requested_at,
+        )
         try:
             check_required(box.layers, self._required)
         except IsolationUnavailable:
             await box.aclose()
             raise
-        return box
 
     async def probe(self) -> Sandbox:
         """A ready sandbox with an empty context, owned by ``doctor`` (caller closes it)."""

@@ -178,11 +178,13 @@ def _read_only_paths() -> list[str]:
 
     import sandbox
 
+    # The packages themselves, not their parents: the sandbox package sits in
+    # the project tree, which must stay unreadable.
     paths = {
         os.path.dirname(os.__file__),  # the standard library
-        os.path.dirname(os.path.dirname(sandbox.__file__ or "")),
-        os.path.dirname(os.path.dirname(msgpack.__file__ or "")),
-        os.path.dirname(os.path.dirname(RestrictedPython.__file__ or "")),
+        os.path.dirname(sandbox.__file__ or ""),
+        os.path.dirname(msgpack.__file__ or ""),
+        os.path.dirname(RestrictedPython.__file__ or ""),
         os.path.realpath(sys.executable),
     }
     return sorted(p for p in paths if p)

@@ -146,6 +146,7 @@ IMPORTS: list[tuple[str, str]] = [
     ("import heapq\nh = [3, 1]\nheapq.heapify(h)\nprint(heapq.heappop(h))", "1\n"),
     ("import bisect\nprint(bisect.bisect_left([1, 3], 2))", "1\n"),
     ("import random\nrandom.seed(0)\nr = random.Random(1)\nprint(0 <= r.random() < 1)", "True\n"),
+    ("import time\nprint(time.strftime('%Y', time.gmtime(0)))", "1970\n"),
 ]
 
 

@@ -7,6 +7,8 @@ the next block, and that the host's canary secret never comes back.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.test_security_harness import open_sandbox
@@ -105,15 +107,13 @@ async def test_eval_exec_compile_and_file_access_are_refused(code: str) -> None:
         await box.fails(code, "not available", "SyntaxError")
 
 
-async def test_files_outside_are_not_written(tmp_path: object) -> None:
-    target = f"{tmp_path}/written"
+async def test_files_outside_are_not_written(tmp_path: Path) -> None:
+    target = str(tmp_path / "written")
     async with open_sandbox() as box:
         for code in (f"open({target!r}, 'w').write('x')",
                      f"import json; json.dump({{}}, open({target!r}, 'w'))"):
             await box.fails(code, "not available")
-    import os
-
-    assert not os.path.exists(target)
+    assert not (tmp_path / "written").exists()
 
 
 @pytest.mark.parametrize("code", [

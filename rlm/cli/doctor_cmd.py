@@ -50,8 +50,13 @@ def isolation_report() -> tuple[dict[str, str], dict[str, Any]]:
     """Start one real sandbox and return ``({layer: status}, facts)`` for every layer."""
     layers, facts = trio.run(_probe)
     report = {layer: "active" for layer in HOST_LAYERS}
-    report.update({layer: layers.get(layer, "unavailable: not reported") for layer in ALL_LAYERS
-                   if layer not in HOST_LAYERS})
+    report.update(
+        {
+            layer: layers.get(layer, "unavailable: not reported")
+            for layer in ALL_LAYERS
+            if layer not in HOST_LAYERS
+        }
+    )
     return report, facts
 
 
@@ -62,11 +67,16 @@ def require_isolation(layers: tuple[str, ...]) -> None:
     except RLMError as exc:
         click.echo(f"Error: cannot start a sandbox: {exc}", err=True)
         sys.exit(1)
-    missing = [f"{layer} ({report.get(layer)})" for layer in layers
-               if report.get(layer) != "active"]
+    missing = [
+        f"{layer} ({report.get(layer)})" for layer in layers if report.get(layer) != "active"
+    ]
     if missing:
-        click.echo("Error: --require-isolation: not active on this machine: "
-                   + "; ".join(missing) + " (see `rlm doctor`)", err=True)
+        click.echo(
+            "Error: --require-isolation: not active on this machine: "
+            + "; ".join(missing)
+            + " (see `rlm doctor`)",
+            err=True,
+        )
         sys.exit(1)
 
 
@@ -103,15 +113,22 @@ def doctor(as_json: bool, required: str) -> None:
         click.echo(f"Error: cannot start a sandbox: {exc}", err=True)
         sys.exit(1)
     missing = [layer for layer in wanted if report.get(layer) != "active"]
-    system = {"kernel": platform.release(), "machine": platform.machine(),
-              "python": platform.python_version(), "root": os.geteuid() == 0}
+    system = {
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "root": os.geteuid() == 0,
+    }
     if as_json:
-        click.echo(json.dumps({"layers": report, "system": system, **facts,
-                               "missing_required": missing}))
+        click.echo(
+            json.dumps({"layers": report, "system": system, **facts, "missing_required": missing})
+        )
     else:
-        click.echo(f"kernel {system['kernel']} ({system['machine']}), python {system['python']}, "
-                   f"{'root' if system['root'] else 'not root'}; sandboxes "
-                   f"{'forked by the zygote' if facts['zygote'] else 'spawned directly'}")
+        click.echo(
+            f"kernel {system['kernel']} ({system['machine']}), python {system['python']}, "
+            f"{'root' if system['root'] else 'not root'}; sandboxes "
+            f"{'forked by the zygote' if facts['zygote'] else 'spawned directly'}"
+        )
         width = max(len(layer) for layer in report)
         for layer, status in report.items():
             mark = "ok " if status == "active" else "-- "
@@ -120,6 +137,7 @@ def doctor(as_json: bool, required: str) -> None:
         active = sum(1 for status in report.values() if status == "active")
         click.echo(f"{active}/{len(report)} layers active")
     if missing:
-        click.echo(f"Error: required isolation layers are not active: {', '.join(missing)}",
-                   err=True)
+        click.echo(
+            f"Error: required isolation layers are not active: {', '.join(missing)}", err=True
+        )
         sys.exit(1)

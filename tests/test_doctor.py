@@ -1,0 +1,50 @@
+"""``rlm doctor`` and ``rlm run --require-isolation``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rlm._isolation import ALL_LAYERS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rlm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rlm", *args], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, check=False)
+
+
+def test_doctor_lists_every_layer_with_a_status_or_a_reason() -> None:
+    done = rlm("doctor")
+    assert done.returncode == 0, done.stderr
+    for layer in ALL_LAYERS:
+        assert layer in done.stdout
+    assert "layers active" in done.stdout
+
+
+def test_doctor_json_and_require_isolation() -> None:
+    report = json.loads(rlm("doctor", "--json").stdout)
+    assert set(report["layers"]) == set(ALL_LAYERS)
+    for status in report["layers"].values():
+        assert status == "active" or status.startswith("unavailable: ")
+    missing = [layer for layer, status in report["layers"].items() if status != "active"]
+    done = rlm("doctor", "--require-isolation", "all")
+    assert done.returncode == (1 if missing else 0)
+    assert rlm("doctor", "--require-isolation", "nonsense").returncode == 2
+
+
+def test_run_refuses_an_unknown_layer_and_runs_when_layers_are_there() -> None:
+    done = rlm("run", "q", "--provider", "fixture", "--require-isolation", "selinux")
+    assert done.returncode == 2 and "unknown isolation layer" in done.stderr
+    report = json.loads(rlm("doctor", "--json").stdout)["layers"]
+    active = ",".join(layer for layer, status in report.items() if status == "active")
+    done = subprocess.run(
+        [sys.executable, "-m", "rlm", "run", "What is the magic number?", "--context-file", "-",
+         "--provider", "fixture", "--require-isolation", active, "-q"],
+        input="filler. The magic number is 4711. more filler.", capture_output=True, text=True,
+        timeout=60, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "4711" in done.stdout
