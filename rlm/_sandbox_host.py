@@ -213,8 +213,13 @@ class SandboxLauncher:
         if cached is not None and cached[0] is context:
             return cached[1]
         fd = await trio.to_thread.run_sync(context_memfd, context)
-        if self._nursery is not None:
-            self._shared[id(context)] = (context, fd)  # holding `context` pins its id
+        if self._nursery is None:
+            return fd  # the caller closes it
+        cached = self._shared.get(id(context))
+        if cached is not None and cached[0] is context:  # another call wrote it meanwhile
+            os.close(fd)
+            return cached[1]
+        self._shared[id(context)] = (context, fd)  # holding `context` pins its id
         return fd
 
     async def _close_everything(self) -> None:
