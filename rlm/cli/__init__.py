@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from rlm.cli._group import main
+from rlm.cli.bench_cmd import bench
 from rlm.cli.doctor_cmd import doctor
 from rlm.cli.fixture_cmds import fixture_group, fixture_server
 from rlm.cli.run_cmd import run
 
 __all__ = ["main"]
 
-for _command in (run, fixture_server, fixture_group, doctor):
+for _command in (run, fixture_server, fixture_group, doctor, bench):
     main.add_command(_command)

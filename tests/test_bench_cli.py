@@ -1,0 +1,101 @@
+"""``rlm bench``: the shape of its output and T* measured from a real (tiny) run's trace."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import trio
+from click.testing import CliRunner
+
+from rlm import RLM
+from rlm._bench_provider import BenchProvider
+from rlm._bench_report import COLUMNS, bench_json, markdown_table, table_rows
+from rlm._bench_run import measure, run_scenario
+from rlm._bench_scenarios import DEFAULT, QUICK, Scenario
+from rlm.cli import main
+from rlm.providers.base import CompletionRequest
+
+TINY = Scenario("tiny", "4 sub-queries of 10 ms at C=2", n=4, c=2, sub_latency=0.01,
+                context_chars=5_000)
+
+
+def test_t_star_of_a_real_batched_run_is_computed_from_its_trace() -> None:
+    [result] = run_scenario(replace(TINY, baseline=False))
+    assert result.correct and result.status == "answered"
+    assert result.n == 4
+    assert result.t_star == result.t_formula == 0.02  # ⌈4/2⌉ · 10 ms, no root latency
+    assert result.eta is not None and result.eta == result.t_star / result.t
+    assert result.overhead_ms == 1000 * (result.t - result.t_star) / 4
+    assert result.speedup is None
+
+
+def test_the_sequential_twin_gives_the_speedup() -> None:
+    main_result, twin = run_scenario(replace(TINY, root_latency=0.005))
+    assert twin.name == "tiny/seq" and twin.variant == "sequential"
+    # one root step, then one sub-query at a time
+    assert twin.t_star == pytest.approx(0.005 + 4 * 0.01)
+    assert main_result.t_star == pytest.approx(0.005 + 0.02)
+    assert main_result.t_seq == twin.t and main_result.speedup == twin.t / main_result.t
+
+
+def test_the_json_has_one_entry_per_run_and_every_field() -> None:
+    result = CliRunner().invoke(main, ["bench", "--scenario", "quick-batched", "--no-baseline",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == {"machine", "elapsed_s", "scenarios", "all_correct", "targets_met"}
+    [row] = data["scenarios"]
+    assert row["name"] == "quick-batched" and row["n"] == 8 and row["c"] == 4
+    assert row["t_star"] == 0.1 and 0 < row["eta"] <= 1
+    assert {"t", "overhead_ms", "speedup", "rate", "correct", "met", "peak_mib"} <= set(row)
+
+
+def test_table_and_markdown_have_every_column() -> None:
+    with_memory = replace(TINY, baseline=False, memory=True, target_rate=1.0)
+    results = run_scenario(with_memory)
+    rows = table_rows(results)
+    assert len(rows) == 1 and len(rows[0]) == len(COLUMNS)
+    assert rows[0][0] == "tiny" and rows[0][-1] == "ok ✓"
+    markdown = markdown_table(results).splitlines()
+    assert len(markdown) == 3 and markdown[0].count("|") == len(COLUMNS) + 1
+    assert bench_json(results, elapsed_s=1.0)["targets_met"] is True
+
+
+def test_list_and_unknown_scenario() -> None:
+    listed = CliRunner().invoke(main, ["bench", "--list"])
+    assert listed.exit_code == 0
+    assert all(s.name in listed.stdout for s in (*DEFAULT, *QUICK))
+    bad = CliRunner().invoke(main, ["bench", "--scenario", "nope"])
+    assert bad.exit_code == 2 and "unknown scenario nope" in bad.stderr
+
+
+def test_default_set_covers_the_issue_scenarios() -> None:
+    names = {s.name for s in DEFAULT}
+    assert {"batched-32", "batched-32-http", "hetero-48", "rate-limited-40",
+            "recursive-depth2", "throughput-10k"} <= names
+    issue3 = next(s for s in DEFAULT if s.name == "batched-32")
+    assert (issue3.n, issue3.c, issue3.sub_latency) == (32, 8, 0.5)
+
+
+async def test_bench_provider_uses_latencies_in_dispatch_order(autojump_clock: object) -> None:
+    provider = BenchProvider(sub_latencies=[0.3, 0.1], root_latency=2.0)
+    sub = CompletionRequest(messages=[{"role": "user", "content": "What is the x?\nthe x is 4"}],
+                            model="fixture")
+    seen = []
+    for _ in range(3):
+        start = trio.current_time()
+        completion = await provider.complete(sub)
+        seen.append((round(trio.current_time() - start, 6),
+                     completion.metadata["nominal_latency_s"], completion.text))
+    assert seen == [(0.3, 0.3, "4"), (0.1, 0.1, "4"), (0.3, 0.3, "4")]
+
+
+def test_runs_without_nominal_latencies_are_measured_from_the_scenario() -> None:
+    # Over HTTP the trace has no nominal latencies: the scenario's own are used.
+
+    run = RLM(provider="fixture", model="fixture:2", fixture_sub_latency=0.01,
+              max_concurrent=3).completion("What is the magic number?", "the magic number is 7")
+    http = replace(TINY, n=2, transport="http")
+    assert measure(http, run).t_star == 0.01
