@@ -12,15 +12,14 @@ anything else is a sub-query), plus two things a benchmark needs:
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Sequence
 
 import trio
 
 from rlm._bench_limit import NOMINAL_LATENCY_KEY
-from rlm.errors import ProviderStatusError
 from rlm.providers.base import Completion, CompletionRequest
-from rlm.providers.fixture import estimate_tokens, fixture_reply, is_root_request
+from rlm.providers.fixture import FixtureProvider, is_root_request
 
 __all__ = ["BenchProvider"]
 
@@ -37,7 +36,7 @@ class BenchProvider:
         self.root_latency = root_latency
         self.sub_latency = sub_latency
         self.sub_latencies = list(sub_latencies) if sub_latencies else None
-        self.chunks = chunks
+        self._model = FixtureProvider(chunks=chunks)
         self.sub_requests = 0
 
     def _latency(self, step: bool) -> float:
@@ -51,23 +50,10 @@ class BenchProvider:
 
     async def complete(self, request: CompletionRequest) -> Completion:
         latency = self._latency(is_root_request(request.messages))
-        if latency > 0:
-            await trio.sleep(latency)
-        else:
-            await trio.lowlevel.checkpoint()
-        try:
-            text = fixture_reply(request.messages, request.model, self.chunks)
-        except ValueError as exc:
-            raise ProviderStatusError(str(exc), url="fixture:", status=400) from exc
-        prompt_chars = sum(len(m["content"]) for m in request.messages)
-        return Completion(
-            text=text,
-            model=request.model,
-            input_tokens=math.ceil(prompt_chars / 4),
-            output_tokens=estimate_tokens(text),
-            finish_reason="stop",
-            metadata={"fixture": True, NOMINAL_LATENCY_KEY: latency},
-        )
+        await trio.sleep(latency)
+        completion = await self._model.complete(request)  # zero latency: the reply only
+        metadata = {**completion.metadata, NOMINAL_LATENCY_KEY: latency}
+        return dataclasses.replace(completion, metadata=metadata)
 
     async def aclose(self) -> None:
         """Nothing to release."""
