@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 import tracemalloc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from rlm._bench_scenarios import Scenario
 from rlm._result import RunResult
 from rlm.fixture_server import FixtureServer, FixtureServerOptions
 
-__all__ = ["ScenarioResult", "measure", "run_scenario"]
+__all__ = ["ScenarioResult", "measure", "run_scenario", "time_phases"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class ScenarioResult:
     wall_s: float
     peak_mib: float | None
     max_rss_mib: float
+    phases: dict[str, float]  # where T − T* went: see time_phases()
     target_eta: float | None
     target_rate: float | None
 
@@ -80,6 +81,7 @@ class ScenarioResult:
 
     def as_json(self) -> dict[str, Any]:
         data = {k: _rounded(v) for k, v in self.__dict__.items()}
+        data["phases"] = dict(self.phases)
         data["met"] = self.met
         return data
 
@@ -138,6 +140,32 @@ def _http_latency(s: Scenario) -> Any:
     return rule
 
 
+def time_phases(trace: Sequence[Mapping[str, Any]], t: float, t_star: float,
+                root_s: float) -> dict[str, float]:
+    """Split the run into before the first sub-query, the fan-out and after the last one.
+
+    ``startup_s``: run start to the first sub-lane request, minus root-step
+    latency spent there (sandbox start, REPL code, scheduling).  ``tail_s``:
+    last sub-lane response to the end of the run, minus root steps there
+    (aggregation, FINAL, sandbox teardown).  ``fanout_overhead_s``: the rest of
+    T − T*.  ``sandbox_start_s``: the slowest ``sandbox_started.startup_s``.
+    """
+    subs = [e for e in trace if e["event"] in ("llm_request", "llm_response")
+            and e.get("lane") == "sub"]
+    if not subs:
+        return {}
+    first, last = subs[0]["t"], subs[-1]["t"]
+    root_before = sum(float(e.get("latency_s", 0.0)) for e in trace
+                      if e["event"] == "llm_response" and e.get("lane") == "root"
+                      and e["t"] <= first)
+    root_before = min(root_before, root_s)
+    startup = max(0.0, first - root_before)
+    tail = max(0.0, t - last - (root_s - root_before))
+    starts = [float(e["startup_s"]) for e in trace if e["event"] == "sandbox_started"]
+    return {"startup_s": round(startup, 6), "fanout_overhead_s": round(t - t_star - startup
+            - tail, 6), "tail_s": round(tail, 6), "sandbox_start_s": max(starts, default=0.0)}
+
+
 def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
             t_seq: float | None = None, peak_bytes: int | None = None) -> ScenarioResult:
     """Compare ``result`` (a run of ``s``) with its physical limit."""
@@ -164,7 +192,8 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
         t_seq=t_seq, speedup=t_seq / t if t_seq and t > 0 else None,
         correct=result.answer == answer, status=result.status, wall_s=wall_s,
         peak_mib=peak_bytes / 2**20 if peak_bytes is not None else None,
-        max_rss_mib=_max_rss_mib(), target_eta=s.target_eta, target_rate=s.target_rate,
+        max_rss_mib=_max_rss_mib(), phases=time_phases(result.trace, t, t_star, root_s),
+        target_eta=s.target_eta, target_rate=s.target_rate,
     )
 
 

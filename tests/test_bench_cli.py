@@ -29,6 +29,10 @@ def test_t_star_of_a_real_batched_run_is_computed_from_its_trace() -> None:
     assert result.eta is not None and result.eta == result.t_star / result.t
     assert result.overhead_ms == 1000 * (result.t - result.t_star) / 4
     assert result.speedup is None
+    phases = result.phases
+    assert set(phases) == {"startup_s", "fanout_overhead_s", "tail_s", "sandbox_start_s"}
+    split = phases["startup_s"] + phases["fanout_overhead_s"] + phases["tail_s"]
+    assert split == pytest.approx(result.t - result.t_star, abs=1e-5)
 
 
 def test_the_sequential_twin_gives_the_speedup() -> None:
