@@ -124,6 +124,18 @@ class Sandbox:
         """Keep the tail of the child's stderr; ``nursery`` must outlive the sandbox."""
         nursery.start_soon(self._drain_stderr)
 
+    async def wait_hardened(self) -> None:
+        """Wait for a forked sandbox's ``hardened`` frame (its layers are applied)."""
+        try:
+            with trio.fail_after(_START_TIMEOUT):
+                frame = await self._next_frame()
+        except trio.TooSlowError:
+            self.kill("start-failed")
+            raise SandboxCrashed("the sandbox did not harden itself within 30 s") from None
+        if frame.get("t") != "hardened":
+            self.kill("protocol-error")
+            raise SandboxCrashed(f"sandbox sent {frame.get('t')!r} instead of 'hardened'")
+
     async def initialize(
         self,
         *,

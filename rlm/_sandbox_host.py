@@ -185,6 +185,12 @@ class SandboxLauncher:
         box = Sandbox(process, ends.host(), self._events)
         self._created.append(box)
         box.start_draining(nursery)
+        if zygote is not None and zygote.alive:
+            try:
+                await box.wait_hardened()  # a pooled sandbox is ready to serve, not just forked
+            except BaseException:
+                await box.aclose()
+                raise
         return box
 
     async def _keep_pool_filled(self, nursery: trio.Nursery) -> None:

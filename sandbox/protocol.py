@@ -6,13 +6,18 @@ child's stdout/stderr), and every reader enforces a size cap so a misbehaving
 child cannot make the host buffer without bound.
 
 Host → child
-    ``init``      ``{"t", "context", "max_output_chars"}`` — first frame, once.
+    ``init``      ``{"t", "context", "max_output_chars"}`` — first frame, once.  A large
+                  context is sent as ``"context_fd": true`` instead, with a sealed memfd
+                  passed on the context socket (``shared_context.py``).
     ``exec``      ``{"t", "id", "code"}`` — run one code block.
     ``reply``     ``{"t", "id", "ok", "value", "error", "kind"}`` — answer to a bridge frame.
     ``shutdown``  ``{"t"}`` — exit cleanly.
 
 Child → host
-    ``ready``     ``{"t", "pid"}`` — sent after ``init`` is applied.
+    ``hardened``  ``{"t", "pid", "isolation"}`` — sent first by a sandbox forked by the
+                  zygote, once its isolation layers are applied (before ``init``).
+    ``ready``     ``{"t", "pid", "isolation"}`` — sent after ``init`` is applied;
+                  ``isolation`` maps each layer to ``"active"`` or ``"unavailable: why"``.
     ``bridge``    ``{"t", "id", "fn", "prompts", "contexts"}`` — model code called
                   ``llm_query`` (one prompt) or ``llm_query_batched``; the child
                   blocks until the matching ``reply``.  ``fn == "budget"`` asks

@@ -24,7 +24,7 @@ from sandbox.policy import REPL_FILENAME, PrintSink, compile_code, new_namespace
 from sandbox.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, encode_frame
 from sandbox.shared_context import ContextError, receive_context
 
-__all__ = ["BudgetExceeded", "Channel", "Repl", "serve"]
+__all__ = ["BudgetExceeded", "Channel", "Repl", "serve", "warm_up"]
 
 #: Host → child frames may be this large: ``init`` carries the whole context.
 MAX_INPUT_FRAME_BYTES = 1 << 30
@@ -283,6 +283,16 @@ class Repl:
         return message
 
 
+def warm_up() -> None:
+    """Run one trivial block in a throwaway namespace.
+
+    A forked sandbox then takes its copy-on-write page faults while it waits
+    in the pool, not while a call waits for it to answer ``init``.
+    """
+    namespace = new_namespace(PrintSink(100), {"context": ""})
+    exec(compile_code("print(len(context.split()))"), namespace)
+
+
 def _terminate(code: int) -> NoReturn:
     os._exit(code)
 
@@ -316,14 +326,17 @@ def _send_result(channel: Channel, result: dict[str, Any]) -> None:
 
 
 def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
-          isolation: dict[str, str] | None = None) -> int:
+          isolation: dict[str, str] | None = None, announce: bool = False) -> int:
     """Run the REPL protocol on two file descriptors; return the exit code.
 
     ``ctx_fd`` is the socket a shared context arrives on; ``isolation`` (the
-    hardening report) is sent back in the ``ready`` frame.
+    hardening report) is sent back in the ``ready`` frame, and first in a
+    ``hardened`` frame when ``announce`` (a forked sandbox tells its pool).
     """
     channel = Channel(in_fd, out_fd)
     try:
+        if announce:
+            channel.send({"t": "hardened", "pid": os.getpid(), "isolation": isolation or {}})
         first = channel.receive()
         if first is None:
             return EXIT_OK

@@ -9,8 +9,9 @@ msgpack message per packet:
 ``spawn`` ``{"t", "memory_bytes", "cpu_seconds"}`` + four descriptors
     (SCM_RIGHTS: frames in, frames out, context socket, stderr).  The zygote
     forks; the child becomes its own session, moves the descriptors to
-    3, 4, 5 and 2, hardens itself (``isolation.py``) and serves the REPL
-    protocol.  Answer: ``{"t": "spawned", "pid"}`` (or ``{"t": "error", "error"}``).
+    3, 4, 5 and 2, hardens itself (``isolation.py``), announces it with a
+    ``hardened`` frame and serves the REPL protocol.  Answer:
+    ``{"t": "spawned", "pid"}`` (or ``{"t": "error", "error"}``).
 ``ping`` ``{"t"}``
     Answer ``{"t": "pong", "pid"}`` (sent once preloading is done).
 ``reap`` ``{"t", "pid"}``
@@ -37,7 +38,7 @@ from typing import Any, NoReturn
 import msgpack
 
 from sandbox.isolation import Limits, harden, preload
-from sandbox.worker import serve
+from sandbox.worker import serve, warm_up
 
 __all__ = ["serve_zygote"]
 
@@ -124,7 +125,8 @@ def _child_main(fds: list[int], limits: Limits, zygote: int) -> NoReturn:
         os.dup2(devnull, 1)
         random.seed()  # the zygote's state is shared by every fork; each sandbox gets its own
         report = harden({0, 1, 2, 3, 4, 5}, limits, parent=zygote)
-        code = serve(3, 4, 5, report)
+        warm_up()
+        code = serve(3, 4, 5, report, announce=True)
     except BaseException:
         with contextlib.suppress(OSError, ValueError):
             traceback.print_exc(file=sys.stderr)
