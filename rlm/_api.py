@@ -19,6 +19,8 @@ from rlm._runtime import RunOutcome, Runtime
 from rlm._trace import TraceWriter
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Lane, Provider
+from rlm.providers.fixture import FixtureProvider
+from rlm.providers.openai import OpenAIProvider, make_http_client
 
 __all__ = ["RLM"]
 
@@ -182,18 +184,17 @@ class RLM:
             return
         config = self.config
         if config.provider == "fixture":
-            from rlm.providers.fixture import FixtureProvider
-
             fixture = FixtureProvider(
                 root_latency=config.fixture_root_latency, sub_latency=config.fixture_sub_latency
             )
             yield {"root": fixture, "sub": fixture}
             return
-        from rlm.providers.openai import OpenAIProvider, make_http_client
-
         assert config.base_url is not None
+        urls = [config.base_url, config.sub_base_url or config.base_url]
         async with make_http_client(
-            max_connections=config.max_concurrent, request_timeout=config.request_timeout
+            max_connections=config.max_concurrent,
+            request_timeout=config.request_timeout,
+            tls=any(url.startswith("https://") for url in urls),
         ) as client:
             root = OpenAIProvider(client, config.base_url, config.api_key)
             sub = OpenAIProvider(client, config.sub_base_url or config.base_url, config.api_key)

@@ -21,19 +21,15 @@ from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepC
 from rlm._feedback import FORCE_FINAL, REMINDER, format_execution
 from rlm._parsing import FinalDirective, find_code_blocks, find_final
 from rlm._sandbox_host import ExecResult, Sandbox, SandboxIdentity
+from rlm._sandbox_slot import SandboxSlot
 from rlm._scheduler import Command
 from rlm.errors import (
     BudgetExceeded,
-    ExecutionTimeout,
     RLMError,
-    SandboxCrashed,
-    SandboxError,
 )
 from rlm.providers.base import Completion, CompletionRequest, Message
 
 __all__ = ["Call", "CallHost", "CallOutcome"]
-
-_MAX_SANDBOX_FAILURES = 3
 
 
 class CallHost(Protocol):
@@ -106,11 +102,11 @@ class Call:
             {"role": "user", "content": f"{describe_context(context)}\n\nQuery: {query}"},
         ]
         self._started_at = 0.0
-        self._sandbox: Sandbox | None = None
-        self._sandbox_ready: trio.Event | None = None
-        self._sandbox_error: RLMError | None = None
-        self._sandbox_failures = 0
-        self._executing = False
+        self._slot = SandboxSlot(
+            lambda nursery, ctx, owner: host.open_sandbox(nursery, context=ctx, owner=owner),
+            context,
+            SandboxIdentity(call_id, parent_id, depth),
+        )
         self._last_reply: str | None = None
         self.candidate: str | None = None
         self.last_output: str | None = None
@@ -162,7 +158,7 @@ class Call:
                 context_chars=context_chars(self.context),
             )
         )
-        self._spawn_sandbox(nursery)
+        self._slot.spawn(nursery)
         return [self.command("generate", False)]
 
     async def _on_generate(self, forced: bool, _: trio.Nursery) -> list[Command]:
@@ -273,74 +269,15 @@ class Call:
             return [self.command("generate", True)]
         return [self.command("generate", False)]
 
-    def _spawn_sandbox(self, nursery: trio.Nursery) -> None:
-        ready = trio.Event()
-        self._sandbox_ready = ready
-        self._sandbox_error = None
-
-        async def spawn() -> None:
-            try:
-                self._sandbox = await self.host.open_sandbox(
-                    nursery,
-                    context=self.context,
-                    owner=SandboxIdentity(self.call_id, self.parent_id, self.depth),
-                )
-            except SandboxError as exc:
-                self._sandbox_error = exc
-            finally:
-                ready.set()
-
-        nursery.start_soon(spawn)
+    def kill_sandbox(self) -> None:
+        """Kill this call's sandbox at once (synchronous; reaping happens in aclose)."""
+        self._slot.kill()
 
     async def _run_block(self, code: str, nursery: trio.Nursery) -> ExecResult:
-        if self._sandbox_ready is None or (self._sandbox is not None and not self._sandbox.alive):
-            await self._discard_sandbox()
-            self._spawn_sandbox(nursery)
-        assert self._sandbox_ready is not None
-        await self._sandbox_ready.wait()
-        sandbox = self._sandbox
-        if sandbox is None:
-            raise SandboxCrashed(f"no sandbox for call {self.call_id}: {self._sandbox_error}")
-
         async def on_bridge(frame: dict[str, Any]) -> dict[str, Any]:
             return await self.host.serve_bridge(self, frame)
 
-        started = trio.current_time()
-        self._executing = True
-        try:
-            return await sandbox.execute(code, on_bridge, limit=self.host.config.exec_timeout)
-        except (ExecutionTimeout, SandboxCrashed) as exc:
-            self._sandbox_failures += 1
-            await self._discard_sandbox()
-            if self._sandbox_failures > _MAX_SANDBOX_FAILURES:
-                raise SandboxCrashed(
-                    f"call {self.call_id} lost {self._sandbox_failures} sandboxes; giving up: {exc}"
-                ) from exc
-            note = (
-                ""
-                if isinstance(exc, ExecutionTimeout)
-                else ("; a fresh sandbox will be used and variables from earlier steps are gone")
-            )
-            return ExecResult(
-                ok=False,
-                output="",
-                output_chars=0,
-                error=f"{exc}{note}",
-                final=None,
-                duration_s=round(trio.current_time() - started, 6),
-            )
-        finally:
-            self._executing = False
-
-    def kill_sandbox(self) -> None:
-        """Kill this call's sandbox at once (synchronous; reaping happens in aclose)."""
-        if self._sandbox is not None:
-            self._sandbox.kill("interrupted")
-
-    async def _discard_sandbox(self) -> None:
-        sandbox, self._sandbox, self._sandbox_ready = self._sandbox, None, None
-        if sandbox is not None:
-            await sandbox.aclose()
+        return await self._slot.execute(code, nursery, on_bridge, self.host.config.exec_timeout)
 
     def _emit_executed(self, index: int, result: ExecResult) -> None:
         self.host.events.emit(
@@ -380,24 +317,8 @@ class Call:
         A root call stopped by a limit first looks for an ``answer`` variable in
         its sandbox (if the sandbox is idle), so the run can report it.
         """
-        if self.outcome is None and self.depth == 0:
-            await self._peek_answer()
-        await self._discard_sandbox()
+        if self.outcome is None and self.depth == 0 and not self.candidate:
+            self.candidate = await self._slot.peek("answer")
+        await self._slot.discard()
         if self.outcome is None:
             self._conclude(self._outcome("stopped", error="the run ended before this call did"))
-
-    async def _peek_answer(self) -> None:
-        sandbox = self._sandbox
-        if sandbox is None or not sandbox.alive or self._executing or self.candidate:
-            return
-
-        async def no_bridge(frame: dict[str, Any]) -> dict[str, Any]:
-            return {"ok": False, "value": None, "error": "the run has ended", "kind": "budget"}
-
-        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
-            try:
-                peek = await sandbox.execute('FINAL_VAR("answer")', no_bridge, limit=1.0)
-            except SandboxError:
-                return
-            if peek.final is not None:
-                self.candidate = peek.final

@@ -230,9 +230,12 @@ class SandboxLauncher:
 
     async def _close_everything(self) -> None:
         self._pool.clear()
-        for box in self._created:
-            await box.aclose()
-        self._created.clear()
+        boxes, self._created = list(self._created), []
+        for box in boxes:  # kill every one first, then reap them all at once
+            box.kill("closed")
+        async with trio.open_nursery() as nursery:
+            for box in boxes:
+                nursery.start_soon(box.aclose)
         if self._zygote is not None:
             await self._zygote.aclose()
             self._zygote = None
