@@ -138,7 +138,7 @@ if step < 1:
     step = 1
 chunks = []
 for doc in docs:
-    stop = len(doc) - overlap
+    stop = len(doc)
     if stop < 1:
         stop = 1
     for start in range(0, stop, step):
