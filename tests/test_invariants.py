@@ -2,7 +2,7 @@
 
 Scheduling and limits run the real Runtime (scheduler, gate, budget, bridge)
 in virtual time with in-process fakes: a counting provider and a tiny fake
-sandbox whose "code" is a line language (``batch N``, ``final X``).  Tests that
+sandbox whose "code" is a line language (``batch N``, ``query``).  Tests that
 need real sandbox processes use the real clock and small latencies.
 """
 
@@ -36,29 +36,26 @@ Trace = list[dict[str, Any]]
 
 
 class CountingProvider(ScriptedProvider):
-    """A ScriptedProvider that measures how many requests it holds at once."""
+    """A ScriptedProvider that records the most requests it held at once, per lane and in all."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.in_flight = 0
-        self.peak = 0
-        self.peak_sub = 0
-        self._sub = 0
+        self.held: dict[str, int] = defaultdict(int)
+        self.peak: dict[str, int] = defaultdict(int)
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        self.in_flight += 1
-        self._sub += request.lane == "sub"
-        self.peak = max(self.peak, self.in_flight)
-        self.peak_sub = max(self.peak_sub, self._sub)
+        for key in ("all", request.lane):
+            self.held[key] += 1
+            self.peak[key] = max(self.peak[key], self.held[key])
         try:
             return await super().complete(request)
         finally:
-            self.in_flight -= 1
-            self._sub -= request.lane == "sub"
+            for key in ("all", request.lane):
+                self.held[key] -= 1
 
 
 class FakeSandbox:
-    """Runs a line language in-process: ``batch N``, ``query``, ``final X``."""
+    """Runs a line language in-process: ``batch N`` or ``query`` lines call the bridge."""
 
     alive = True
 
@@ -67,7 +64,6 @@ class FakeSandbox:
     ) -> ExecResult:
         started = trio.current_time()
         output: list[str] = []
-        final: str | None = None
         for line in code.strip().splitlines():
             op, _, arg = line.strip().partition(" ")
             if op in ("batch", "query"):
@@ -76,10 +72,8 @@ class FakeSandbox:
                 frame = {"fn": fn, "prompts": [f"item {i}" for i in range(n)], "contexts": None}
                 reply = await on_bridge(frame)
                 output.append(repr(reply["value"]) if reply["ok"] else f"refused: {reply['error']}")
-            elif op == "final":
-                final = arg
         text = "\n".join(output)
-        return ExecResult(True, text, len(text), None, final, trio.current_time() - started)
+        return ExecResult(True, text, len(text), None, None, trio.current_time() - started)
 
     def kill(self, reason: str = "killed") -> None:
         self.alive = False
@@ -141,27 +135,19 @@ def fail_first_attempt(status: int, retry_after: float | None = None) -> Callabl
     return fail
 
 
-def depth2_script(child_batch: int = 3) -> Callable[[CompletionRequest], str]:
-    return by_call(
-        {
-            "root": [code("batch 4"), "FINAL(root done)"],
-            "child": [code(f"batch {child_batch}"), "FINAL(child done)"],
-        }
-    )
-
-
 # -- 1. the gate: no bypass, the cap holds, root steps do not queue --------------------
 
 
 async def test_1_every_request_passes_the_gate_under_the_cap(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    provider = CountingProvider(depth2_script(), latency=lambda r: 1.0)
+    script = {"root": [code("batch 4"), "FINAL(root done)"], "child": [code("batch 3"), "FINAL(c)"]}
+    provider = CountingProvider(by_call(script), latency=lambda r: 1.0)
     outcome, trace = await run_fake(provider, max_depth=2, max_concurrent=3, root_permits=1)
     assert outcome.root is not None and outcome.root.answer == "root done"
     requests = kinds(trace, "llm_request")
     assert len(requests) == len(provider.requests) == 2 + 4 * (2 + 3)
-    assert provider.peak <= 3 and provider.peak_sub <= 2
+    assert provider.peak["all"] <= 3 and provider.peak["sub"] <= 2
     assert max(e["in_flight"] for e in requests) <= 3
     assert all(e["queue_wait_s"] == 0 for e in requests if e["lane"] == "root")
     assert any(e["queue_wait_s"] > 0 for e in requests if e["lane"] == "sub")  # subs saturated
@@ -193,7 +179,7 @@ async def test_1_root_step_takes_its_reserved_permit_while_subs_saturate(
     assert sorted(done[f"sub{i}"] - start for i in range(6)) == pytest.approx(
         [10, 10, 20, 20, 30, 30]
     )
-    assert provider.peak_sub == 2 and provider.peak == 3
+    assert provider.peak["sub"] == 2 and provider.peak["all"] == 3
 
 
 # -- 2. max_llm_calls is exact, batches and retries included -----------------------------
@@ -346,27 +332,21 @@ async def test_7_hundred_second_latencies_run_in_virtual_time(
 
 def sandbox_descendants() -> set[int]:
     """Live processes below this one running ``-m sandbox`` (the zygote and its forks)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(") ", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    result = set()
-    for pid in found:
+    stats: dict[int, list[str]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
+            with open(f"/proc/{pid}/stat") as f:
+                stats[int(pid)] = f.read().rsplit(") ", 1)[1].split()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"sandbox" in f.read() and pid_alive(pid):
-                    result.add(pid)
+                stats[int(pid)].append(str(b"sandbox" in f.read()))
         except (FileNotFoundError, ProcessLookupError):
-            continue
-    return result
+            stats.pop(int(pid), None)
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, st in stats.items() if int(st[1]) in frontier} - found
+        found |= frontier
+    return {pid for pid in found if stats[pid][0] != "Z" and stats[pid][-1] == "True"}
 
 
 ENDINGS = {
@@ -397,13 +377,21 @@ async def test_4_no_sandbox_process_survives_the_run(ending: str) -> None:
 
     seen: set[int] = set()
     before = sandbox_descendants()
+    started: dict[int, str] = {}
+    exited: dict[int, int | None] = {}
 
     def watch(event: Any) -> None:
         if event.kind == "sandbox_started":
             seen.update(sandbox_descendants() - before)
+            started[event.pid] = event.call_id
+        elif event.kind == "sandbox_exited":
+            exited[event.pid] = event.returncode
 
-    settings: dict[str, Any] = {"max_depth": 2, "exec_timeout": 60.0}
-    settings |= {"budget": {"max_llm_calls": 3}, "timeout": {"timeout": 1.5}}.get(ending, {})
+    limits: dict[str, dict[str, Any]] = {
+        "budget": {"max_llm_calls": 3},
+        "timeout": {"timeout": 1.5},
+    }
+    settings = {"max_depth": 2, **limits.get(ending, {})}
     model = RLM(
         providers={"root": (p := ScriptedProvider(script, fail=fail)), "sub": p},
         sinks=[watch],
@@ -422,6 +410,8 @@ async def test_4_no_sandbox_process_survives_the_run(ending: str) -> None:
     assert len(seen) >= (4 if sleep else 2)  # the zygote, root's and children's sandboxes
     assert not {pid for pid in seen if pid_alive(pid)}
     assert not sandbox_descendants() - before
+    # the host itself killed and reaped every call's sandbox (not only the zygote's death)
+    assert set(exited) == set(started) and None not in exited.values()
 
 
 async def interrupt_later(model: RLM, delay: float) -> None:
