@@ -15,8 +15,9 @@ from rlm._config import RunConfig
 from rlm._context import Context, context_chars
 from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted
 from rlm._result import RunResult
-from rlm._runtime import RunOutcome, Runtime
+from rlm._runtime import RunOutcome, Runtime, make_budget
 from rlm._trace import TraceWriter
+from rlm._usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider
@@ -54,6 +55,7 @@ class RLM:
         if providers is not None and "provider" not in settings:
             settings["provider"] = "fixture"  # skip endpoint checks: the caller brings its own
         self.config = RunConfig(**settings).validate()
+        make_budget(self.config)  # a bad price table or an unpriced model fails here, not mid-run
         self.trace_path = trace_path
         self._providers = dict(providers) if providers is not None else None
         self._sinks = list(sinks or [])
@@ -82,7 +84,7 @@ class RLM:
         for sink in self._sinks:
             events.add_sink(sink)
         result: RunResult | None = None
-        error: RLMError | None = None
+        runtime: Runtime | None = None
         try:
             events.emit(self._run_started(query, context))
             async with self._open_providers() as providers:
@@ -92,23 +94,16 @@ class RLM:
                     outcome = await runtime.run(query, context)
                 finally:
                     self._runtime = None
-            error = outcome.error
             result = self._result(events, runtime, outcome)
+        except RLMError as exc:  # failed before the run could start (e.g. a bad price table)
+            _emit_finished(events, runtime, "error", str(exc))
+            raise
         finally:
-            if result is None:  # cancelled, or a bug: still record how the run ended
-                events.emit(
-                    RunFinished(
-                        status="interrupted",
-                        answer=None,
-                        error="the run was cancelled",
-                        duration_s=round(events.now(), 6),
-                        llm_calls=0,
-                        input_tokens=0,
-                        output_tokens=0,
-                    )
-                )
+            if result is None and not events.finished:  # cancelled, or a bug
+                _emit_finished(events, runtime, "interrupted", "the run was cancelled")
             if trace is not None:
                 trace.close()
+        error = outcome.error
         if error is not None and not isinstance(error, LimitExceeded | Interrupted):
             error.result = result
             raise error
@@ -136,21 +131,8 @@ class RLM:
         if answer is None:
             answer = outcome.extracted or (root.candidate if root is not None else None)
         message = str(error) if error is not None else (root.error if root is not None else None)
-        detail = runtime.budget.usage_report()
-        traffic = runtime.gate.traffic()
-        finished = events.emit(
-            RunFinished(
-                status=status,
-                answer=answer,
-                error=message,
-                duration_s=round(events.now(), 6),
-                llm_calls=usage.llm_calls,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                usage_detail=detail,
-                traffic=traffic,
-            )
-        )
+        finished = _emit_finished(events, runtime, status, message, answer)
+        detail, traffic = finished.usage_detail, finished.traffic
         return RunResult(
             answer=answer,
             status=status,
@@ -201,6 +183,32 @@ class RLM:
             yield {"root": root, "sub": sub}
 
 
+def _emit_finished(
+    events: EventBus,
+    runtime: Runtime | None,
+    status: str,
+    error: str | None,
+    answer: str | None = None,
+) -> RunFinished:
+    """Record ``run_finished`` with everything the runtime (if any) counted."""
+    usage = runtime.usage.snapshot() if runtime is not None else Usage()
+    finished = events.emit(
+        RunFinished(
+            status=status,
+            answer=answer,
+            error=error,
+            duration_s=round(events.now(), 6),
+            llm_calls=usage.llm_calls,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            usage_detail=runtime.budget.usage_report() if runtime is not None else {},
+            traffic=runtime.gate.traffic() if runtime is not None else {},
+        )
+    )
+    assert isinstance(finished, RunFinished)
+    return finished
+
+
 def _status(root: CallOutcome | None, error: RLMError | None) -> str:
     if isinstance(error, RunTimeout):
         return "timeout"
@@ -225,3 +233,17 @@ def _check_inputs(query: str, context: Context) -> None:
             raise UsageError("context must be a str or a list of str")
     elif not isinstance(context, str):
         raise UsageError("context must be a str or a list of str")
+    for name, text in (("the query", query), *_documents(context)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(
+                f"{name} holds a character that is not valid Unicode text (a lone surrogate at "
+                f"index {exc.start}); decode the input with errors='replace' first"
+            ) from exc
+
+
+def _documents(context: Context) -> list[tuple[str, str]]:
+    if isinstance(context, str):
+        return [("the context", context)]
+    return [(f"context document {i}", doc) for i, doc in enumerate(context)]

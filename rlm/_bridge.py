@@ -83,42 +83,46 @@ class Bridge:
         events.emit(
             BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
         )
+        failed = len(items)
         try:
             self._host.budget.check_batch(len(items))
-            results = await self._fan_out(call, items)
+            results = await self._fan_out(call, items, children=mode == "child-call")
+            failed = sum(1 for r in results if r.startswith("Error:"))
         except BudgetExceeded as exc:
+            return {"ok": False, "value": None, "error": str(exc), "kind": "budget"}
+        finally:
             events.emit(
                 BridgeCallFinished(
                     **ids,
                     bridge_id=bridge_id,
                     fn=fn,
                     items=len(items),
-                    failed_items=len(items),
+                    failed_items=failed,
                     duration_s=round(events.now() - started, 6),
                 )
             )
-            return {"ok": False, "value": None, "error": str(exc), "kind": "budget"}
-        failed = sum(1 for r in results if r.startswith("Error:"))
-        events.emit(
-            BridgeCallFinished(
-                **ids,
-                bridge_id=bridge_id,
-                fn=fn,
-                items=len(items),
-                failed_items=failed,
-                duration_s=round(events.now() - started, 6),
-            )
-        )
         value: str | list[str] = results[0] if fn == "llm_query" else results
         return {"ok": True, "value": value, "error": "", "kind": ""}
 
-    async def _fan_out(self, call: Call, items: list[tuple[str, str | None]]) -> list[str]:
+    async def _fan_out(
+        self, call: Call, items: list[tuple[str, str | None]], *, children: bool
+    ) -> list[str]:
+        """Run every item; results in input order.
+
+        Sub-queries all start at once and queue FIFO at the gate, which is the
+        sliding window: a freed permit goes straight to the next item, and an
+        item backing off from a retry holds nothing.  Child calls each own a
+        sandbox, so at most ``max_concurrent`` of one batch are alive at a time.
+        """
         results = [""] * len(items)
-        window = trio.Semaphore(self._host.config.max_concurrent)
+        window = trio.Semaphore(self._host.config.max_concurrent if children else len(items))
         exhausted: list[BudgetExceeded] = []
 
         async def run_item(index: int, prompt: str, context: str | None) -> None:
             try:
+                if exhausted:  # the ledger is spent: send nothing more
+                    results[index] = f"Error: BudgetExceeded: {exhausted[0]}"
+                    return
                 results[index] = await self._one(call, prompt, context)
             except BudgetExceeded as exc:
                 exhausted.append(exc)
@@ -129,9 +133,6 @@ class Bridge:
         async with trio.open_nursery() as nursery:
             for index, (prompt, context) in enumerate(items):
                 await window.acquire()
-                if exhausted:  # the ledger is spent: send nothing more
-                    window.release()
-                    break
                 nursery.start_soon(run_item, index, prompt, context)
         if exhausted:
             raise exhausted[0]

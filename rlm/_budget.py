@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm._prices import PriceTable
+from rlm._usage import estimate_io
 from rlm.errors import BudgetExceeded
 from rlm.providers.base import Completion, CompletionRequest
 
 __all__ = ["Budget", "BudgetLimits", "Ticket", "UsageBreakdown"]
-
-DEFAULT_OUTPUT_ESTIMATE = 1024
 
 
 @dataclass(frozen=True)
@@ -132,8 +131,7 @@ class Budget:
     def reserve(self, request: CompletionRequest) -> Ticket:
         """Reserve one attempt of ``request`` or raise BudgetExceeded naming the limit."""
         limits = self.limits
-        input_est = sum(len(m["content"]) for m in request.messages) // 4
-        output_est = request.max_tokens or DEFAULT_OUTPUT_ESTIMATE
+        input_est, output_est = estimate_io(request)
         price = self.prices.lookup(request.model)
         if limits.max_cost is not None and price is None:
             self.check_priced(request.model)

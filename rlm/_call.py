@@ -18,7 +18,7 @@ import prompts
 from rlm._config import RunConfig
 from rlm._context import Context, context_chars, describe_context
 from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepCompleted
-from rlm._feedback import FORCE_FINAL, REMINDER, format_execution
+from rlm._feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._parsing import FinalDirective, find_code_blocks, find_final
 from rlm._sandbox_host import ExecResult, Sandbox, SandboxIdentity
 from rlm._sandbox_slot import SandboxSlot
@@ -27,7 +27,7 @@ from rlm.errors import (
     BudgetExceeded,
     RLMError,
 )
-from rlm.providers.base import Completion, CompletionRequest, Message
+from rlm.providers.base import Completion, CompletionRequest, Lane, Message
 
 __all__ = ["Call", "CallHost", "CallOutcome"]
 
@@ -112,7 +112,7 @@ class Call:
         self.last_output: str | None = None
 
     @property
-    def lane(self) -> str:
+    def lane(self) -> Lane:
         return "root" if self.depth == 0 else "sub"
 
     @property
@@ -167,7 +167,7 @@ class Call:
         request = CompletionRequest(
             messages=list(self.history),
             model=self.model,
-            lane="root" if self.depth == 0 else "sub",
+            lane=self.lane,
             max_tokens=self.host.config.max_tokens,
             call_id=self.call_id,
             depth=self.depth,
@@ -204,6 +204,7 @@ class Call:
         final: str | None = None
         blocks = list(step.blocks)
         for index, code in enumerate(blocks, start=1):
+            losses = self._slot.losses
             result = await self._run_block(code, nursery)
             self._emit_executed(index, result)
             if result.output:
@@ -214,13 +215,21 @@ class Call:
             if result.final is not None:
                 final = result.final
                 break
+            if self._slot.losses > losses and index < len(blocks):
+                # Later blocks would run in a fresh sandbox without this one's variables.
+                feedback.append(skipped_blocks(len(blocks) - index))
+                break
         if final is None and step.final is not None:
             if step.final.variable is not None:
                 lookup = await self._run_block(f"FINAL_VAR({step.final.variable!r})", nursery)
+                self._emit_executed(len(blocks) + 1, lookup)
                 if lookup.final is not None:
                     final = lookup.final
                 else:
-                    feedback.append(f"FINAL_VAR({step.final.variable}) failed: {lookup.error}")
+                    failure = f"FINAL_VAR({step.final.variable}) failed: {lookup.error}"
+                    if step.forced:
+                        return [self.command("fail", ("error", failure))]
+                    feedback.append(failure)
             else:
                 final = step.final.answer
         return [self.command("code_executed", (step, feedback, final))]

@@ -231,6 +231,7 @@ class EventBus:
         self._origin = trio.current_time()
         self._keep = keep
         self.events: list[Event] = []
+        self.finished = False  # whether run_finished was emitted
 
     def now(self) -> float:
         """Seconds since the bus was created, on trio's clock."""
@@ -240,6 +241,8 @@ class EventBus:
         self._sinks.append(sink)
 
     def emit(self, event: Event) -> Event:
+        if isinstance(event, RunFinished):
+            self.finished = True
         stamped = dataclasses.replace(event, t=round(self.now(), 6))
         if self._keep:
             self.events.append(stamped)

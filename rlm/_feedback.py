@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlm._sandbox_host import ExecResult
 
-__all__ = ["FORCE_FINAL", "REMINDER", "format_execution"]
+__all__ = ["FORCE_FINAL", "REMINDER", "format_execution", "skipped_blocks"]
 
 REMINDER = (
     "Your reply had no ```repl code block and no FINAL(...) line. Write Python in a ```repl "
@@ -34,3 +34,11 @@ def format_execution(code: str, result: ExecResult, index: int, total: int) -> s
     if not result.output and not result.error:
         parts.append("(no output)")
     return "\n".join(parts)
+
+
+def skipped_blocks(count: int) -> str:
+    """The note for blocks not run because the sandbox was lost before them."""
+    return (
+        f"[{count} later block(s) of this reply were not run: the sandbox was restarted, so "
+        "they would have run without the variables they expect. Re-run what you need.]"
+    )

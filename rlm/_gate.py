@@ -37,17 +37,17 @@ from rlm._limiter import TieredLimiter
 from rlm._pacer import Pacer
 from rlm._retry import RetryPolicy, is_overload
 from rlm._traffic import TrafficMetrics
-from rlm._usage import UsageMeter
+from rlm._usage import UsageMeter, estimate_io
 from rlm.errors import ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
 
 __all__ = ["Gate", "Ledger", "estimate_tokens"]
 
 
-def estimate_tokens(request: CompletionRequest, default_output: int = 1024) -> int:
+def estimate_tokens(request: CompletionRequest) -> int:
     """A request's tokens before sending: prompt chars / 4 plus the output allowance."""
-    prompt = sum(len(m["content"]) for m in request.messages) // 4
-    return prompt + (request.max_tokens or default_output)
+    prompt, output = estimate_io(request)
+    return prompt + output
 
 
 class Ledger(Protocol):
@@ -114,9 +114,14 @@ class Gate:
         delay = self.retry.delay(exc, attempt)
         now = trio.current_time()
         if now + delay > self._deadline():
+            left = max(0.0, self._deadline() - now)
+            who = (
+                f"{exc.url or 'the provider'} asked to wait {delay:.1f} s before retrying"
+                if getattr(exc, "retry_after", None) is not None
+                else f"the next retry would come after a {delay:.1f} s back-off"
+            )
             raise RunTimeout(
-                f"{exc.url or 'the provider'} asked to wait {delay:.1f} s before retrying, "
-                f"longer than the {max(0.0, self._deadline() - now):.1f} s left of --timeout"
+                f"{who}, longer than the {left:.1f} s left of --timeout (last error: {exc})"
             ) from exc
         self.metrics.lane(request.lane).retries += 1
         self._events.emit(

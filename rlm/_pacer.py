@@ -69,17 +69,11 @@ class Pacer:
         self._total_wait = 0.0
 
     def set_rpm(self, rpm: float) -> None:
-        old = self._requests
-        self._requests = _Cell(rpm, self.burst)
-        if old is not None:
-            self._requests.tat = old.tat
+        self._requests = _replace(self._requests, rpm, self.burst)
         self.rpm = rpm
 
     def set_tpm(self, tpm: float) -> None:
-        old = self._tokens
-        self._tokens = _Cell(tpm, 0)
-        if old is not None:
-            self._tokens.tat = old.tat
+        self._tokens = _replace(self._tokens, tpm, 0)
         self.tpm = tpm
 
     async def wait(self, tokens: int, lane: Lane) -> float:
@@ -106,3 +100,11 @@ class Pacer:
 
     def statistics(self) -> PacerStatistics:
         return PacerStatistics(self.rpm, self.tpm, self.burst, self._waits, self._total_wait)
+
+
+def _replace(old: _Cell | None, per_minute: float, burst: float) -> _Cell:
+    """A cell with a new rate that keeps the old one's schedule (no free burst on change)."""
+    cell = _Cell(per_minute, burst)
+    if old is not None:
+        cell.tat = old.tat
+    return cell

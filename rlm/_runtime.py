@@ -110,7 +110,10 @@ class Runtime:
             self._error = RunTimeout(f"the run passed its {timeout:g} s --timeout")
         extracted = None
         if isinstance(self._error, BudgetExceeded) and outcome is not None and not answered:
-            extracted = await self._extract_answer(query, outcome)
+            # A fresh scope, so an interrupt during the extract step still stops it.
+            with trio.CancelScope() as extract_scope:
+                self._run_scope = extract_scope
+                extracted = await self._extract_answer(query, outcome)
         return RunOutcome(outcome, self._error, extracted)
 
     async def _extract_answer(self, query: str, outcome: CallOutcome) -> str | None:

@@ -38,6 +38,11 @@ class SandboxSlot:
         self._failures = 0
         self.executing = False
 
+    @property
+    def losses(self) -> int:
+        """How many sandboxes this call lost to a crash or a timeout so far."""
+        return self._failures
+
     def spawn(self, nursery: trio.Nursery) -> None:
         """Start getting a sandbox in the background (``nursery`` must outlive it)."""
         ready = trio.Event()

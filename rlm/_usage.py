@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Usage", "UsageMeter"]
+from rlm.providers.base import CompletionRequest
+
+__all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "UsageMeter", "estimate_io"]
+
+#: Output tokens assumed for a request that sets no ``max_tokens``.
+DEFAULT_OUTPUT_ESTIMATE = 1024
+
+
+def estimate_io(request: CompletionRequest) -> tuple[int, int]:
+    """(input, output) tokens a request may use: prompt chars / 4, and ``max_tokens``
+    (or DEFAULT_OUTPUT_ESTIMATE).  Pacing and budget reservations both use this."""
+    prompt = sum(len(m["content"]) for m in request.messages) // 4
+    return prompt, request.max_tokens or DEFAULT_OUTPUT_ESTIMATE
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import trio
 
 from fixtures.needle import generate_needle
 from rlm import RLM
+from rlm._events import Event, RunFinished
+from rlm.providers.base import CompletionRequest
 from tests.helpers import ScriptedProvider, pid_alive, repl, sandbox_pids, serving
 
 QUESTION = "What is the magic number?"
@@ -164,3 +166,51 @@ async def test_ctrl_c_during_a_slow_fan_out_exits_130_and_leaves_no_process(
     assert events[-1]["event"] == "run_finished" and events[-1]["status"] == "interrupted"
     pids = [e["pid"] for e in events if e["event"] == "sandbox_started"]
     assert pids and not any(pid_alive(pid) for pid in pids)
+
+
+async def test_interrupt_during_the_extract_step_stops_it() -> None:
+    def is_extract(request: CompletionRequest) -> bool:
+        return "budget is exhausted" in request.messages[-1]["content"]
+
+    provider = ScriptedProvider(
+        lambda r: repl("answer = 'partial'\nprint('x' * 10)"),
+        latency=lambda r: 5.0 if is_extract(r) else 0.0,
+    )
+    model = RLM(
+        providers={"root": provider, "sub": provider}, max_input_tokens=2_600, max_tokens=50
+    )
+
+    async def interrupt_during_extract() -> None:
+        while not any(is_extract(r) for r in provider.requests):  # noqa: ASYNC110
+            await trio.sleep(0.05)
+        model.interrupt()
+
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(interrupt_during_extract)
+        result = await model.acompletion("q", "ctx")
+    assert trio.current_time() - started < 4.0  # did not wait for the 5 s extract reply
+    assert result.status == "budget_exceeded" and result.answer == "partial"
+
+
+async def test_a_cancelled_run_still_reports_what_it_sent() -> None:
+    provider = ScriptedProvider(
+        [repl("print(1)"), repl("print(2)")],
+        latency=lambda r: 0.0 if len(r.messages) < 4 else 30.0,
+    )
+    seen: list[Event] = []
+    model = RLM(providers={"root": provider, "sub": provider}, sinks=[seen.append])
+    with trio.move_on_after(2.0):
+        await model.acompletion("q", "ctx")
+    finished = [e for e in seen if isinstance(e, RunFinished)]
+    assert len(finished) == 1
+    assert finished[0].status == "interrupted" and finished[0].llm_calls == 2
+
+
+def test_setup_errors_fail_at_construction_not_mid_run() -> None:
+    from rlm.errors import UsageError
+
+    with pytest.raises(UsageError, match="has no price"):
+        RLM(provider="fixture", model="no-such-model", max_cost=1.0)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        RLM(provider="fixture").completion("q", "bad \ud800 text")

@@ -277,15 +277,9 @@ def assert_trace_explains_time(trace: Trace) -> None:
             last_event[call] = e["t"]
 
 
-WINDOW_BUG = (
-    "bug: Bridge._fan_out's window (max_concurrent slots) is held by items backing off; "
-    "later items wait for it unrecorded (queue_wait_s 0) while a sub permit idles"
-)
 
 
-@pytest.mark.parametrize(
-    "items", [3, pytest.param(6, marks=pytest.mark.xfail(strict=True, reason=WINDOW_BUG))]
-)
+@pytest.mark.parametrize("items", [3, 6])
 async def test_6_every_wait_and_retry_is_in_the_trace(
     autojump_clock: trio.abc.Clock, items: int
 ) -> None:

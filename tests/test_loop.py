@@ -202,3 +202,23 @@ async def test_depth_two_sub_calls_are_child_calls_with_their_own_sandbox() -> N
     assert len(pids) == 3 and not any(pid_alive(p) for p in pids)
     lanes = {(e["depth"], e["lane"]) for e in result.trace if e["event"] == "llm_request"}
     assert lanes == {(0, "root"), (1, "sub"), (2, "sub")}
+
+
+async def test_blocks_after_a_lost_sandbox_are_skipped_with_a_note() -> None:
+    reply = "Two blocks.\n```repl\nx = 1\nwhile True:\n    pass\n```\n```repl\nprint(x)\n```"
+    provider = ScriptedProvider([reply, "FINAL(ok)"])
+    result = await run(provider, exec_timeout=1.0)
+    fed_back = last_user(provider.root_requests()[1])
+    assert "exceeded the 1 s limit" in fed_back
+    assert "1 later block(s) of this reply were not run" in fed_back
+    assert "NameError" not in fed_back
+    assert result.answer == "ok"
+
+
+async def test_a_failed_final_var_at_the_forced_step_is_an_error_that_says_why() -> None:
+    provider = ScriptedProvider(
+        lambda r: "FINAL_VAR(missing)" if "used all" in last_user(r) else repl("print(1)")
+    )
+    result = await run(provider, max_iterations=1)
+    assert result.status == "error"
+    assert result.error is not None and "FINAL_VAR(missing) failed" in result.error

@@ -10,6 +10,7 @@ header; it is never logged and never part of an error message.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import httpx2
@@ -26,6 +27,7 @@ from rlm.providers.base import Completion, CompletionRequest
 
 __all__ = [
     "OpenAIProvider",
+    "clean_text",
     "make_http_client",
     "parse_rate_limit_headers",
     "parse_retry_after",
@@ -92,14 +94,24 @@ class OpenAIProvider:
         code = error.get("code") if isinstance(error, dict) else None
         status = code if isinstance(code, int) and 400 <= code < 600 else 502
         message = error.get("message") if isinstance(error, dict) else error
-        return self._status_error(response, status=status, detail=str(message)[:300])
+        return self._status_error(
+            response,
+            status=status,
+            detail=str(message)[:300],
+            where=f"{self.url} answered HTTP 200 with an error (treated as {status})",
+        )
 
     def _status_error(
-        self, response: httpx2.Response, *, status: int | None = None, detail: str | None = None
+        self,
+        response: httpx2.Response,
+        *,
+        status: int | None = None,
+        detail: str | None = None,
+        where: str | None = None,
     ) -> ProviderStatusError:
         status = status or response.status_code
         detail = _error_detail(response) if detail is None else detail
-        where = f"{self.url} answered HTTP {status}"
+        where = where or f"{self.url} answered HTTP {status}"
         message = f"{where}: {detail}" if detail else where
         retry_after = parse_retry_after(response.headers)
         if status in (401, 403):
@@ -133,33 +145,63 @@ class OpenAIProvider:
             text = choice["message"]["content"] or ""
             if not isinstance(text, str):
                 raise TypeError("message content is not a string")
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as exc:
+        except (
+            json.JSONDecodeError,
+            UnicodeDecodeError,
+            KeyError,
+            IndexError,
+            TypeError,
+            AttributeError,
+        ) as exc:
             kind = response.headers.get("content-type", "no content-type")
             raise ProviderResponseError(
                 f"{self.url} did not answer with a chat completion (HTTP {response.status_code}, "
                 f"{kind}): {response.text[:200]!r}",
                 url=self.url,
             ) from exc
-        usage = data.get("usage") or {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         metadata: dict[str, Any] = {}
         for key in ("system_fingerprint", "id"):
             if isinstance(data.get(key), str):
                 metadata[key] = data[key]
         if data.get("system_fingerprint") == "rlm-fixture":
             metadata["fixture"] = True
-        if isinstance(usage.get("cost"), int | float):
-            metadata["cost"] = usage["cost"]
+        cost = usage.get("cost")
+        if isinstance(cost, int | float) and math.isfinite(cost) and cost >= 0:
+            metadata["cost"] = float(cost)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and _count(details.get("cached_tokens")):
+            metadata["cached_tokens"] = _count(details.get("cached_tokens"))
         limits = parse_rate_limit_headers(response.headers)
         if limits:
             metadata["ratelimit"] = limits
         return Completion(
-            text=text,
+            text=clean_text(text),
             model=str(data.get("model") or ""),
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
-            finish_reason=choice.get("finish_reason"),
+            input_tokens=_count(usage.get("prompt_tokens")),
+            output_tokens=_count(usage.get("completion_tokens")),
+            finish_reason=choice.get("finish_reason") if isinstance(choice, dict) else None,
             metadata=metadata,
         )
+
+
+def _count(value: object) -> int:
+    """A token count from JSON, or 0 when it is missing or not a sane number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
+
+
+def clean_text(text: str) -> str:
+    """Replace lone surrogates (valid JSON escapes, invalid text) so the text can travel on."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _error_detail(response: httpx2.Response) -> str:

@@ -1,0 +1,145 @@
+"""The OpenAI-compatible provider against httpx2.MockTransport: shapes, errors, headers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx2
+import pytest
+
+from rlm.errors import (
+    AuthenticationError,
+    ProviderResponseError,
+    ProviderStatusError,
+    QuotaExceededError,
+    RateLimitError,
+)
+from rlm.providers.base import CompletionRequest
+from rlm.providers.openai import OpenAIProvider
+
+URL = "http://llm.test/v1"
+Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+def provider(handler: Handler) -> OpenAIProvider:
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    return OpenAIProvider(client, URL, api_key="sk-test")
+
+
+def request() -> CompletionRequest:
+    return CompletionRequest(messages=[{"role": "user", "content": "hi"}], model="m")
+
+
+def chat(content: object = "hello", usage: object = None, **extra: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        **extra,
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+async def test_a_completion_with_usage_and_the_key_in_the_header_only() -> None:
+    seen: list[httpx2.Request] = []
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(req)
+        usage = {
+            "prompt_tokens": 12,
+            "completion_tokens": 3,
+            "cost": 0.001,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        }
+        return httpx2.Response(
+            200, json=chat(usage=usage), headers={"x-ratelimit-limit-requests": "500"}
+        )
+
+    done = await provider(handler).complete(request())
+    assert (done.text, done.input_tokens, done.output_tokens) == ("hello", 12, 3)
+    assert done.metadata["cost"] == 0.001 and done.metadata["cached_tokens"] == 4
+    assert done.metadata["ratelimit"]["requests_limit"] == 500.0
+    assert seen[0].headers["authorization"] == "Bearer sk-test"
+    assert b"sk-test" not in seen[0].content
+    assert json.loads(seen[0].content) == {"model": "m", "messages": request().messages}
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        "n/a",
+        {"prompt_tokens": "12k"},
+        {"prompt_tokens": 1e400},
+        {"prompt_tokens": -5, "completion_tokens": True},
+    ],
+)
+async def test_malformed_usage_counts_as_zero_instead_of_crashing(usage: object) -> None:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        body = json.dumps(chat(usage=usage)).replace("Infinity", "1e400")
+        return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
+
+    done = await provider(handler).complete(request())
+    assert done.text == "hello" and done.input_tokens == 0 and done.output_tokens == 0
+
+
+async def test_lone_surrogates_in_a_reply_are_replaced() -> None:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=b'{"choices":[{"message":{"content":"a\\ud83db"}}]}')
+
+    done = await provider(handler).complete(request())
+    done.text.encode("utf-8")  # travels on without UnicodeEncodeError
+    assert done.text.startswith("a") and done.text.endswith("b")
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (401, {"error": {"message": "bad key"}}, AuthenticationError),
+        (402, {"error": {"message": "pay up"}}, QuotaExceededError),
+        (429, {"error": {"code": "insufficient_quota", "message": "quota"}}, QuotaExceededError),
+        (429, {"error": {"message": "slow down"}}, RateLimitError),
+        (400, {"error": {"message": "bad request"}}, ProviderStatusError),
+    ],
+)
+async def test_status_errors_map_to_the_error_tree(
+    status: int, body: object, error: type[Exception]
+) -> None:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, json=body, headers={"retry-after-ms": "1500"})
+
+    with pytest.raises(error) as caught:
+        await provider(handler).complete(request())
+    assert URL in str(caught.value) and "sk-test" not in str(caught.value)
+    if error is RateLimitError:
+        assert caught.value.retry_after == 1.5  # type: ignore[attr-defined]
+        assert caught.value.retryable  # type: ignore[attr-defined]
+    if status == 400:
+        assert not caught.value.retryable  # type: ignore[attr-defined]
+
+
+async def test_an_error_inside_a_200_is_an_error_and_says_so() -> None:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json={"error": {"code": 502, "message": "upstream died"}})
+
+    with pytest.raises(ProviderStatusError, match="HTTP 200 with an error") as caught:
+        await provider(handler).complete(request())
+    assert caught.value.status == 502 and caught.value.retryable
+
+
+async def test_a_non_json_reply_names_the_url_and_shows_what_came_back() -> None:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(
+            200, text="<html>proxy login</html>", headers={"content-type": "text/html"}
+        )
+
+    with pytest.raises(ProviderResponseError, match="proxy login") as caught:
+        await provider(handler).complete(request())
+    assert f"{URL}/chat/completions" in str(caught.value) and "text/html" in str(caught.value)
