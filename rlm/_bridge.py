@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from rlm._events import BridgeCallFinished, BridgeCallStarted, EventBus
+from rlm._events import BridgeCallFinished, BridgeCallStarted, BudgetRefused, EventBus
 from rlm.errors import BudgetExceeded, RLMError
 from rlm.providers.base import Completion, CompletionRequest
 
@@ -89,6 +89,16 @@ class Bridge:
             results = await self._fan_out(call, items, children=mode == "child-call")
             failed = sum(1 for r in results if r.startswith("Error:"))
         except BudgetExceeded as exc:
+            events.emit(
+                BudgetRefused(
+                    **ids,
+                    scope="batch",
+                    items=len(items),
+                    lane="sub",
+                    model=self._host.config.effective_sub_model,
+                    reason=str(exc),
+                )
+            )
             return {"ok": False, "value": None, "error": str(exc), "kind": "budget"}
         finally:
             events.emit(

@@ -19,6 +19,7 @@ import trio
 __all__ = [
     "BridgeCallFinished",
     "BridgeCallStarted",
+    "BudgetRefused",
     "CallFinished",
     "CallStarted",
     "CapacityChanged",
@@ -181,6 +182,16 @@ class LLMRetry(Event):
     delay_s: float
     reason: str
     retry_after: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetRefused(Event):
+    kind: ClassVar[str] = "budget_refused"
+    scope: str
+    items: int
+    lane: str
+    model: str
+    reason: str
 
 
 @dataclass(frozen=True, kw_only=True)

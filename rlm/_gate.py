@@ -26,6 +26,7 @@ import trio
 
 from rlm._adaptive import AdaptiveCapacity
 from rlm._events import (
+    BudgetRefused,
     CapacityChanged,
     EventBus,
     LLMRequest,
@@ -38,7 +39,7 @@ from rlm._pacer import Pacer
 from rlm._retry import RetryPolicy, is_overload
 from rlm._traffic import TrafficMetrics
 from rlm._usage import UsageMeter, estimate_io
-from rlm.errors import ProviderError, ProviderStatusError, RunTimeout
+from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
 
 __all__ = ["Gate", "Ledger", "estimate_tokens"]
@@ -151,7 +152,7 @@ class Gate:
         async with self.limiter.permit(lane):
             queue_wait = trio.current_time() - queued_at
             pace_wait = await self.pacer.wait(estimate_tokens(request), lane)
-            ticket = self.ledger.reserve(request) if self.ledger is not None else None
+            ticket = self._reserve(request)
             self._usage.count_request()
             metrics.attempts += 1
             metrics.in_flight += 1
@@ -171,7 +172,7 @@ class Gate:
                     queue_wait_s=round(queue_wait, 6),
                     pace_wait_s=round(pace_wait, 6),
                     attempt=attempt,
-                    in_flight=self.limiter.statistics().in_flight,
+                    in_flight=sum(m.in_flight for m in self.metrics.lanes.values()),
                 )
             )
             started = trio.current_time()
@@ -184,6 +185,10 @@ class Gate:
                     self.ledger.settle(ticket, None)
                     ticket = None
                 self._record(request, provider, request_id, attempt, started, None, exc, None)
+                raise
+            except trio.Cancelled:
+                # The run is ending: the attempt was abandoned, and the trace says so.
+                self._record(request, provider, request_id, attempt, started, None, None, None)
                 raise
             finally:
                 metrics.in_flight -= 1
@@ -214,7 +219,7 @@ class Gate:
             if request.lane == "sub":
                 self.adaptive.on_success()
             self._learn_limits(completion)
-        else:
+        elif error is not None:
             metrics.failed += 1
             if status == 429:
                 metrics.rate_limited += 1
@@ -228,7 +233,7 @@ class Gate:
                 lane=request.lane,
                 model=request.model,
                 provider=provider.name,
-                status="ok" if completion is not None else "error",
+                status="ok" if completion else ("error" if error else "cancelled"),
                 http_status=200 if completion is not None else status,
                 latency_s=round(latency, 6),
                 input_tokens=completion.input_tokens if completion else 0,
@@ -239,6 +244,26 @@ class Gate:
                 metadata=dict(completion.metadata) if completion else {},
             )
         )
+
+    def _reserve(self, request: CompletionRequest) -> object:
+        """Reserve the attempt in the budget; a refusal is an event, then BudgetExceeded."""
+        if self.ledger is None:
+            return None
+        try:
+            return self.ledger.reserve(request)
+        except BudgetExceeded as exc:
+            self._events.emit(
+                BudgetRefused(
+                    call_id=request.call_id,
+                    depth=request.depth,
+                    scope="request",
+                    items=1,
+                    lane=request.lane,
+                    model=request.model,
+                    reason=str(exc),
+                )
+            )
+            raise
 
     def _learn_limits(self, completion: Completion) -> None:
         """Adopt rpm/tpm from response headers when the user gave none."""

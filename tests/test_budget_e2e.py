@@ -81,6 +81,8 @@ async def test_budget_exhaustion_is_visible_to_model_code() -> None:
     assert "refused: a batch of 10 sub-queries needs 10 LLM calls, but only 2" in fed_back
     assert fed_back.splitlines()[4].strip() == "2" or "\n2\n" in fed_back
     assert result.status == "answered" and result.usage.llm_calls == 2
+    refused = [e for e in result.trace if e["event"] == "budget_refused"]
+    assert [(e["scope"], e["items"]) for e in refused] == [("batch", 10)]
 
 
 async def test_a_run_stopped_by_the_budget_keeps_its_answer_variable() -> None:
@@ -89,6 +91,8 @@ async def test_a_run_stopped_by_the_budget_keeps_its_answer_variable() -> None:
     result = await model.acompletion("q", "ctx")
     assert result.status == "budget_exceeded"
     assert result.answer == "half-way"
+    refused = [e for e in result.trace if e["event"] == "budget_refused"]
+    assert refused and refused[0]["scope"] == "request" and refused[0]["lane"] == "root"
     assert all(not pid_alive(p) for p in sandbox_pids(result.trace))
 
 
