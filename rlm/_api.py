@@ -29,15 +29,24 @@ __all__ = ["RLM"]
 class RLM:
     """A configured recursive language model.
 
-    Every keyword is a field of the run configuration (the ``rlm run`` flags of
-    the same name): ``model``, ``base_url``, ``sub_model``, ``sub_base_url``,
-    ``provider`` ("openai" or "fixture"), ``api_key``, ``max_depth``,
-    ``max_iterations``, ``max_concurrent``, ``root_permits``, ``timeout``,
-    ``exec_timeout``, ``max_output_chars``, ``max_tokens``.  ``trace_path``
-    writes the JSONL trace; ``providers`` replaces the providers by lane (for
-    tests and custom back ends); ``sinks`` receive every event as it happens.
+    Every keyword is a field of :class:`rlm.RunConfig`, named like the ``rlm
+    run`` flag with dashes as underscores: ``model``, ``base_url``,
+    ``sub_model``, ``sub_base_url``, ``provider`` ("openai" or "fixture"),
+    ``api_key``, ``max_depth``, ``max_iterations``, ``max_concurrent``,
+    ``root_permits``, ``rpm``, ``tpm``, ``burst``, ``max_retries``,
+    ``adaptive``, ``max_llm_calls``, ``max_input_tokens``, ``max_output_tokens``,
+    ``max_total_tokens``, ``max_cost``, ``prices_path``, ``timeout``,
+    ``exec_timeout``, ``max_output_chars``, ``max_tokens``,
+    ``require_isolation``, ``request_timeout`` (one HTTP attempt, s), and
+    ``fixture_root_latency`` / ``fixture_sub_latency``.  Bad values raise :class:`rlm.UsageError` here, not
+    mid-run.  ``trace_path`` writes the JSONL trace; ``providers`` replaces the
+    providers by lane (for tests and custom back ends); ``sinks`` receive every
+    event as it happens.
 
-    >>> RLM(provider="fixture").completion("What is the magic number?", text).answer
+    Example::
+
+        result = RLM(provider="fixture").completion("What is the magic number?", text)
+        result.answer, result.status, result.usage.llm_calls
     """
 
     def __init__(

@@ -23,10 +23,7 @@ from rlm._parsing import FinalDirective, find_code_blocks, find_final
 from rlm._sandbox_host import ExecResult, Sandbox, SandboxIdentity
 from rlm._sandbox_slot import SandboxSlot
 from rlm._scheduler import Command
-from rlm.errors import (
-    BudgetExceeded,
-    RLMError,
-)
+from rlm.errors import BudgetExceeded, RLMError
 from rlm.providers.base import Completion, CompletionRequest, Lane, Message
 
 __all__ = ["Call", "CallHost", "CallOutcome"]
