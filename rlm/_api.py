@@ -39,9 +39,9 @@ class RLM:
     ``exec_timeout``, ``max_output_chars``, ``max_tokens``,
     ``require_isolation``, ``request_timeout`` (one HTTP attempt, s), and
     ``fixture_root_latency`` / ``fixture_sub_latency``.  Bad values raise
-    :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL trace; ``providers`` replaces the
-    providers by lane (for tests and custom back ends); ``sinks`` receive every
-    event as it happens.
+    :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL
+    trace; ``providers`` replaces the providers by lane (for tests and custom
+    back ends); ``sinks`` receive every event as it happens.
 
     Example::
 
