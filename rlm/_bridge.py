@@ -178,10 +178,12 @@ def _refuse(message: str) -> dict[str, Any]:
 
 
 def _check_items(prompts: object, contexts: object) -> str | None:
-    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+    if not isinstance(prompts, list):
         return "prompts must be a list of str"
     if len(prompts) > _MAX_ITEMS:
         return f"a batch holds at most {_MAX_ITEMS:,} prompts; got {len(prompts):,}"
+    if not all(isinstance(p, str) for p in prompts):
+        return "prompts must be a list of str"
     if contexts is None:
         return None
     if not isinstance(contexts, list) or len(contexts) != len(prompts):

@@ -111,6 +111,7 @@ class Sandbox:
         self._killed = False
         self._kill_reason = "closed"
         self._bytes_read = 0
+        self._max_output_chars = 1 << 20  # set by initialize()
         self.pid = process.pid
         #: The child's hardening report (``{layer: "active" | "unavailable: why"}``).
         self.layers: dict[str, str] = {}
@@ -148,6 +149,7 @@ class Sandbox:
         """Send ``init`` (the context inline, or ``context_fd``: a sealed memfd) and
         wait for ``ready``.  On failure or cancellation the sandbox is closed."""
         self._owner = owner
+        self._max_output_chars = max_output_chars
         init: dict[str, Any] = {"t": "init", "max_output_chars": max_output_chars}
         try:
             with trio.fail_after(_START_TIMEOUT):
@@ -215,14 +217,7 @@ class Sandbox:
                 raise SandboxCrashed("the sandbox sent more than 64 MiB in one execution")
             kind = frame.get("t")
             if kind == "result" and frame.get("id") == exec_id:
-                return ExecResult(
-                    ok=bool(frame.get("ok")),
-                    output=str(frame.get("output") or ""),
-                    output_chars=int(frame.get("output_chars") or 0),
-                    error=_opt_str(frame.get("error")),
-                    final=_opt_str(frame.get("final")),
-                    duration_s=round(trio.current_time() - started, 6),
-                )
+                return self._result(frame, round(trio.current_time() - started, 6))
             if kind == "bridge":
                 paused = trio.current_time()
                 reply = await on_bridge(frame)
@@ -233,6 +228,27 @@ class Sandbox:
                 continue
             self.kill("protocol-error")
             raise SandboxCrashed(f"the sandbox sent an unexpected {kind!r} frame")
+
+    def _result(self, frame: dict[str, Any], duration_s: float) -> ExecResult:
+        """The outcome in a ``result`` frame, checked: the child is not trusted.
+
+        A frame with the wrong types kills the sandbox (a protocol error); text
+        is cut to the configured output size again here, whatever the child
+        claims to have done.
+        """
+        if not _valid_result(frame):
+            self.kill("protocol-error")
+            raise SandboxCrashed("the sandbox sent a malformed 'result' frame")
+        cap = self._max_output_chars
+        error = frame.get("error")
+        return ExecResult(
+            ok=frame["ok"],
+            output=frame["output"][:cap],
+            output_chars=max(frame["output_chars"], len(frame["output"])),
+            error=None if error is None else error[-cap:],
+            final=frame.get("final"),
+            duration_s=duration_s,
+        )
 
     def kill(self, reason: str = "killed") -> None:
         """Kill the whole process group at once.  Safe to call repeatedly."""
@@ -329,6 +345,19 @@ class Sandbox:
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+
+
+def _valid_result(frame: dict[str, Any]) -> bool:
+    """Whether a ``result`` frame has the types the protocol promises."""
+    output, chars = frame.get("output"), frame.get("output_chars")
+    optional = (frame.get("error"), frame.get("final"))
+    return (
+        isinstance(output, str)
+        and type(chars) is int
+        and chars >= 0
+        and isinstance(frame.get("ok"), bool)
+        and all(value is None or isinstance(value, str) for value in optional)
+    )
 
 
 def _opt_str(value: object) -> str | None:

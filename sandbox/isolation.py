@@ -6,7 +6,7 @@ is reported, never fatal: the host decides (``--require-isolation``) whether a
 run may go on without it.  Order matters:
 
 1. ``fds``: close every inherited descriptor except the protocol ones;
-2. ``netns``: a fresh, empty network namespace (needs root, or an
+2. ``netns``: fresh, empty network and System V IPC namespaces (needs root, or an
    unprivileged user namespace);
 3. ``rlimits``: address space, CPU time, open files, file size, core dumps,
    processes;
@@ -47,6 +47,7 @@ NOBODY = 65534
 ACTIVE = "active"
 
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWIPC = 0x08000000  # System V IPC objects die with the sandbox
 _CLONE_NEWUSER = 0x10000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -106,10 +107,10 @@ def _fd_is_open(fd: int) -> bool:
 
 
 def _unshare_net(libc: ctypes.CDLL) -> str:
-    if libc.unshare(_CLONE_NEWNET) == 0:
+    if libc.unshare(_CLONE_NEWNET | _CLONE_NEWIPC) == 0:
         return ACTIVE
-    first = _errno_text("unshare(CLONE_NEWNET) refused")
-    if os.geteuid() != 0 and libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0:
+    first = _errno_text("unshare(CLONE_NEWNET | CLONE_NEWIPC) refused")
+    if os.geteuid() != 0 and libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWIPC) == 0:
         return ACTIVE
     return "unavailable: " + first + (
         "; user namespaces are not allowed either" if os.geteuid() != 0 else "")

@@ -45,6 +45,9 @@ ALLOWED_MODULES = frozenset({
 EXCLUDED_ATTRIBUTES: dict[str, frozenset[str]] = {
     # Formatter.get_field walks attributes named in the format string.
     "string": frozenset({"Formatter"}),
+    # UserString.format/format_map are plain Python methods that call the real
+    # str.format on the wrapped text: a route around the guarded formatter.
+    "collections": frozenset({"UserString"}),
     # update_wrapper/wraps read and write attributes named by the caller (a
     # route to a function's __globals__); singledispatch evaluates string
     # annotations with eval(); the rest is plumbing nobody analysing text needs.

@@ -113,6 +113,10 @@ _SUSPECT_PREFIXES = ("_", *_INTROSPECTION_PREFIXES)
 
 
 def _refusal(obj: object, name: str) -> str | None:
+    if name == "obj" and isinstance(obj, AttributeError):
+        # Since 3.10 AttributeError.obj holds the object the failed lookup was on,
+        # which may be an interpreter internal (a module's dict, a worker function).
+        return "attribute 'obj' of AttributeError is not accessible in the sandbox"
     if not name.startswith(_SUSPECT_PREFIXES) and name not in INSPECT_ATTRIBUTES:
         return None  # the common case, decided cheaply
     if name.startswith("_"):

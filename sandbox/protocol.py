@@ -115,9 +115,27 @@ class FrameDecoder:
         return frames
 
 
+#: Arrays and maps one frame may hold.  Real frames hold a handful; a frame of
+#: nested empty arrays would otherwise decode 16 MiB into over a GiB of objects.
+MAX_CONTAINERS = 1024
+
+
 def _decode_payload(payload: bytes) -> dict[str, Any]:
+    containers = 0
+
+    def count(obj: Any) -> Any:
+        nonlocal containers
+        containers += 1
+        if containers > MAX_CONTAINERS:
+            raise FrameError(f"frame holds more than {MAX_CONTAINERS} arrays and maps")
+        return obj
+
     try:
-        message = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+        message = msgpack.unpackb(
+            payload, raw=False, strict_map_key=True, list_hook=count, object_hook=count
+        )
+    except FrameError:
+        raise
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise FrameError(f"frame is not valid msgpack: {exc}") from exc
     if not isinstance(message, dict) or not isinstance(message.get("t"), str):

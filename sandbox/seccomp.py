@@ -71,6 +71,9 @@ DENIED_SYSCALLS: dict[str, int] = {
     "adjtimex": 159, "clock_adjtime": 305, "iopl": 172, "ioperm": 173,
     "open_by_handle_at": 304, "name_to_handle_at": 303, "mknod": 133, "mknodat": 259,
     "fanotify_init": 300, "lookup_dcookie": 212, "move_pages": 279, "migrate_pages": 256,
+    # System V and POSIX message IPC: objects that could outlive the sandbox.
+    "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66,
+    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
 }
 
 #: Signal-sending syscalls allowed only when args[0] is the sandbox's own pid.

@@ -320,8 +320,10 @@ def _send_result(channel: Channel, result: dict[str, Any]) -> None:
     try:
         channel.send(result)
     except FrameError as exc:  # e.g. a FINAL answer larger than the frame cap
+        output = result["output"][: MAX_OUTPUT_FRAME_BYTES // 8]
         channel.send({**result, "ok": False, "final": None,
-                      "output": result["output"][: MAX_OUTPUT_FRAME_BYTES // 8],
+                      # lone surrogates printed by model code cannot travel as UTF-8
+                      "output": output.encode("utf-8", "backslashreplace").decode("utf-8"),
                       "error": f"the result is too large to send back ({exc})"})
 
 

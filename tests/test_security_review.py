@@ -1,10 +1,10 @@
 """Security suite, review findings: attacks tried against a real sandbox, by route.
 
-Tests that hold assert the attack is refused (or harmless), that the worker
-keeps serving and that the host's canary never comes back.  Tests marked
-``xfail(strict=True)`` are attacks that currently *succeed*: each one's
-reason says what escapes and the test passes (so the marker must go) once
-the hole is closed.
+Each test asserts the attack is refused (or harmless), that the worker keeps
+serving and that the host's canary never comes back.  Several were escapes
+or host crashes when found (UserString.format with AttributeError.obj,
+forged result frames, container amplification in frames, System V IPC left
+behind, unencodable output); they stay here as regression tests.
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ USERSTRING_ESCAPE = (
 # --- escapes that currently succeed --------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ESCAPE: collections.UserString.format/format_map call the real str.format, so "
-    "'{0.__class__.__mro__}' walks dunder attributes past SafeFormatter"))
 async def test_userstring_format_does_not_walk_dunder_attributes() -> None:
     async with open_sandbox() as box:
         result = await box.run(
@@ -57,10 +54,6 @@ async def test_userstring_format_does_not_walk_dunder_attributes() -> None:
         assert not result.ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ESCAPE: UserString.format walks to sys.modules and AttributeError.obj hands it to "
-    "model code; operator.getitem then gives the real os module (full language-layer "
-    "bypass; only the process layers hold)"))
 async def test_userstring_and_attribute_error_obj_do_not_give_real_modules() -> None:
     async with open_sandbox() as box:
         result = await box.run(USERSTRING_ESCAPE)
@@ -69,10 +62,6 @@ async def test_userstring_and_attribute_error_obj_do_not_give_real_modules() -> 
         assert await box.ok("print('still serving')") == "still serving\n"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOST DoS: a compromised sandbox's frame of nested empty arrays decodes ~70x larger "
-    "on the host (16 MiB -> ~1.2 GB, ~5 s blocking the trio loop); the decoder must bound "
-    "the number of containers"))
 def test_frame_decoder_refuses_container_amplification() -> None:
     count = 1 << 20
     payload = (b"\x82\xa1t\xa6bridge\xa7prompts\xdd" + count.to_bytes(4, "big")
@@ -93,10 +82,6 @@ FORGED_RESULTS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOST CRASH: Sandbox.execute calls int()/str() on the child's result fields, so a "
-    "forged result frame raises ValueError/TypeError/OverflowError/RecursionError "
-    "(not SandboxError) and aborts the whole run"))
 @pytest.mark.parametrize("name", sorted(FORGED_RESULTS))
 async def test_forged_result_frame_fields_cost_only_the_call(name: str) -> None:
     frame = {"t": "result", "id": 1, "ok": True, "output": "x", "output_chars": 1,
@@ -151,9 +136,6 @@ def _remove_sysv(kind: str, ident: int) -> None:
         libc.semctl(ident, 0, ipc_rmid)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LEFT BEHIND: seccomp allows shmget/msgget/semget and there is no IPC namespace, so an "
-    "escaped sandbox leaves SysV segments (memory that outlives it) in the host's namespace"))
 def test_a_hardened_process_leaves_no_sysv_ipc_objects_behind() -> None:
     before = {kind: _sysv_ids(kind) for kind in ("shm", "msg", "sem")}
     done = subprocess.run(
@@ -173,10 +155,6 @@ def test_a_hardened_process_leaves_no_sysv_ipc_objects_behind() -> None:
     assert leftover == {"shm": [], "msg": [], "sem": []}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (not an escape): printing a lone surrogate makes the result frame unencodable; "
-    "the fallback frame reuses the same output, so the worker dies (exit 70) and the call "
-    "loses its REPL state"))
 async def test_a_lone_surrogate_in_output_is_an_error_not_a_crash() -> None:
     async with open_sandbox() as box:
         result = await box.run("print('a' + chr(0xd800) + 'b')")

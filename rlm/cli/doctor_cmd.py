@@ -24,7 +24,7 @@ _DESCRIPTIONS = {
     "own-process-group": "own session; the host kills the whole group",
     "dedicated-pipes": "frames on their own pipes, byte caps per frame and per execution",
     "fds": "no inherited file descriptors but the protocol ones",
-    "netns": "a fresh network namespace with no interfaces",
+    "netns": "fresh network and IPC namespaces: no interfaces, no shared IPC objects",
     "rlimits": "address space, CPU time, open files, file size 0, no core dumps",
     "uid": "a different unprivileged uid per sandbox",
     "no-new-privs": "no privilege gain through exec",
