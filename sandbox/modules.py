@@ -21,6 +21,7 @@ the real name would hand out the real submodule (``collections.abc``).
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from collections.abc import Mapping
 
@@ -163,8 +164,26 @@ def guarded_import(
     locals: Mapping[str, object] | None = None,
     fromlist: tuple[str, ...] | list[str] | None = (),
     level: int = 0,
-) -> ModuleProxy:
-    """The ``__import__`` seen by model code: allow-listed top-level modules only."""
+) -> object:
+    """The ``__import__`` seen by model code: allow-listed top-level modules only.
+
+    C functions also import through it (``datetime.strptime`` and
+    ``time.strptime`` run ``import _strptime`` in the caller's builtins).  Those
+    few internal modules are handed over as they are: model code cannot name
+    them (names starting with ``_`` do not compile, and ``__import__`` is not
+    reachable by name), so only the interpreter's own C code ever asks.
+    """
     if level != 0:
         raise ImportError("relative imports are not allowed in the sandbox")
-    return import_module(plain_str(name, "module name"))
+    name = plain_str(name, "module name")
+    if name in C_INTERNAL_IMPORTS and not fromlist:
+        return sys.modules[name]
+    return import_module(name)
+
+
+#: Modules that C code in allowed modules imports at call time.  They are
+#: imported here, when the sandbox starts and before it is hardened, so they
+#: are in ``sys.modules`` and need no file access later.
+C_INTERNAL_IMPORTS = frozenset({"_strptime"})
+for _name in C_INTERNAL_IMPORTS:
+    importlib.import_module(_name)

@@ -48,6 +48,11 @@ ORDINARY = {
         "print(llm_query('q', context[:3]), llm_query_batched(['a', 'bb']))",
         "len=1 ['len=1', 'len=2']\n"),
     "FINAL_VAR": ("answer = 'forty-two'\nFINAL_VAR('answer')", ""),
+    "parsing log timestamps": (
+        "import datetime, time\n"
+        "d = datetime.datetime.strptime('2024-03-05 10:11:12', '%Y-%m-%d %H:%M:%S')\n"
+        "print(d.isoformat(), time.strptime('05/03/2024', '%d/%m/%Y').tm_mon)",
+        "2024-03-05T10:11:12 3\n"),
 }
 
 
