@@ -143,3 +143,28 @@ async def test_a_non_json_reply_names_the_url_and_shows_what_came_back() -> None
     with pytest.raises(ProviderResponseError, match="proxy login") as caught:
         await provider(handler).complete(request())
     assert f"{URL}/chat/completions" in str(caught.value) and "text/html" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "key"),
+    [
+        ("https://api.openai.com/v1", "max_completion_tokens"),
+        ("http://vllm.local/v1", "max_tokens"),
+    ],
+)
+async def test_the_output_cap_uses_the_parameter_the_endpoint_accepts(
+    base_url: str, key: str
+) -> None:
+    bodies: list[dict[str, object]] = []
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        bodies.append(json.loads(req.content))
+        return httpx2.Response(200, json=chat())
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    capped = CompletionRequest(
+        messages=[{"role": "user", "content": "hi"}], model="m", max_tokens=64
+    )
+    await OpenAIProvider(client, base_url, api_key=None).complete(capped)
+    assert bodies[0][key] == 64
+    assert ("max_tokens" in bodies[0]) == (key == "max_tokens")

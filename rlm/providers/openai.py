@@ -64,6 +64,10 @@ class OpenAIProvider:
     def __init__(self, client: httpx2.AsyncClient, base_url: str, api_key: str | None) -> None:
         self._client = client
         self.url = base_url.rstrip("/") + "/chat/completions"
+        # OpenAI's own API refuses max_tokens for its reasoning models and takes
+        # max_completion_tokens for all; compatible servers expect max_tokens.
+        host = httpx2.URL(self.url).host
+        self._max_tokens_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -74,7 +78,7 @@ class OpenAIProvider:
     async def complete(self, request: CompletionRequest) -> Completion:
         body: dict[str, Any] = {"model": request.model, "messages": request.messages}
         if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
+            body[self._max_tokens_key] = request.max_tokens
         try:
             response = await self._client.post(self.url, json=body, headers=self._headers)
         except httpx2.TimeoutException as exc:
