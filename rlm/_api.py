@@ -19,6 +19,8 @@ from rlm._runtime import RunOutcome, Runtime, make_budget
 from rlm._trace import TraceWriter
 from rlm._usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
+from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
+from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider
 from rlm.providers.openai import OpenAIProvider, make_http_client
@@ -180,16 +182,18 @@ class RLM:
             )
             yield {"root": fixture, "sub": fixture}
             return
-        assert config.base_url is not None
-        urls = [config.base_url, config.sub_base_url or config.base_url]
+        kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
+        base_url = config.base_url or ANTHROPIC_URL
+        urls = [base_url, config.sub_base_url or base_url]
         async with make_http_client(
             max_connections=config.max_concurrent,
             request_timeout=config.request_timeout,
             tls=any(url.startswith("https://") for url in urls),
         ) as client:
-            root = OpenAIProvider(client, config.base_url, config.api_key)
-            sub = OpenAIProvider(client, config.sub_base_url or config.base_url, config.api_key)
-            yield {"root": root, "sub": sub}
+            yield {
+                "root": kind(client, urls[0], config.api_key),
+                "sub": kind(client, urls[1], config.api_key),
+            }
 
 
 def _emit_finished(

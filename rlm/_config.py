@@ -10,7 +10,7 @@ from rlm.errors import UsageError
 
 __all__ = ["ProviderName", "RunConfig"]
 
-ProviderName = Literal["openai", "fixture"]
+ProviderName = Literal["openai", "anthropic", "fixture"]
 
 
 @dataclass(frozen=True)
@@ -94,13 +94,13 @@ class RunConfig:
             parse_layers(self.require_isolation)
         except ValueError as exc:
             raise UsageError(f"--require-isolation: {exc}") from None
-        if self.provider == "openai":
-            if not self.base_url:
+        if self.provider in ("openai", "anthropic"):
+            if not self.base_url and self.provider == "openai":
                 raise UsageError(
                     "no endpoint: pass --base-url URL (or set RLM_BASE_URL), "
                     "or use --provider fixture for the built-in fixture model"
                 )
-            if not self.base_url.startswith(("http://", "https://")):
+            if self.base_url and not self.base_url.startswith(("http://", "https://")):
                 raise UsageError(
                     f"--base-url must start with http:// or https://, got {self.base_url!r}"
                 )
@@ -111,7 +111,9 @@ class RunConfig:
             if not self.model:
                 raise UsageError("no model: pass --model M (or set RLM_MODEL)")
         elif self.provider != "fixture":
-            raise UsageError(f"--provider must be 'openai' or 'fixture', got {self.provider!r}")
+            raise UsageError(
+                f"--provider must be 'openai', 'anthropic' or 'fixture', got {self.provider!r}"
+            )
         return self
 
 

@@ -39,10 +39,11 @@ __all__ = ["run"]
 @click.option("--sub-base-url", help="Endpoint for sub-queries (default: --base-url).")
 @click.option(
     "--provider",
-    type=click.Choice(["openai", "fixture"]),
+    type=click.Choice(["openai", "anthropic", "fixture"]),
     default="openai",
     show_default=True,
-    help="fixture: the built-in scripted model, no key needed.",
+    help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API "
+    "(--base-url optional); fixture: the built-in scripted model, no key needed.",
 )
 @click.option(
     "--max-depth",
@@ -149,7 +150,8 @@ def run(
     sandboxed Python REPL, and the model writes code to search it and to call
     sub-models on the pieces.  stdout carries only the answer (or, with
     --json, one object); progress and diagnostics go to stderr.  The API key
-    is read from RLM_API_KEY (or OPENAI_API_KEY), never from the command line.
+    is read from RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY), never
+    from the command line.
 
     \b
     Examples:
@@ -164,7 +166,8 @@ def run(
     """
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
-    api_key = os.environ.get("RLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
+    api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     if settings["require_isolation"]:
         require_isolation(settings["require_isolation"])
     try:

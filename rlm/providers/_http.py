@@ -1,0 +1,235 @@
+"""HTTP plumbing shared by the providers: one client, one error translation.
+
+One attempt per call, no hidden retries: the shared ``httpx2.AsyncClient`` is
+built with ``retries=0`` and the gate decides what to do with a failure.
+httpx2's exceptions are translated here into :mod:`rlm.errors` types that name
+the URL and what came back.  API keys travel only in request headers; they are
+never logged and never part of an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import httpx2
+
+from rlm.errors import (
+    AuthenticationError,
+    ProviderConnectionError,
+    ProviderResponseError,
+    ProviderStatusError,
+    QuotaExceededError,
+    RateLimitError,
+)
+
+__all__ = [
+    "BAD_SHAPE",
+    "JSONProvider",
+    "bad_reply",
+    "clean_text",
+    "count_tokens",
+    "error_detail",
+    "make_http_client",
+    "parse_rate_limit_headers",
+    "parse_retry_after",
+    "post_json",
+    "status_error",
+]
+
+#: What parsing a reply of the wrong shape raises (turned into ``bad_reply``).
+BAD_SHAPE = (
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+)
+
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
+# OpenAI: 429 insufficient_quota; Anthropic: 400 "credit balance is too low".
+_OUT_OF_CREDIT = re.compile(r"insufficient_quota|credit balance is too low", re.IGNORECASE)
+
+
+def make_http_client(
+    *, max_connections: int, request_timeout: float, tls: bool = True
+) -> httpx2.AsyncClient:
+    """The one HTTP client a run shares across every provider.
+
+    With ``tls=False`` (every endpoint is plain ``http://``, e.g. a local
+    vLLM or Ollama) the CA bundle is not loaded: that saves ~30 ms per run and
+    no TLS connection can be made anyway, since redirects are not followed.
+    """
+    return httpx2.AsyncClient(
+        verify=tls,
+        timeout=httpx2.Timeout(request_timeout, connect=30.0),
+        limits=httpx2.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        transport=httpx2.AsyncHTTPTransport(retries=0),
+        follow_redirects=False,
+    )
+
+
+class JSONProvider:
+    """What every HTTP provider shares: the run's client, one URL, fixed headers."""
+
+    name = "http"
+
+    def __init__(self, client: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
+        self._client = client
+        self.url = url
+        self._headers = {"Content-Type": "application/json", **headers}
+
+    async def aclose(self) -> None:
+        """The shared client is closed by its owner, the runtime."""
+
+    async def post(self, body: dict[str, Any]) -> httpx2.Response:
+        return await post_json(self._client, self.url, body, self._headers)
+
+
+async def post_json(
+    client: httpx2.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> httpx2.Response:
+    """POST ``body`` once; network failures become ProviderConnectionError, error
+    statuses ProviderStatusError subclasses."""
+    try:
+        response = await client.post(url, json=body, headers=headers)
+    except httpx2.TimeoutException as exc:
+        raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
+    except httpx2.TransportError as exc:
+        raise ProviderConnectionError(
+            f"cannot reach {url}: {exc or type(exc).__name__}", url=url
+        ) from exc
+    if response.status_code >= 400:
+        raise status_error(url, response)
+    return response
+
+
+def bad_reply(url: str, response: httpx2.Response) -> ProviderResponseError:
+    """The error for a reply that is not the JSON shape the provider speaks."""
+    kind = response.headers.get("content-type", "no content-type")
+    return ProviderResponseError(
+        f"{url} did not answer with a chat completion (HTTP {response.status_code}, "
+        f"{kind}): {response.text[:200]!r}",
+        url=url,
+    )
+
+
+def status_error(
+    url: str,
+    response: httpx2.Response,
+    *,
+    status: int | None = None,
+    detail: str | None = None,
+    where: str | None = None,
+) -> ProviderStatusError:
+    """The error for an HTTP error status (or ``status`` found inside a 200 body)."""
+    status = status or response.status_code
+    detail = error_detail(response) if detail is None else detail
+    where = where or f"{url} answered HTTP {status}"
+    message = f"{where}: {detail}" if detail else where
+    retry_after = parse_retry_after(response.headers)
+    if status in (401, 403):
+        return AuthenticationError(
+            f"{message}. The provider refused the credentials: check RLM_API_KEY",
+            url=url,
+            status=status,
+        )
+    if status == 402 or (status in (400, 429) and _OUT_OF_CREDIT.search(response.text)):
+        return QuotaExceededError(
+            f"{message}. The account is out of credit", url=url, status=status
+        )
+    if status == 429:
+        return RateLimitError(
+            message, url=url, status=status, retryable=True, retry_after=retry_after
+        )
+    return ProviderStatusError(
+        message,
+        url=url,
+        status=status,
+        retryable=status in _RETRYABLE_STATUS,
+        retry_after=retry_after,
+    )
+
+
+def count_tokens(value: object) -> int:
+    """A token count from JSON, or 0 when it is missing or not a sane number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
+
+
+def clean_text(text: str) -> str:
+    """Replace lone surrogates (valid JSON escapes, invalid text) so the text can travel on."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def error_detail(response: httpx2.Response) -> str:
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return response.text[:200].strip()
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])[:300]
+    if isinstance(error, str):
+        return error[:300]
+    return response.text[:200].strip()
+
+
+def _header_number(headers: httpx2.Headers, *names: str) -> float | None:
+    for name in names:
+        raw = headers.get(name)
+        if raw:
+            try:
+                return float(raw)
+            except ValueError:
+                continue
+    return None
+
+
+def parse_rate_limit_headers(headers: httpx2.Headers) -> dict[str, float | str]:
+    """Per-minute request and token limits announced by the provider, if any.
+
+    Understands OpenAI-style ``x-ratelimit-limit-*`` and Anthropic-style
+    ``anthropic-ratelimit-*-limit`` headers.
+    """
+    found: dict[str, float | str] = {}
+    requests = _header_number(
+        headers, "x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"
+    )
+    tokens = _header_number(headers, "x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")
+    if requests:
+        found["requests_limit"] = requests
+    if tokens:
+        found["tokens_limit"] = tokens
+    if found:
+        found["source"] = "headers"
+    return found
+
+
+def parse_retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds form)."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return None
+    return None

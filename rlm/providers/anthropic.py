@@ -1,0 +1,91 @@
+"""Anthropic's Messages API (``{base_url}/v1/messages``).
+
+The key travels only in the ``x-api-key`` header.  Anthropic requires an
+output cap on every request: ``max_tokens`` is the request's own, or
+DEFAULT_MAX_TOKENS.  System messages become the ``system`` field; the rest
+alternate user/assistant as the RLM loop already writes them.  529
+(overloaded) and 429 go to the gate's retry and adaptive logic like any
+provider's; a 400 about the credit balance stops the run as out of credit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+
+from rlm.providers._http import (
+    BAD_SHAPE,
+    JSONProvider,
+    bad_reply,
+    clean_text,
+    count_tokens,
+    parse_rate_limit_headers,
+)
+from rlm.providers.base import Completion, CompletionRequest
+
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_MAX_TOKENS = 8192
+API_VERSION = "2023-06-01"
+
+
+class AnthropicProvider(JSONProvider):
+    """Messages at ``{base_url}/v1/messages`` (``/v1`` is added when missing)."""
+
+    name = "anthropic"
+
+    def __init__(self, client: httpx2.AsyncClient, base_url: str, api_key: str | None) -> None:
+        base = base_url.rstrip("/")
+        headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        super().__init__(
+            client, base + ("/messages" if base.endswith("/v1") else "/v1/messages"), headers
+        )
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+            "messages": [
+                {"role": m["role"], "content": m["content"]}
+                for m in request.messages
+                if m["role"] != "system"
+            ],
+        }
+        if system:
+            body["system"] = system
+        return self._parse(await self.post(body))
+
+    def _parse(self, response: httpx2.Response) -> Completion:
+        try:
+            data = response.json()
+            blocks = data["content"]
+            text = "".join(b["text"] for b in blocks if b.get("type") == "text")
+        except BAD_SHAPE as exc:
+            raise bad_reply(self.url, response) from exc
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        cached = count_tokens(usage.get("cache_read_input_tokens"))
+        metadata: dict[str, Any] = {}
+        if isinstance(data.get("id"), str):
+            metadata["id"] = data["id"]
+        if cached:
+            metadata["cached_tokens"] = cached
+        limits = parse_rate_limit_headers(response.headers)
+        if limits:
+            metadata["ratelimit"] = limits
+        return Completion(
+            text=clean_text(text),
+            model=str(data.get("model") or ""),
+            # Anthropic counts cached input apart; the ledger wants all input.
+            input_tokens=count_tokens(usage.get("input_tokens")) + cached,
+            output_tokens=count_tokens(usage.get("output_tokens")),
+            finish_reason=data.get("stop_reason")
+            if isinstance(data.get("stop_reason"), str)
+            else None,
+            metadata=metadata,
+        )
