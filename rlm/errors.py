@@ -13,7 +13,7 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     │   ├── ProviderResponseError           reply is not the JSON we expect
     │   └── ProviderStatusError             an HTTP error status
     │       ├── AuthenticationError exit 4  401/403: the credentials were refused
-    │       ├── QuotaExceededError  exit 3  402 or 429 insufficient_quota: out of credit
+    │       ├── QuotaExceededError  exit 3  402, 429 insufficient_quota, 400 credit: no credit
     │       └── RateLimitError              429 (retryable)
     ├── SandboxError                exit 1  a sandbox process misbehaved
     │   ├── SandboxCrashed                  it exited or broke the frame protocol
