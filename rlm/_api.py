@@ -15,7 +15,7 @@ from rlm._config import RunConfig
 from rlm._context import Context, context_chars
 from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted
 from rlm._result import RunResult
-from rlm._runtime import RunOutcome, Runtime, make_budget
+from rlm._runtime import RunOutcome, Runtime, load_prices, make_budget
 from rlm._trace import TraceWriter
 from rlm._usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
@@ -66,7 +66,9 @@ class RLM:
         if providers is not None and "provider" not in settings:
             settings["provider"] = "fixture"  # skip endpoint checks: the caller brings its own
         self.config = RunConfig(**settings).validate()
-        make_budget(self.config)  # a bad price table or an unpriced model fails here, not mid-run
+        # A bad price table or an unpriced model under --max-cost fails here, not mid-run.
+        self._prices = load_prices(self.config)
+        make_budget(self.config, self._prices)
         self.trace_path = trace_path
         self._providers = dict(providers) if providers is not None else None
         self._sinks = list(sinks or [])
@@ -99,7 +101,9 @@ class RLM:
         try:
             events.emit(self._run_started(query, context))
             async with self._open_providers() as providers:
-                runtime = Runtime(self.config, providers=providers, events=events)
+                runtime = Runtime(
+                    self.config, providers=providers, events=events, prices=self._prices
+                )
                 self._runtime = runtime
                 try:
                     outcome = await runtime.run(query, context)
@@ -135,7 +139,7 @@ class RLM:
             self._runtime.kill_sandboxes()
 
     def _result(self, events: EventBus, runtime: Runtime, outcome: RunOutcome) -> RunResult:
-        usage = runtime.usage.snapshot()
+        usage = runtime.usage
         root, error = outcome.root, outcome.error
         status = _status(root, error)
         answer = root.answer if root is not None else None
@@ -204,7 +208,7 @@ def _emit_finished(
     answer: str | None = None,
 ) -> RunFinished:
     """Record ``run_finished`` with everything the runtime (if any) counted."""
-    usage = runtime.usage.snapshot() if runtime is not None else Usage()
+    usage = runtime.usage if runtime is not None else Usage()
     finished = events.emit(
         RunFinished(
             status=status,

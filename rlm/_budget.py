@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm._prices import PriceTable
-from rlm._usage import estimate_io
+from rlm._usage import Usage, estimate_io
 from rlm.errors import BudgetExceeded
 from rlm.providers.base import Completion, CompletionRequest
 
@@ -163,12 +163,11 @@ class Budget:
         self._move(self.reserved, ticket, +1)
         return ticket
 
-    def settle(self, ticket: object, completion: Completion | None) -> float | None:
+    def settle(self, ticket: Ticket, completion: Completion | None) -> float | None:
         """Replace the reservation by what was really spent (the call counts either way).
 
         Returns the attempt's cost in USD, or ``None`` when the model is unpriced.
         """
-        assert isinstance(ticket, Ticket)
         self._move(self.reserved, ticket, -1)
         self.spent.calls += 1
         in_tokens = completion.input_tokens if completion else 0
@@ -193,6 +192,10 @@ class Budget:
         return cost if priced else None
 
     # -- views -----------------------------------------------------------------
+
+    def usage(self) -> Usage:
+        """Requests settled so far (every attempt sent, retries included) and their tokens."""
+        return Usage(self.spent.calls, self.spent.input_tokens, self.spent.output_tokens)
 
     def remaining(self) -> dict[str, Any]:
         """What is left of each limit (``None`` for unlimited), for ``budget()``."""

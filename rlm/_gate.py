@@ -12,19 +12,20 @@ handed at once to a waiter the provider would refuse too.  Every attempt,
 retry, wait and capacity change is an event, so a trace alone explains where
 the time went.
 
-The budget ledger plugs in at ``_attempt``: every attempt is a request sent,
-so each one is reserved before it goes and settled after.
+Every attempt is a request sent, so each one is reserved in the budget ledger
+before it goes and settled after; the ledger is also where the run's usage is
+counted (an unlimited ledger when the gate is given none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from itertools import count
-from typing import Protocol
 
 import trio
 
 from rlm._adaptive import AdaptiveCapacity
+from rlm._budget import Budget, Ticket
 from rlm._events import (
     BudgetRefused,
     CapacityChanged,
@@ -38,25 +39,17 @@ from rlm._limiter import TieredLimiter
 from rlm._pacer import Pacer
 from rlm._retry import RetryPolicy, is_overload
 from rlm._traffic import TrafficMetrics
-from rlm._usage import UsageMeter, estimate_io
+from rlm._usage import estimate_io
 from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
 
-__all__ = ["Gate", "Ledger", "estimate_tokens"]
+__all__ = ["Gate", "estimate_tokens"]
 
 
 def estimate_tokens(request: CompletionRequest) -> int:
     """A request's tokens before sending: prompt chars / 4 plus the output allowance."""
     prompt, output = estimate_io(request)
     return prompt + output
-
-
-class Ledger(Protocol):
-    """The budget's view from the gate (see ``rlm._budget``)."""
-
-    def reserve(self, request: CompletionRequest) -> object: ...
-
-    def settle(self, ticket: object, completion: Completion | None) -> float | None: ...
 
 
 class Gate:
@@ -68,12 +61,11 @@ class Gate:
         limiter: TieredLimiter,
         providers: Mapping[Lane, Provider],
         events: EventBus,
-        usage: UsageMeter,
         pacer: Pacer | None = None,
         retry: RetryPolicy | None = None,
         adaptive: bool = True,
         deadline: Callable[[], float] = lambda: float("inf"),
-        ledger: Ledger | None = None,
+        ledger: Budget | None = None,
     ) -> None:
         self.limiter = limiter
         self.pacer = pacer or Pacer()
@@ -82,10 +74,9 @@ class Gate:
         self.adaptive = AdaptiveCapacity(
             limiter, enabled=adaptive, on_change=self._capacity_changed
         )
-        self.ledger = ledger
+        self.ledger = ledger if ledger is not None else Budget()
         self._providers = dict(providers)
         self._events = events
-        self._usage = usage
         self._deadline = deadline
         self._ids = count(1)
         self._learned: set[str] = set()
@@ -153,7 +144,6 @@ class Gate:
             queue_wait = trio.current_time() - queued_at
             pace_wait = await self.pacer.wait(estimate_tokens(request), lane)
             ticket = self._reserve(request)
-            self._usage.count_request()
             metrics.attempts += 1
             metrics.in_flight += 1
             metrics.max_in_flight = max(metrics.max_in_flight, metrics.in_flight)
@@ -181,9 +171,6 @@ class Gate:
             try:
                 completion = await provider.complete(request)
             except ProviderError as exc:
-                if self.ledger is not None:
-                    self.ledger.settle(ticket, None)
-                    ticket = None
                 self._record(request, provider, request_id, attempt, started, None, exc, None)
                 raise
             except trio.Cancelled:
@@ -192,9 +179,7 @@ class Gate:
                 raise
             finally:
                 metrics.in_flight -= 1
-                if self.ledger is not None and ticket is not None:
-                    cost = self.ledger.settle(ticket, completion)
-        self._usage.add_tokens(completion.input_tokens, completion.output_tokens)
+                cost = self.ledger.settle(ticket, completion)
         self._record(request, provider, request_id, attempt, started, completion, None, cost)
         return completion
 
@@ -245,10 +230,8 @@ class Gate:
             )
         )
 
-    def _reserve(self, request: CompletionRequest) -> object:
+    def _reserve(self, request: CompletionRequest) -> Ticket:
         """Reserve the attempt in the budget; a refusal is an event, then BudgetExceeded."""
-        if self.ledger is None:
-            return None
         try:
             return self.ledger.reserve(request)
         except BudgetExceeded as exc:

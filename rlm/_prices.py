@@ -10,6 +10,7 @@ A provider-reported cost (OpenRouter's ``usage.cost``) wins over the table.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -41,8 +42,8 @@ class PriceTable:
 
     @classmethod
     def default(cls) -> PriceTable:
-        text = resources.files("rlm").joinpath("data/prices.json").read_text(encoding="utf-8")
-        return cls(_parse(text, "rlm/data/prices.json"))
+        """The table shipped in ``rlm/data/prices.json``."""
+        return cls(_shipped_prices())
 
     @classmethod
     def load(cls, path: str | Path, *, base: PriceTable | None = None) -> PriceTable:
@@ -62,6 +63,13 @@ class PriceTable:
                 return self._prices[candidate]
         matches = [key for key in self._prices if name.startswith(key)]
         return self._prices[max(matches, key=len)] if matches else None
+
+
+@functools.cache
+def _shipped_prices() -> dict[str, ModelPrice]:
+    """Read and parsed once per process; PriceTable copies it, so it is never mutated."""
+    text = resources.files("rlm").joinpath("data/prices.json").read_text(encoding="utf-8")
+    return _parse(text, "rlm/data/prices.json")
 
 
 def _parse(text: str, source: str) -> dict[str, ModelPrice]:

@@ -29,7 +29,7 @@ from rlm._prices import PriceTable
 from rlm._retry import RetryPolicy
 from rlm._sandbox_host import Sandbox, SandboxIdentity, SandboxLauncher
 from rlm._scheduler import Scheduler
-from rlm._usage import UsageMeter
+from rlm._usage import Usage
 from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
 
@@ -56,18 +56,21 @@ class Runtime:
     """Runs one root call and everything it starts."""
 
     def __init__(
-        self, config: RunConfig, *, providers: Mapping[Lane, Provider], events: EventBus
+        self,
+        config: RunConfig,
+        *,
+        providers: Mapping[Lane, Provider],
+        events: EventBus,
+        prices: PriceTable | None = None,
     ) -> None:
         self.config = config
         self.events = events
-        self.usage = UsageMeter()
         self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
-        self.budget = make_budget(config)
+        self.budget = make_budget(config, prices)
         self.gate = Gate(
             limiter=self.limiter,
             providers=providers,
             events=events,
-            usage=self.usage,
             pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
             retry=RetryPolicy(max_retries=config.max_retries),
             adaptive=config.adaptive,
@@ -85,6 +88,11 @@ class Runtime:
         self._run_scope: trio.CancelScope | None = None
         self._error: RLMError | None = None
         self._deadline = float("inf")
+
+    @property
+    def usage(self) -> Usage:
+        """What the run has spent so far, from its budget ledger."""
+        return self.budget.usage()
 
     @property
     def scheduler(self) -> Scheduler:
@@ -224,11 +232,18 @@ class Runtime:
         }
 
 
-def make_budget(config: RunConfig) -> Budget:
-    """The run's ledger from its configuration; unpriced models under --max-cost are refused."""
+def load_prices(config: RunConfig) -> PriceTable:
+    """The shipped price table, with ``--prices`` entries on top."""
     prices = PriceTable.default()
     if config.prices_path:
         prices = PriceTable.load(config.prices_path, base=prices)
+    return prices
+
+
+def make_budget(config: RunConfig, prices: PriceTable | None = None) -> Budget:
+    """The run's ledger from its configuration; unpriced models under --max-cost are refused."""
+    if prices is None:
+        prices = load_prices(config)
     budget = Budget(
         limits=BudgetLimits(
             max_llm_calls=config.max_llm_calls,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rlm.providers.base import CompletionRequest
 
-__all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "UsageMeter", "estimate_io"]
+__all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "estimate_io"]
 
 #: Output tokens assumed for a request that sets no ``max_tokens``.
 DEFAULT_OUTPUT_ESTIMATE = 1024
@@ -33,22 +33,3 @@ class Usage:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
         }
-
-
-class UsageMeter:
-    """The running totals behind :class:`Usage`."""
-
-    def __init__(self) -> None:
-        self.llm_calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-
-    def count_request(self) -> None:
-        self.llm_calls += 1
-
-    def add_tokens(self, input_tokens: int, output_tokens: int) -> None:
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-
-    def snapshot(self) -> Usage:
-        return Usage(self.llm_calls, self.input_tokens, self.output_tokens)

@@ -18,7 +18,6 @@ from rlm._gate import Gate
 from rlm._limiter import TieredLimiter
 from rlm._prices import PriceTable
 from rlm._retry import RetryPolicy
-from rlm._usage import UsageMeter
 from rlm.errors import BudgetExceeded, ProviderStatusError, UsageError
 from rlm.providers.base import Completion, CompletionRequest
 
@@ -75,7 +74,6 @@ def run_batches(
             limiter=TieredLimiter(6, 1),
             providers={"root": provider, "sub": provider},
             events=EventBus(keep=False),
-            usage=UsageMeter(),
             retry=RetryPolicy(max_retries=retries, rng=random.Random(seed)),
             ledger=budget,
         )

@@ -11,12 +11,12 @@ from collections.abc import Callable
 import pytest
 import trio
 
+from rlm._budget import Budget
 from rlm._events import CapacityChanged, EventBus, LLMRequest, LLMRetry, RateLimitLearned
 from rlm._gate import Gate
 from rlm._limiter import TieredLimiter
 from rlm._pacer import Pacer
 from rlm._retry import RetryPolicy
-from rlm._usage import UsageMeter
 from rlm.errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -81,19 +81,17 @@ def make_gate(
     burst: int = 1,
     retries: int = 3,
     deadline: float = float("inf"),
-) -> tuple[Gate, EventBus, UsageMeter]:
+) -> tuple[Gate, EventBus, Budget]:
     events = EventBus()
-    usage = UsageMeter()
     gate = Gate(
         limiter=TieredLimiter(total, reserved),
         providers={"root": provider, "sub": provider},
         events=events,
-        usage=usage,
         pacer=Pacer(rpm=rpm, tpm=tpm, burst=burst),
         retry=RetryPolicy(max_retries=retries),
         deadline=lambda: deadline,
     )
-    return gate, events, usage
+    return gate, events, gate.ledger
 
 
 def request(lane: Lane = "sub", chars: int = 40) -> CompletionRequest:
@@ -111,9 +109,9 @@ async def fan_out(gate: Gate, n: int) -> float:
 
 async def test_100_requests_c10_2s_600rpm_take_20_9s(autojump_clock: trio.abc.Clock) -> None:
     provider = FakeProvider(latency=2.0)
-    gate, _, usage = make_gate(provider, total=10, rpm=600)
+    gate, _, ledger = make_gate(provider, total=10, rpm=600)
     assert await fan_out(gate, 100) == pytest.approx(20.9)
-    assert provider.max_in_flight == 10 and usage.llm_calls == 100
+    assert provider.max_in_flight == 10 and ledger.usage().llm_calls == 100
     gaps = [b - a for a, b in zip(provider.attempt_times, provider.attempt_times[1:], strict=False)]
     assert min(gaps) >= 0.1 - 1e-9  # never faster than 600 rpm
 
@@ -136,10 +134,10 @@ async def test_retry_after_7s_gives_attempts_at_0_7_14(autojump_clock: trio.abc.
         return None
 
     provider = FakeProvider(latency=1.0, failure=limited)
-    gate, events, usage = make_gate(provider, total=4)
+    gate, events, ledger = make_gate(provider, total=4)
     await gate.complete(request())
     assert provider.attempt_times == [0.0, 7.0, 14.0]
-    assert usage.llm_calls == 3
+    assert ledger.usage().llm_calls == 3
     retries = [e for e in events.events if isinstance(e, LLMRetry)]
     assert [(e.attempt, e.delay_s, e.retry_after) for e in retries] == [
         (2, 7.0, True),
@@ -163,18 +161,18 @@ async def test_root_step_waits_zero_while_50_subs_saturate(autojump_clock: trio.
 
 async def test_client_errors_are_not_retried(autojump_clock: trio.abc.Clock) -> None:
     provider = FakeProvider(1.0, failure=lambda n, t: ProviderStatusError("bad", status=400))
-    gate, _, usage = make_gate(provider, total=2)
+    gate, _, ledger = make_gate(provider, total=2)
     with pytest.raises(ProviderStatusError):
         await gate.complete(request())
-    assert usage.llm_calls == 1
+    assert ledger.usage().llm_calls == 1
 
 
 async def test_refused_credentials_are_one_attempt(autojump_clock: trio.abc.Clock) -> None:
     provider = FakeProvider(1.0, failure=lambda n, t: AuthenticationError("no", status=401))
-    gate, _, usage = make_gate(provider, total=2)
+    gate, _, ledger = make_gate(provider, total=2)
     with pytest.raises(AuthenticationError):
         await gate.complete(request())
-    assert usage.llm_calls == 1 and provider.attempt_times == [0.0]
+    assert ledger.usage().llm_calls == 1 and provider.attempt_times == [0.0]
 
 
 async def test_network_errors_retry_with_backoff_but_do_not_shrink(
@@ -183,9 +181,9 @@ async def test_network_errors_retry_with_backoff_but_do_not_shrink(
     provider = FakeProvider(
         1.0, failure=lambda n, t: ProviderConnectionError("reset") if n <= 3 else None
     )
-    gate, events, usage = make_gate(provider, total=4, reserved=1, retries=3)
+    gate, events, ledger = make_gate(provider, total=4, reserved=1, retries=3)
     await gate.complete(request())
-    assert usage.llm_calls == 4
+    assert ledger.usage().llm_calls == 4
     delays = [
         b - a for a, b in zip(provider.attempt_times, provider.attempt_times[1:], strict=False)
     ]
@@ -199,10 +197,10 @@ async def test_retries_give_up_after_max_retries(autojump_clock: trio.abc.Clock)
     provider = FakeProvider(
         0.1, failure=lambda n, t: ProviderStatusError("boom", status=500, retryable=True)
     )
-    gate, _, usage = make_gate(provider, total=2, retries=2)
+    gate, _, ledger = make_gate(provider, total=2, retries=2)
     with pytest.raises(ProviderStatusError):
         await gate.complete(request())
-    assert usage.llm_calls == 3
+    assert ledger.usage().llm_calls == 3
 
 
 async def test_a_retry_after_past_the_deadline_ends_the_run(autojump_clock: trio.abc.Clock) -> None:
