@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from sandbox_bench import OWNER, _measure  # noqa: E402  (after the path set-up)
 
 from rlm._events import EventBus  # noqa: E402
-from rlm._sandbox_host import SandboxLauncher  # noqa: E402
-from sandbox.protocol import FrameDecoder, encode_frame  # noqa: E402
+from rlm._sandbox.launcher import SandboxLauncher  # noqa: E402
+from rlm_sandbox.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 PROMPT = "What is the magic number?\nAnswer with the value only.\n\nText:\n" + "x" * 400
 

@@ -20,7 +20,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlm._events import EventBus
-from rlm._sandbox_host import SandboxIdentity, SandboxLauncher
+from rlm._sandbox.launcher import SandboxIdentity, SandboxLauncher
 
 OWNER = SandboxIdentity("bench", None, 0)
 

@@ -9,7 +9,7 @@ from rlm._api import RLM
 from rlm._config import RunConfig
 from rlm._events import Event
 from rlm._result import RunResult
-from rlm._usage import Usage
+from rlm._traffic.usage import Usage
 from rlm.errors import (
     AuthenticationError,
     BudgetExceeded,

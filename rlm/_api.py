@@ -10,14 +10,14 @@ from typing import Any
 
 import trio
 
-from rlm._call import CallOutcome
 from rlm._config import RunConfig
-from rlm._context import Context, context_chars
 from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted
 from rlm._result import RunResult
-from rlm._runtime import RunOutcome, Runtime, load_prices, make_budget
+from rlm._run.call import CallOutcome
+from rlm._run.context import Context, context_chars
+from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget
 from rlm._trace import TraceWriter
-from rlm._usage import Usage
+from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from rlm.providers.anthropic import AnthropicProvider

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlm._isolation import parse_layers
+from rlm._sandbox.isolation import parse_layers
 from rlm.errors import UsageError
 
 __all__ = ["ProviderName", "RunConfig"]

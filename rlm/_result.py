@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm._usage import Usage
+from rlm._traffic.usage import Usage
 
 __all__ = ["STATUS_EXIT_CODES", "RunResult"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import trio
 
 from rlm.errors import ProviderError
-from rlm.fixture_server import FixtureServer, FixtureServerOptions
 from rlm.providers.base import Completion, CompletionRequest
+from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 Script = Callable[[CompletionRequest], str]
 

@@ -10,10 +10,10 @@ import trio
 from click.testing import CliRunner
 
 from rlm import RLM
-from rlm._bench_provider import BenchProvider
-from rlm._bench_report import COLUMNS, bench_json, markdown_table, table_rows
-from rlm._bench_run import measure, run_scenario
-from rlm._bench_scenarios import DEFAULT, QUICK, Scenario
+from rlm.bench.provider import BenchProvider
+from rlm.bench.report import COLUMNS, bench_json, markdown_table, table_rows
+from rlm.bench.run import measure, run_scenario
+from rlm.bench.scenarios import DEFAULT, QUICK, Scenario
 from rlm.cli import main
 from rlm.providers.base import CompletionRequest
 

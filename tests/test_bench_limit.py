@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rlm._bench_limit import (
+from rlm.bench.limit import (
     Batch,
     CallWork,
     Request,

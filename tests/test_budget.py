@@ -12,12 +12,12 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlm._budget import Budget, BudgetLimits
 from rlm._events import EventBus
-from rlm._gate import Gate
-from rlm._limiter import TieredLimiter
-from rlm._prices import PriceTable
-from rlm._retry import RetryPolicy
+from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.prices import PriceTable
+from rlm._traffic.retry import RetryPolicy
 from rlm.errors import BudgetExceeded, ProviderStatusError, UsageError
 from rlm.providers.base import Completion, CompletionRequest
 

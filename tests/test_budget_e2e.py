@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from fixtures.needle import generate_needle
 from rlm import RLM
 from rlm._events import Event, RunFinished
+from rlm.fixtures.needle import generate_needle
 from rlm.providers.base import CompletionRequest
 from tests.helpers import ScriptedProvider, pid_alive, repl, sandbox_pids, serving
 

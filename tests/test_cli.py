@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from fixtures.needle import generate_needle
+from rlm.fixtures.needle import generate_needle
 from tests.helpers import serving
 
 RLM = [sys.executable, "-m", "rlm"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlm._isolation import ALL_LAYERS
+from rlm._sandbox.isolation import ALL_LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
 

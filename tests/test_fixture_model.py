@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from RestrictedPython.compile import compile_restricted
 
-from fixtures import generate_needle
 from rlm.errors import ProviderStatusError
+from rlm.fixtures import generate_needle
 from rlm.providers.base import CompletionRequest, Message
 from rlm.providers.fixture import (
     NOT_FOUND,

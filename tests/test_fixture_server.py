@@ -20,7 +20,7 @@ import trio
 from click.testing import CliRunner
 
 from rlm.cli import fixture_cmds
-from rlm.fixture_server import FixtureServer, FixtureServerOptions
+from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 QUESTION = "What is the magic number?"
 SUB_BODY = {

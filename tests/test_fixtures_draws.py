@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from fixtures.draws import cumulative, index, lognormal_latencies, pick, weighted
+from rlm.fixtures.draws import cumulative, index, lognormal_latencies, pick, weighted
 
 
 def test_index_and_pick_stay_in_range_and_cover_it() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.multidoc import FACT_KEYS, generate_multidoc
-from fixtures.needle import SENTENCE_COUNT, filler_sentence
+from rlm.fixtures.multidoc import FACT_KEYS, generate_multidoc
+from rlm.fixtures.needle import SENTENCE_COUNT, filler_sentence
 from rlm.providers.fixture import sub_reply
 
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from fixtures.oolong import LABELS, MONTHS, generate_oolong, label_of, parse_records
+from rlm.fixtures.oolong import LABELS, MONTHS, generate_oolong, label_of, parse_records
 
 
 def _brute_force(text: str, question: str, kind: str) -> set[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures._samples import SAMPLES, SAMPLES_DIR, recorded_sums, sample_bytes, sha256
+from rlm.fixtures._samples import SAMPLES, SAMPLES_DIR, recorded_sums, sample_bytes, sha256
 
 
 def test_every_sample_is_recorded() -> None:

@@ -11,12 +11,12 @@ from collections.abc import Callable
 import pytest
 import trio
 
-from rlm._budget import Budget
 from rlm._events import CapacityChanged, EventBus, LLMRequest, LLMRetry, RateLimitLearned
-from rlm._gate import Gate
-from rlm._limiter import TieredLimiter
-from rlm._pacer import Pacer
-from rlm._retry import RetryPolicy
+from rlm._traffic.budget import Budget
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.pacer import Pacer
+from rlm._traffic.retry import RetryPolicy
 from rlm.errors import (
     AuthenticationError,
     ProviderConnectionError,

@@ -23,8 +23,8 @@ import trio
 from rlm import RLM
 from rlm._config import RunConfig
 from rlm._events import EventBus
-from rlm._runtime import RunOutcome, Runtime
-from rlm._sandbox import ExecResult, HostEnds, Sandbox
+from rlm._run.runtime import RunOutcome, Runtime
+from rlm._sandbox.process import ExecResult, HostEnds, Sandbox
 from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, SandboxCrashed
 from rlm.providers.base import Completion, CompletionRequest
 from tests.helpers import ScriptedProvider, assistant_turns, pid_alive, repl

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from rlm._limiter import TieredLimiter
+from rlm._traffic.limiter import TieredLimiter
 
 
 async def hold(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fixtures import MIN_CHARS, QUESTION, generate_needle
 from rlm.cli.fixture_cmds import fixture_group
+from rlm.fixtures import MIN_CHARS, QUESTION, generate_needle
 
 # sha256 of generate_needle(5000, seed=1).text: changes only if the generator does.
 GOLDEN_5000_SEED_1 = "718631141aaf1edfac775c084e4e0717a3aa0d294de98e7fb5a7864951293106"

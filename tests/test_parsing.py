@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlm._parsing import find_code_blocks, find_final
+from rlm._run.parsing import find_code_blocks, find_final
 
 safe_text = st.text(
     alphabet=st.characters(blacklist_characters="`()\r", blacklist_categories=("Cs",)), max_size=60

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
+from rlm_sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
 
 scalars = (
     st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)

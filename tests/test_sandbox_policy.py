@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.modules import ALLOWED_MODULES, ModuleProxy, import_module
-from sandbox.policy import PrintSink, compile_code, new_namespace
+from rlm_sandbox.modules import ALLOWED_MODULES, ModuleProxy, import_module
+from rlm_sandbox.policy import PrintSink, compile_code, new_namespace
 
 
 def run(source: str, max_chars: int = 100_000, namespace: dict[str, Any] | None = None) -> str:

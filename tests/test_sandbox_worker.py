@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.protocol import FrameDecoder, encode_frame
+from rlm_sandbox.protocol import FrameDecoder, encode_frame
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 15.0
@@ -26,7 +26,8 @@ class Child:
         child_in, self.to_child = os.pipe()
         self.from_child, child_out = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandbox", "--in-fd", str(child_in), "--out-fd", str(child_out)],
+            [sys.executable, "-m", "rlm_sandbox",
+             "--in-fd", str(child_in), "--out-fd", str(child_out)],
             pass_fds=(child_in, child_out),
             cwd=cwd,
             env={"PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin"},

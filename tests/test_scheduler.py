@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from rlm._scheduler import Command, Scheduler
+from rlm._run.scheduler import Command, Scheduler
 from rlm.errors import RLMError
 
 

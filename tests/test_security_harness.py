@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from rlm._events import Event, EventBus, SandboxStarted
-from rlm._sandbox_host import ExecResult, Sandbox, SandboxIdentity, SandboxLauncher
+from rlm._sandbox.launcher import ExecResult, Sandbox, SandboxIdentity, SandboxLauncher
 
 CANARY = "rlm-canary-" + secrets.token_hex(12)
 OWNER = SandboxIdentity("sec", None, 0)

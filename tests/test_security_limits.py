@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from rlm import RLM
-from rlm._sandbox_host import SandboxLauncher
+from rlm._sandbox.launcher import SandboxLauncher
 from rlm.errors import ExecutionTimeout, SandboxCrashed
 from tests.helpers import ScriptedProvider, pid_alive, repl
 from tests.test_security_harness import (

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 ATTACKS = r'''
 import ctypes, json, os, signal, socket, sys, threading
-from sandbox.isolation import Limits, harden, preload
+from rlm_sandbox.isolation import Limits, harden, preload
 preload()
 report = harden({0, 1, 2}, Limits(memory_bytes=512 << 20), parent=None)
 target, port, outside = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import SandboxError
-from sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
+from rlm_sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
 from tests.test_security_harness import CANARY, open_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +102,7 @@ async def test_forged_result_frame_fields_cost_only_the_call(name: str) -> None:
 
 SYSV_IPC_ATTEMPT = r'''
 import ctypes, json
-from sandbox.isolation import Limits, harden, preload
+from rlm_sandbox.isolation import Limits, harden, preload
 preload()
 report = harden({0, 1, 2}, Limits(memory_bytes=512 << 20), parent=None)
 libc = ctypes.CDLL(None, use_errno=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fixtures.needle import generate_needle
 from rlm import RLM
+from rlm.fixtures.needle import generate_needle
 from tests.helpers import serving
 
 QUESTION = "What is the magic number?"

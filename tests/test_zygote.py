@@ -6,9 +6,9 @@ import pytest
 import trio
 
 from rlm._events import EventBus, SandboxStarted
-from rlm._isolation import IsolationUnavailable, check_required, parse_layers
-from rlm._sandbox_host import SandboxLauncher
-from rlm._sandbox_spawn import SHARED_CONTEXT_CHARS
+from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
+from rlm._sandbox.launcher import SandboxLauncher
+from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS
 from tests.test_security_harness import OWNER, echo_bridge, open_sandbox, sandbox_descendants
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rlm._context import Context
+from rlm._run.context import Context
 from rlm.errors import UsageError
 
 __all__ = ["read_context"]

@@ -14,8 +14,8 @@ import signal
 import trio
 
 from rlm._api import RLM
-from rlm._context import Context
 from rlm._result import RunResult
+from rlm._run.context import Context
 from rlm.errors import RLMError
 
 __all__ = ["run_with_signals"]

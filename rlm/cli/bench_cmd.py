@@ -9,9 +9,9 @@ import time
 import click
 from rich.console import Console
 
-from rlm._bench_report import bench_json, markdown_table, render_table
-from rlm._bench_run import ScenarioResult, run_scenario
-from rlm._bench_scenarios import DEFAULT, QUICK, by_name
+from rlm.bench.report import bench_json, markdown_table, render_table
+from rlm.bench.run import ScenarioResult, run_scenario
+from rlm.bench.scenarios import DEFAULT, QUICK, by_name
 
 __all__ = ["bench"]
 

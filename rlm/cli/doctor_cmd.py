@@ -12,8 +12,8 @@ import click
 import trio
 
 from rlm._events import EventBus
-from rlm._isolation import ALL_LAYERS, HOST_LAYERS, parse_layers
-from rlm._sandbox_host import SandboxLauncher
+from rlm._sandbox.isolation import ALL_LAYERS, HOST_LAYERS, parse_layers
+from rlm._sandbox.launcher import SandboxLauncher
 from rlm.errors import RLMError
 
 __all__ = ["doctor", "isolation_report", "require_isolation"]

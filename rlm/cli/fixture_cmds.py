@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 import trio
 
-from fixtures.needle import MIN_CHARS, generate_needle
-from rlm.fixture_server import FixtureServer, FixtureServerOptions
+from rlm.fixtures.needle import MIN_CHARS, generate_needle
+from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 __all__ = ["fixture_group", "fixture_server"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from rlm._api import RLM
-from rlm._isolation import parse_layers
 from rlm._result import STATUS_EXIT_CODES, RunResult
+from rlm._sandbox.isolation import parse_layers
 from rlm.cli._context_input import read_context
 from rlm.cli._progress import ProgressPrinter, format_traffic
 from rlm.cli._signals import run_with_signals

@@ -1,0 +1,1 @@
+"""The run: runtime wiring, the call loop, the bridge, feedback to the model, parsing, context."""

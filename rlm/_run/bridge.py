@@ -1,0 +1,193 @@
+"""Serving bridge calls: ``llm_query`` and ``llm_query_batched`` from sandbox code.
+
+A batch arrives as one frame and fans out as a sliding window: as soon as one
+item finishes the next one starts (no waiting for a whole chunk), and the gate
+decides how many actually run at once.  Results keep input order.  An item
+that fails holds ``"Error: …"``; an error that ends the run (credentials,
+credit, a hard limit) aborts the run instead.
+
+With ``max_depth`` 1 every item is a one-shot sub-query.  Deeper, an item from
+a call at depth d becomes a child call at depth d + 1 while d + 1 < max_depth.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from rlm._events import BridgeCallFinished, BridgeCallStarted, BudgetRefused, EventBus
+from rlm.errors import BudgetExceeded, RLMError
+from rlm.providers.base import Completion, CompletionRequest
+
+if TYPE_CHECKING:
+    from rlm._config import RunConfig
+    from rlm._run.call import Call
+    from rlm._traffic.budget import Budget
+
+__all__ = ["Bridge", "BridgeHost"]
+
+_MAX_ITEMS = 100_000
+
+
+class BridgeHost(Protocol):
+    config: RunConfig
+    events: EventBus
+    budget: Budget
+
+    async def complete(self, request: CompletionRequest) -> Completion: ...
+
+    async def run_child(self, parent: Call, query: str, context: str) -> str: ...
+
+    def abort(self, exc: RLMError) -> None: ...
+
+    def budget_view(self, call: Call) -> dict[str, Any]: ...
+
+
+class Bridge:
+    """Answers the bridge frames of every sandbox in a run."""
+
+    def __init__(self, host: BridgeHost) -> None:
+        self._host = host
+        self._ids = 0
+
+    async def serve(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]:
+        """The reply fields (``ok``, ``value``, ``error``, ``kind``) for ``frame``."""
+        fn = frame.get("fn")
+        if fn == "budget":
+            return {"ok": True, "value": self._host.budget_view(call), "error": "", "kind": ""}
+        if fn not in ("llm_query", "llm_query_batched"):
+            return _refuse(f"unknown bridge function {fn!r}")
+        prompts, contexts = frame.get("prompts"), frame.get("contexts")
+        problem = _check_items(prompts, contexts)
+        if problem:
+            return _refuse(problem)
+        assert isinstance(prompts, list)
+        items: list[tuple[str, str | None]] = list(
+            zip(
+                prompts,
+                contexts if isinstance(contexts, list) else [None] * len(prompts),
+                strict=True,
+            )
+        )
+        self._ids += 1
+        bridge_id = self._ids
+        ids: dict[str, Any] = {
+            "call_id": call.call_id,
+            "parent_id": call.parent_id,
+            "depth": call.depth,
+        }
+        mode = "child-call" if call.depth + 1 < self._host.config.max_depth else "sub-query"
+        events = self._host.events
+        started = events.now()
+        events.emit(
+            BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
+        )
+        failed = len(items)
+        try:
+            self._host.budget.check_batch(len(items))
+            results = await self._fan_out(call, items, children=mode == "child-call")
+            failed = sum(1 for r in results if r.startswith("Error:"))
+        except BudgetExceeded as exc:
+            events.emit(
+                BudgetRefused(
+                    **ids,
+                    scope="batch",
+                    items=len(items),
+                    lane="sub",
+                    model=self._host.config.effective_sub_model,
+                    reason=str(exc),
+                )
+            )
+            return {"ok": False, "value": None, "error": str(exc), "kind": "budget"}
+        finally:
+            events.emit(
+                BridgeCallFinished(
+                    **ids,
+                    bridge_id=bridge_id,
+                    fn=fn,
+                    items=len(items),
+                    failed_items=failed,
+                    duration_s=round(events.now() - started, 6),
+                )
+            )
+        value: str | list[str] = results[0] if fn == "llm_query" else results
+        return {"ok": True, "value": value, "error": "", "kind": ""}
+
+    async def _fan_out(
+        self, call: Call, items: list[tuple[str, str | None]], *, children: bool
+    ) -> list[str]:
+        """Run every item; results in input order.
+
+        Sub-queries all start at once and queue FIFO at the gate, which is the
+        sliding window: a freed permit goes straight to the next item, and an
+        item backing off from a retry holds nothing.  Child calls each own a
+        sandbox, so at most ``max_concurrent`` of one batch are alive at a time.
+        """
+        results = [""] * len(items)
+        window = trio.Semaphore(self._host.config.max_concurrent if children else len(items))
+        exhausted: list[BudgetExceeded] = []
+
+        async def run_item(index: int, prompt: str, context: str | None) -> None:
+            try:
+                if exhausted:  # the ledger is spent: send nothing more
+                    results[index] = f"Error: BudgetExceeded: {exhausted[0]}"
+                    return
+                results[index] = await self._one(call, prompt, context)
+            except BudgetExceeded as exc:
+                exhausted.append(exc)
+                results[index] = f"Error: BudgetExceeded: {exc}"
+            finally:
+                window.release()
+
+        async with trio.open_nursery() as nursery:
+            for index, (prompt, context) in enumerate(items):
+                await window.acquire()
+                nursery.start_soon(run_item, index, prompt, context)
+        if exhausted:
+            raise exhausted[0]
+        return results
+
+    async def _one(self, call: Call, prompt: str, context: str | None) -> str:
+        host = self._host
+        try:
+            if call.depth + 1 < host.config.max_depth:
+                return await host.run_child(call, prompt, prompt if context is None else context)
+            content = prompt if context is None else f"{prompt}\n\n{context}"
+            completion = await host.complete(
+                CompletionRequest(
+                    messages=[{"role": "user", "content": content}],
+                    model=host.config.effective_sub_model,
+                    lane="sub",
+                    max_tokens=host.config.max_tokens,
+                    call_id=call.call_id,
+                    depth=call.depth + 1,
+                )
+            )
+            return completion.text
+        except BudgetExceeded:
+            raise  # the sandbox raises it in model code
+        except RLMError as exc:
+            if exc.ends_run:
+                host.abort(exc)
+            return f"Error: {type(exc).__name__}: {exc}"
+
+
+def _refuse(message: str) -> dict[str, Any]:
+    return {"ok": False, "value": None, "error": message, "kind": "usage"}
+
+
+def _check_items(prompts: object, contexts: object) -> str | None:
+    if not isinstance(prompts, list):
+        return "prompts must be a list of str"
+    if len(prompts) > _MAX_ITEMS:
+        return f"a batch holds at most {_MAX_ITEMS:,} prompts; got {len(prompts):,}"
+    if not all(isinstance(p, str) for p in prompts):
+        return "prompts must be a list of str"
+    if contexts is None:
+        return None
+    if not isinstance(contexts, list) or len(contexts) != len(prompts):
+        return "contexts must be None or a list as long as prompts"
+    if not all(c is None or isinstance(c, str) for c in contexts):
+        return "each context must be a str or None"
+    return None

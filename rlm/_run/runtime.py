@@ -1,0 +1,262 @@
+"""The runtime: one trio nursery that owns every call, sandbox and request of a run.
+
+Nothing outlives :meth:`Runtime.run`.  When the root call concludes, when an
+error that ends the run is raised anywhere in the call tree (see
+``RLMError.ends_run``), or when ``--timeout`` passes, the run's cancel scope is
+cancelled: in-flight requests are abandoned, and every partition's ``aclose``
+kills its call's sandbox before ``run`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from rlm._config import RunConfig
+from rlm._events import EventBus
+from rlm._run.bridge import Bridge
+from rlm._run.call import Call, CallOutcome
+from rlm._run.context import Context
+from rlm._run.parsing import find_final
+from rlm._run.scheduler import Scheduler
+from rlm._sandbox.launcher import Sandbox, SandboxIdentity, SandboxLauncher
+from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.pacer import Pacer
+from rlm._traffic.prices import PriceTable
+from rlm._traffic.retry import RetryPolicy
+from rlm._traffic.usage import Usage
+from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, UsageError
+from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
+
+__all__ = ["RunOutcome", "Runtime"]
+
+# Short on purpose: the extract step must fit where a full step did not.
+_EXTRACT_SYSTEM = (
+    "You were the root of a recursive language model: you worked on a large `context` by "
+    "writing Python in a REPL and calling sub-models with llm_query / llm_query_batched. "
+    "No more code can run. Answer with one line: FINAL(your answer)."
+)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How the run ended: the root call's outcome, or the error that stopped it."""
+
+    root: CallOutcome | None
+    error: RLMError | None
+    extracted: str | None = None
+
+
+class Runtime:
+    """Runs one root call and everything it starts."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        providers: Mapping[Lane, Provider],
+        events: EventBus,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.config = config
+        self.events = events
+        self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
+        self.budget = make_budget(config, prices)
+        self.gate = Gate(
+            limiter=self.limiter,
+            providers=providers,
+            events=events,
+            pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
+            retry=RetryPolicy(max_retries=config.max_retries),
+            adaptive=config.adaptive,
+            deadline=lambda: self._deadline,
+            ledger=self.budget,
+        )
+        self.bridge = Bridge(self)
+        self.sandboxes = SandboxLauncher(
+            events=events,
+            max_output_chars=config.max_output_chars,
+            require_isolation=config.require_isolation,
+        )
+        self.calls: dict[str, Call] = {}
+        self._scheduler: Scheduler | None = None
+        self._run_scope: trio.CancelScope | None = None
+        self._error: RLMError | None = None
+        self._deadline = float("inf")
+
+    @property
+    def usage(self) -> Usage:
+        """What the run has spent so far, from its budget ledger."""
+        return self.budget.usage()
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            raise RuntimeError("the runtime is not running")
+        return self._scheduler
+
+    async def run(self, query: str, context: Context) -> RunOutcome:
+        """Run the root call to its end, or until an error or the timeout stops it."""
+        timeout = self.config.timeout
+        self._deadline = trio.current_time() + timeout if timeout else float("inf")
+        root: Call | None = None
+        with trio.CancelScope(deadline=self._deadline) as run_scope:
+            self._run_scope = run_scope
+            async with self.sandboxes.serving(), trio.open_nursery() as nursery:
+                self._scheduler = Scheduler(nursery, self.abort)
+                root = self.start_call(query, context, parent=None)
+                await root.done.wait()
+                nursery.cancel_scope.cancel()
+        outcome = root.outcome if root else None
+        answered = outcome is not None and outcome.status == "answered"
+        if self._error is None and run_scope.cancelled_caught and not answered:
+            self._error = RunTimeout(f"the run passed its {timeout:g} s --timeout")
+        extracted = None
+        if isinstance(self._error, BudgetExceeded) and outcome is not None and not answered:
+            # A fresh scope, so an interrupt during the extract step still stops it.
+            with trio.CancelScope() as extract_scope:
+                self._run_scope = extract_scope
+                extracted = await self._extract_answer(query, outcome)
+        return RunOutcome(outcome, self._error, extracted)
+
+    async def _extract_answer(self, query: str, outcome: CallOutcome) -> str | None:
+        """One last root request for the best answer, if the budget still allows one.
+
+        The request is small (the query, the last output, the candidate), not
+        the whole history, so a token budget that refused the next step may
+        still fit it.  Returns None when the ledger refuses it or it fails.
+        """
+        facts = [f"Query: {query}"]
+        if outcome.last_output:
+            facts.append(f"What your code printed last:\n{outcome.last_output[-4000:]}")
+        if outcome.candidate:
+            facts.append(f"Your answer candidate so far: {outcome.candidate}")
+        facts.append(
+            "The run's budget is exhausted and no more code can run. Give your best final "
+            "answer now, from what you have, as a line FINAL(your answer)."
+        )
+        request = CompletionRequest(
+            messages=[
+                {"role": "system", "content": _EXTRACT_SYSTEM},
+                {"role": "user", "content": "\n\n".join(facts)},
+            ],
+            model=self.config.model,
+            lane="root",
+            max_tokens=self.config.max_tokens,
+            call_id="root",
+        )
+        with trio.move_on_at(self._deadline):
+            try:
+                completion = await self.gate.complete(request)
+            except RLMError:
+                return None
+            final = find_final(completion.text)
+            if final is not None and final.answer is not None:
+                return final.answer
+        return None
+
+    def kill_sandboxes(self) -> None:
+        """Kill every live sandbox's process group now, synchronously."""
+        for call in self.calls.values():
+            call.kill_sandbox()
+
+    def interrupt(self) -> None:
+        """Stop the run as if Ctrl-C was pressed: it ends with status ``interrupted``."""
+        self.abort(Interrupted("interrupted"))
+
+    def abort(self, exc: RLMError) -> None:
+        """End the run because of ``exc`` (the first such error wins)."""
+        if self._error is None:
+            self._error = exc
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+    def start_call(self, query: str, context: Context, parent: Call | None) -> Call:
+        if parent is None:
+            call_id, depth, parent_id = "root", 0, None
+        else:
+            parent.children += 1
+            call_id = f"{parent.call_id}.{parent.children}"
+            depth, parent_id = parent.depth + 1, parent.call_id
+        call = Call(
+            self, call_id=call_id, parent_id=parent_id, depth=depth, query=query, context=context
+        )
+        self.calls[call_id] = call
+        self.scheduler.open(call_id, call)
+        self.scheduler.submit(call.command("start"))
+        return call
+
+    async def run_child(self, parent: Call, query: str, context: str) -> str:
+        """Run a child call to its end and return its answer (or an ``Error:`` string).
+
+        Raises BudgetExceeded when the child ran out of budget, so the parent's
+        code sees the exhaustion rather than a plain error string.
+        """
+        child = self.start_call(query, context, parent)
+        await child.done.wait()
+        outcome = child.outcome
+        assert outcome is not None
+        if outcome.answer is not None:
+            return outcome.answer
+        if outcome.status == "budget_exceeded":
+            raise BudgetExceeded(outcome.error or "the budget is exhausted")
+        if outcome.status == "iterations":
+            return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
+        return f"Error: child call {child.call_id} failed: {outcome.error}"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        return await self.gate.complete(request)
+
+    async def open_sandbox(
+        self, nursery: trio.Nursery, *, context: Context, owner: SandboxIdentity
+    ) -> Sandbox:
+        return await self.sandboxes.open(nursery, context=context, owner=owner)
+
+    async def serve_bridge(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]:
+        return await self.bridge.serve(call, frame)
+
+    def budget_view(self, call: Call) -> dict[str, Any]:
+        """What remains for ``call`` to plan with (returned by ``budget()`` in the sandbox)."""
+        remaining = self._deadline - trio.current_time()
+        return {
+            **self.budget.remaining(),
+            "time_remaining_s": None if remaining == float("inf") else round(remaining, 3),
+            "depth": call.depth,
+            "depth_remaining": self.config.max_depth - call.depth - 1,
+            "iterations_remaining": self.config.max_iterations - call.iteration,
+        }
+
+
+def load_prices(config: RunConfig) -> PriceTable:
+    """The shipped price table, with ``--prices`` entries on top."""
+    prices = PriceTable.default()
+    if config.prices_path:
+        prices = PriceTable.load(config.prices_path, base=prices)
+    return prices
+
+
+def make_budget(config: RunConfig, prices: PriceTable | None = None) -> Budget:
+    """The run's ledger from its configuration; unpriced models under --max-cost are refused."""
+    if prices is None:
+        prices = load_prices(config)
+    budget = Budget(
+        limits=BudgetLimits(
+            max_llm_calls=config.max_llm_calls,
+            max_input_tokens=config.max_input_tokens,
+            max_output_tokens=config.max_output_tokens,
+            max_total_tokens=config.max_total_tokens,
+            max_cost=config.max_cost,
+        ),
+        prices=prices,
+    )
+    for model in {config.model, config.effective_sub_model}:
+        try:
+            budget.check_priced(model)
+        except BudgetExceeded as exc:
+            raise UsageError(str(exc)) from exc
+    return budget

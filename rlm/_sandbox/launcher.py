@@ -1,0 +1,248 @@
+"""Where calls get their sandboxes: the launcher, its zygote and its warm pool.
+
+Inside :meth:`SandboxLauncher.serving` (the runtime wraps each run in it) a
+zygote is started and a small pool of spawned, hardened sandboxes is kept
+ready, so opening a sandbox costs one ``init`` round trip.  Outside it, or
+when the zygote cannot start, every sandbox is spawned directly (slower,
+same isolation except the parent-death signal).  Either way the context is
+passed inline when small and as a sealed memfd when large, and every sandbox
+a launcher created is killed when ``serving`` exits.
+
+``Sandbox``, ``SandboxIdentity`` and ``ExecResult`` live in ``_sandbox.py``
+and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+
+import trio
+
+from rlm._events import EventBus
+from rlm._run.context import context_chars
+from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
+from rlm._sandbox.process import (
+    BridgeHandler,
+    ChildProcess,
+    ExecResult,
+    HostEnds,
+    Sandbox,
+    SandboxIdentity,
+)
+from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS, ChildEnds, context_memfd, spawn_direct
+from rlm._sandbox.zygote import Zygote
+from rlm.errors import SandboxCrashed, SandboxError
+
+__all__ = [
+    "BridgeHandler", "ExecResult", "HostEnds", "Sandbox", "SandboxIdentity", "SandboxLauncher",
+]
+
+DEFAULT_POOL_SIZE = 2
+DEFAULT_MEMORY_BYTES = 4 << 30
+DEFAULT_CPU_SECONDS = 3600
+
+
+class SandboxLauncher:
+    """Where calls get their sandboxes.  One per run.
+
+    ``require_isolation`` names child layers that must be active: a sandbox
+    without one is killed and IsolationUnavailable raised.
+    """
+
+    def __init__(
+        self,
+        *,
+        events: EventBus,
+        max_output_chars: int,
+        require_isolation: Iterable[str] = (),
+        pool_size: int = DEFAULT_POOL_SIZE,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        use_zygote: bool = True,
+    ) -> None:
+        self._events = events
+        self._max_output_chars = max_output_chars
+        self._required = parse_layers(require_isolation)
+        self._pool_size = pool_size
+        self._memory_bytes = memory_bytes
+        self._use_zygote = use_zygote
+        self._nursery: trio.Nursery | None = None
+        self._zygote: Zygote | None = None
+        self._zygote_settled = trio.Event()
+        self._pool: deque[Sandbox] = deque()
+        self._pool_wanted = trio.Event()
+        self._pool_full = trio.Event()
+        self._created: list[Sandbox] = []
+        self._shared: dict[int, tuple[str | list[str], int]] = {}
+
+    @property
+    def zygote(self) -> Zygote | None:
+        """The running zygote, if any (for diagnostics)."""
+        return self._zygote
+
+    @property
+    def pooled(self) -> int:
+        """How many spawned sandboxes are waiting in the pool."""
+        return len(self._pool)
+
+    async def wait_pool_full(self) -> None:
+        """Return once the warm pool is full (or cannot be filled); for benchmarks and tests."""
+        await self._pool_full.wait()
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[SandboxLauncher]:
+        """Run the zygote and the warm pool for the body's duration; on exit (however
+        it happens) every sandbox this launcher made, and the zygote, are killed."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self._use_zygote:
+                    nursery.start_soon(self._keep_pool_filled, nursery)
+                else:
+                    self._zygote_settled.set()
+                try:
+                    yield self
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            # After the nursery: a zygote still starting when the body ended is
+            # recorded by now, so it is closed here too.
+            self._nursery = None
+            with trio.CancelScope(shield=True):
+                await self._close_everything()
+
+    async def open(
+        self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
+    ) -> Sandbox:
+        """A ready sandbox holding ``context``.  The caller must ``aclose`` it.
+
+        A pooled sandbox that turns out dead (say its zygote was killed) is
+        replaced by a freshly spawned one, once.
+        """
+        requested_at = self._events.now()
+        context_fd = await self._context_fd(context)
+        try:
+            box = self._take_pooled()
+            if box is not None:
+                try:
+                    await self._initialize(box, context, context_fd, owner, requested_at)
+                    return box
+                except SandboxCrashed:
+                    pass  # initialize() closed it; spawn a fresh one below
+            box = await self._spawn(self._nursery or nursery)
+            await self._initialize(box, context, context_fd, owner, requested_at)
+            return box
+        finally:
+            if context_fd is not None and self._nursery is None:
+                os.close(context_fd)  # not cached outside serving()
+
+    def _take_pooled(self) -> Sandbox | None:
+        while self._pool:
+            box = self._pool.popleft()
+            self._pool_wanted.set()
+            self._pool_full = trio.Event()
+            if box.alive:
+                return box
+            # Died while waiting: never handed out; closed with the rest at the end.
+        return None
+
+    async def _initialize(self, box: Sandbox, context: str | list[str], context_fd: int | None,
+                          owner: SandboxIdentity, requested_at: float) -> None:
+        await box.initialize(
+            context=context, context_fd=context_fd, max_output_chars=self._max_output_chars,
+            owner=owner, requested_at=requested_at,
+        )
+        try:
+            check_required(box.layers, self._required)
+        except IsolationUnavailable:
+            await box.aclose()
+            raise
+
+    async def probe(self) -> Sandbox:
+        """A ready sandbox with an empty context, owned by ``doctor`` (caller closes it)."""
+        return await self.open(
+            self._nursery or _no_nursery(), context="", owner=SandboxIdentity("doctor", None, 0))
+
+    # -- spawning ----------------------------------------------------------------
+
+    async def _spawn(self, nursery: trio.Nursery) -> Sandbox:
+        if self._use_zygote and self._nursery is not None:
+            await self._zygote_settled.wait()
+        zygote = self._zygote
+        ends = ChildEnds()
+        try:
+            if zygote is not None and zygote.alive:
+                process: ChildProcess = await zygote.spawn(
+                    ends, memory_bytes=self._memory_bytes, cpu_seconds=DEFAULT_CPU_SECONDS)
+            else:
+                process = await spawn_direct(ends, self._memory_bytes)
+        except BaseException:
+            ends.close_all()
+            raise
+        ends.close_child()
+        box = Sandbox(process, ends.host(), self._events)
+        self._created.append(box)
+        box.start_draining(nursery)
+        if zygote is not None and zygote.alive:
+            try:
+                await box.wait_hardened()  # a pooled sandbox is ready to serve, not just forked
+            except BaseException:
+                await box.aclose()
+                raise
+        return box
+
+    async def _keep_pool_filled(self, nursery: trio.Nursery) -> None:
+        try:
+            self._zygote = await Zygote.start()
+        except SandboxError:
+            return  # sandboxes are spawned directly instead
+        finally:
+            self._zygote_settled.set()
+        try:
+            while True:
+                while len(self._pool) < self._pool_size:
+                    self._pool.append(await self._spawn(nursery))
+                self._pool_full.set()
+                self._pool_wanted = trio.Event()
+                await self._pool_wanted.wait()
+        except SandboxError:
+            return  # the pool stays as it is; open() spawns on demand
+        finally:
+            self._pool_full.set()
+
+    async def _context_fd(self, context: str | list[str]) -> int | None:
+        if context_chars(context) < SHARED_CONTEXT_CHARS:
+            return None
+        cached = self._shared.get(id(context))
+        if cached is not None and cached[0] is context:
+            return cached[1]
+        fd = await trio.to_thread.run_sync(context_memfd, context)
+        if self._nursery is None:
+            return fd  # the caller closes it
+        cached = self._shared.get(id(context))
+        if cached is not None and cached[0] is context:  # another call wrote it meanwhile
+            os.close(fd)
+            return cached[1]
+        self._shared[id(context)] = (context, fd)  # holding `context` pins its id
+        return fd
+
+    async def _close_everything(self) -> None:
+        self._pool.clear()
+        boxes, self._created = list(self._created), []
+        for box in boxes:  # kill every one first, then reap them all at once
+            box.kill("closed")
+        async with trio.open_nursery() as nursery:
+            for box in boxes:
+                nursery.start_soon(box.aclose)
+        if self._zygote is not None:
+            await self._zygote.aclose()
+            self._zygote = None
+        for _, fd in self._shared.values():
+            os.close(fd)
+        self._shared.clear()
+
+
+def _no_nursery() -> trio.Nursery:
+    raise RuntimeError("SandboxLauncher.probe() needs serving()")

@@ -1,0 +1,364 @@
+"""The host side of one sandbox process.
+
+A sandbox is a hardened ``python -m rlm_sandbox`` process in its own session
+(process group), forked by the zygote or spawned directly with a scrubbed
+environment (no API keys, no host variables).  Frames travel on two
+dedicated pipes, never on the child's stdout/stderr; a large context travels
+as a sealed memfd over a third, Unix-socket, channel.  The host caps the
+bytes it reads per frame and per execution, enforces the per-execution
+wall-clock limit by killing the whole process group, and turns anything the
+child does into a SandboxError for the call that owns it: the host never
+dies with a sandbox.
+
+A :class:`Sandbox` is born *spawned* (hardened, waiting for ``init``: what a
+warm pool holds) and becomes *ready* after :meth:`Sandbox.initialize`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from rlm._events import EventBus, SandboxExited, SandboxStarted
+from rlm._sandbox.isolation import HOST_LAYERS, active_layers
+from rlm.errors import ExecutionTimeout, SandboxCrashed
+from rlm_sandbox.protocol import FrameDecoder, FrameError, encode_frame
+
+__all__ = [
+    "BridgeHandler", "ChildProcess", "ExecResult", "HostEnds", "Sandbox", "SandboxIdentity",
+]
+
+#: Cap on one child→host frame, and on everything one execution may send.
+MAX_CHILD_FRAME_BYTES = 16 * 1024 * 1024
+MAX_EXEC_BYTES = 64 * 1024 * 1024
+#: Host→child frames carry the whole context in ``init`` when it is small.
+MAX_HOST_FRAME_BYTES = 1024 * 1024 * 1024
+_STDERR_TAIL = 4096
+_START_TIMEOUT = 30.0
+
+BridgeHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class SandboxIdentity:
+    """Who owns a sandbox, for its events."""
+
+    call_id: str
+    parent_id: str | None
+    depth: int
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one code execution."""
+
+    ok: bool
+    output: str
+    output_chars: int
+    error: str | None
+    final: str | None
+    duration_s: float
+
+
+class ChildProcess(Protocol):
+    """A sandbox process however it was started (directly, or forked by the zygote)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream | None: ...
+
+    def kill(self) -> None:
+        """SIGKILL the child's whole process group (no-op once it was reaped)."""
+
+    async def wait(self) -> None:
+        """Reap the child (after ``kill``); the caller shields and bounds this."""
+
+
+@dataclass
+class HostEnds:
+    """The host's ends of a sandbox's channels."""
+
+    send: trio.lowlevel.FdStream
+    receive: trio.lowlevel.FdStream
+    context: socket.socket
+
+
+class Sandbox:
+    r"""One sandbox process.  Spawned, then :meth:`initialize`\ d once; :meth:`aclose`
+    (or :meth:`kill`) it on every exit path."""
+
+    def __init__(self, process: ChildProcess, ends: HostEnds, events: EventBus) -> None:
+        self._process = process
+        self._send = ends.send
+        self._receive = ends.receive
+        self._context_channel = ends.context
+        self._events = events
+        self._owner: SandboxIdentity | None = None
+        self._decoder = FrameDecoder(MAX_CHILD_FRAME_BYTES)
+        self._pending: list[dict[str, Any]] = []
+        self._stderr_tail = b""
+        self._exec_ids = 0
+        self._closed = False
+        self._killed = False
+        self._kill_reason = "closed"
+        self._bytes_read = 0
+        self._max_output_chars = 1 << 20  # set by initialize()
+        self.pid = process.pid
+        #: The child's hardening report (``{layer: "active" | "unavailable: why"}``).
+        self.layers: dict[str, str] = {}
+
+    @property
+    def isolation(self) -> list[str]:
+        """Every layer active around this sandbox (host-side ones included)."""
+        return [*HOST_LAYERS, *active_layers(self.layers)]
+
+    def start_draining(self, nursery: trio.Nursery) -> None:
+        """Keep the tail of the child's stderr; ``nursery`` must outlive the sandbox."""
+        nursery.start_soon(self._drain_stderr)
+
+    async def wait_hardened(self) -> None:
+        """Wait for a forked sandbox's ``hardened`` frame (its layers are applied)."""
+        try:
+            with trio.fail_after(_START_TIMEOUT):
+                frame = await self._next_frame()
+        except trio.TooSlowError:
+            self.kill("start-failed")
+            raise SandboxCrashed("the sandbox did not harden itself within 30 s") from None
+        if frame.get("t") != "hardened":
+            self.kill("protocol-error")
+            raise SandboxCrashed(f"sandbox sent {frame.get('t')!r} instead of 'hardened'")
+
+    async def initialize(
+        self,
+        *,
+        context: str | list[str],
+        context_fd: int | None,
+        max_output_chars: int,
+        owner: SandboxIdentity,
+        requested_at: float,
+    ) -> None:
+        """Send ``init`` (the context inline, or ``context_fd``: a sealed memfd) and
+        wait for ``ready``.  On failure or cancellation the sandbox is closed."""
+        self._owner = owner
+        self._max_output_chars = max_output_chars
+        init: dict[str, Any] = {"t": "init", "max_output_chars": max_output_chars}
+        try:
+            with trio.fail_after(_START_TIMEOUT):
+                if context_fd is None:
+                    init["context"] = context
+                else:
+                    init["context_fd"] = True
+                    try:
+                        socket.send_fds(self._context_channel, [b"c"], [context_fd])
+                    except OSError as exc:
+                        raise self._crashed("cannot pass the context to the sandbox") from exc
+                await self._send_frame(init, MAX_HOST_FRAME_BYTES)
+                ready = await self._next_frame()
+        except BaseException as exc:
+            self.kill("start-failed")
+            await self.aclose()
+            if isinstance(exc, trio.TooSlowError):
+                raise SandboxCrashed("the sandbox did not start within 30 s") from exc
+            raise
+        if ready.get("t") != "ready":
+            self.kill("protocol-error")
+            await self.aclose()
+            raise SandboxCrashed(f"sandbox sent {ready.get('t')!r} instead of 'ready'")
+        layers = ready.get("isolation")
+        if isinstance(layers, dict):
+            self.layers = {str(k): str(v) for k, v in layers.items()}
+        self._events.emit(
+            SandboxStarted(
+                call_id=owner.call_id,
+                parent_id=owner.parent_id,
+                depth=owner.depth,
+                pid=self.pid,
+                startup_s=round(self._events.now() - requested_at, 6),
+                isolation=self.isolation,
+            )
+        )
+
+    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
+        """Run ``code`` and serve its bridge calls until it finishes.
+
+        ``limit`` (seconds) bounds the time the child spends running code; time spent
+        waiting for the host to answer a bridge call does not count (the run's
+        own --timeout bounds that).  On timeout the process group is killed and
+        ExecutionTimeout raised; a crash or protocol violation kills it and
+        raises SandboxCrashed.  Either way this sandbox is dead afterwards.
+        """
+        self._exec_ids += 1
+        exec_id = self._exec_ids
+        started = trio.current_time()
+        deadline = started + limit
+        read_limit = self._bytes_read + MAX_EXEC_BYTES
+        await self._send_frame({"t": "exec", "id": exec_id, "code": code}, MAX_CHILD_FRAME_BYTES)
+        while True:
+            frame: dict[str, Any] | None = None
+            with trio.move_on_at(deadline):
+                frame = await self._next_frame()
+            if frame is None:
+                self.kill("timeout")
+                raise ExecutionTimeout(
+                    f"execution exceeded the {limit:g} s limit (--exec-timeout); the sandbox "
+                    "was restarted and variables from earlier steps are gone"
+                )
+            if self._bytes_read > read_limit:
+                self.kill("flood")
+                raise SandboxCrashed("the sandbox sent more than 64 MiB in one execution")
+            kind = frame.get("t")
+            if kind == "result" and frame.get("id") == exec_id:
+                return self._result(frame, round(trio.current_time() - started, 6))
+            if kind == "bridge":
+                paused = trio.current_time()
+                reply = await on_bridge(frame)
+                deadline += trio.current_time() - paused
+                await self._send_frame(
+                    {"t": "reply", "id": frame.get("id"), **reply}, MAX_HOST_FRAME_BYTES
+                )
+                continue
+            self.kill("protocol-error")
+            raise SandboxCrashed(f"the sandbox sent an unexpected {kind!r} frame")
+
+    def _result(self, frame: dict[str, Any], duration_s: float) -> ExecResult:
+        """The outcome in a ``result`` frame, checked: the child is not trusted.
+
+        A frame with the wrong types kills the sandbox (a protocol error); text
+        is cut to the configured output size again here, whatever the child
+        claims to have done.
+        """
+        if not _valid_result(frame):
+            self.kill("protocol-error")
+            raise SandboxCrashed("the sandbox sent a malformed 'result' frame")
+        cap = self._max_output_chars
+        error = frame.get("error")
+        return ExecResult(
+            ok=frame["ok"],
+            output=frame["output"][:cap],
+            output_chars=max(frame["output_chars"], len(frame["output"])),
+            error=None if error is None else error[-cap:],
+            final=frame.get("final"),
+            duration_s=duration_s,
+        )
+
+    def kill(self, reason: str = "killed") -> None:
+        """Kill the whole process group at once.  Safe to call repeatedly."""
+        if self._process.returncode is None and not self._killed:
+            self._process.kill()
+            self._killed = True
+            self._kill_reason = reason
+
+    async def aclose(self) -> None:
+        """Kill the process (if alive), reap it, and close its channels.
+
+        Runs shielded from cancellation so that no process outlives its call.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        reason = self._kill_reason
+        self.kill(reason)
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(5):
+                await self._process.wait()
+            for stream in (self._send, self._receive):
+                await stream.aclose()
+        self._context_channel.close()
+        if self._owner is None:
+            return  # a pool sandbox that never served a call: no events
+        self._events.emit(
+            SandboxExited(
+                call_id=self._owner.call_id,
+                parent_id=self._owner.parent_id,
+                depth=self._owner.depth,
+                pid=self.pid,
+                returncode=self._process.returncode,
+                reason=reason,
+            )
+        )
+
+    @property
+    def alive(self) -> bool:
+        return not (self._closed or self._killed) and self._process.returncode is None
+
+    async def _send_frame(self, message: dict[str, Any], cap: int) -> None:
+        try:
+            data = encode_frame(message, cap)
+        except FrameError as exc:
+            raise SandboxCrashed(f"cannot send to the sandbox: {exc}") from exc
+        try:
+            await self._send.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise self._crashed("the sandbox stopped reading its input") from exc
+
+    async def _next_frame(self) -> dict[str, Any]:
+        while not self._pending:
+            try:
+                data = await self._receive.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise self._crashed("lost the pipe from the sandbox") from exc
+            if not data:
+                raise await self._exited()
+            self._bytes_read += len(data)
+            try:
+                self._pending.extend(self._decoder.feed(data))
+            except FrameError as exc:
+                self.kill("protocol-error")
+                raise SandboxCrashed(f"the sandbox broke the frame protocol: {exc}") from exc
+        return self._pending.pop(0)
+
+    async def _exited(self) -> SandboxCrashed:
+        # End of output: the child is exiting (it cannot close the pipe otherwise).
+        with trio.move_on_after(2):
+            await self._process.wait()
+        self.kill("crashed")
+        return self._crashed("the sandbox process exited")
+
+    def _crashed(self, what: str) -> SandboxCrashed:
+        code = self._process.returncode
+        detail = f"{what} (exit code {code})" if code is not None else what
+        tail = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()[-5:]
+        if tail:
+            detail += ": " + " | ".join(tail)
+        self._kill_reason = "crashed"
+        return SandboxCrashed(detail)
+
+    async def _drain_stderr(self) -> None:
+        """Keep the last few KiB of the child's stderr for error messages."""
+        stream = self._process.stderr
+        if stream is None:
+            return
+        try:
+            while chunk := await stream.receive_some(65536):
+                self._stderr_tail = (self._stderr_tail + chunk)[-_STDERR_TAIL:]
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+
+def _valid_result(frame: dict[str, Any]) -> bool:
+    """Whether a ``result`` frame has the types the protocol promises."""
+    output, chars = frame.get("output"), frame.get("output_chars")
+    optional = (frame.get("error"), frame.get("final"))
+    return (
+        isinstance(output, str)
+        and type(chars) is int
+        and chars >= 0
+        and isinstance(frame.get("ok"), bool)
+        and all(value is None or isinstance(value, str) for value in optional)
+    )
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)

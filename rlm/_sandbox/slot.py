@@ -1,0 +1,130 @@
+"""The sandbox of one call: spawned in the background, replaced after a crash or timeout.
+
+A call asks for its sandbox as soon as it starts, so spawning overlaps the
+first model step.  An execution that times out or crashes costs the call an
+error result, never the host: the dead sandbox is discarded and the next
+execution gets a fresh one (its variables are gone, and the model is told so).
+After too many losses in one call the call fails instead of looping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from rlm._run.context import Context
+from rlm._sandbox.launcher import BridgeHandler, ExecResult, Sandbox, SandboxIdentity
+from rlm.errors import ExecutionTimeout, SandboxCrashed, SandboxError
+
+__all__ = ["OpenSandbox", "SandboxSlot"]
+
+MAX_SANDBOX_FAILURES = 3
+
+OpenSandbox = Callable[[trio.Nursery, Context, SandboxIdentity], Awaitable[Sandbox]]
+
+
+class SandboxSlot:
+    """Holds at most one live sandbox for its call."""
+
+    def __init__(self, open_sandbox: OpenSandbox, context: Context, owner: SandboxIdentity):
+        self._open = open_sandbox
+        self._context = context
+        self._owner = owner
+        self._sandbox: Sandbox | None = None
+        self._ready: trio.Event | None = None
+        self._error: SandboxError | None = None
+        self._failures = 0
+        self.executing = False
+
+    @property
+    def losses(self) -> int:
+        """How many sandboxes this call lost to a crash or a timeout so far."""
+        return self._failures
+
+    def spawn(self, nursery: trio.Nursery) -> None:
+        """Start getting a sandbox in the background (``nursery`` must outlive it)."""
+        ready = trio.Event()
+        self._ready = ready
+        self._error = None
+
+        async def spawn() -> None:
+            try:
+                self._sandbox = await self._open(nursery, self._context, self._owner)
+            except SandboxError as exc:
+                self._error = exc
+            finally:
+                ready.set()
+
+        nursery.start_soon(spawn)
+
+    async def execute(
+        self, code: str, nursery: trio.Nursery, on_bridge: BridgeHandler, limit: float
+    ) -> ExecResult:
+        """Run ``code``; a timeout or crash becomes an error result and a fresh sandbox."""
+        if self._ready is None or (self._sandbox is not None and not self._sandbox.alive):
+            await self.discard()
+            self.spawn(nursery)
+        assert self._ready is not None
+        await self._ready.wait()
+        sandbox = self._sandbox
+        if sandbox is None:
+            raise SandboxCrashed(f"no sandbox for call {self._owner.call_id}: {self._error}")
+        started = trio.current_time()
+        self.executing = True
+        try:
+            return await sandbox.execute(code, on_bridge, limit=limit)
+        except (ExecutionTimeout, SandboxCrashed) as exc:
+            self._failures += 1
+            await self.discard()
+            if self._failures > MAX_SANDBOX_FAILURES:
+                raise SandboxCrashed(
+                    f"call {self._owner.call_id} lost {self._failures} sandboxes; giving up: {exc}"
+                ) from exc
+            note = (
+                ""
+                if isinstance(exc, ExecutionTimeout)
+                else ("; a fresh sandbox will be used and variables from earlier steps are gone")
+            )
+            return ExecResult(
+                ok=False,
+                output="",
+                output_chars=0,
+                error=f"{exc}{note}",
+                final=None,
+                duration_s=round(trio.current_time() - started, 6),
+            )
+        finally:
+            self.executing = False
+
+    async def peek(self, name: str) -> str | None:
+        """The value of variable ``name`` as a string, if the sandbox is idle and has it.
+
+        Shielded and bounded to one second: used while the run is ending.
+        """
+        sandbox = self._sandbox
+        if sandbox is None or not sandbox.alive or self.executing:
+            return None
+
+        async def no_bridge(frame: dict[str, Any]) -> dict[str, Any]:
+            return {"ok": False, "value": None, "error": "the run has ended", "kind": "budget"}
+
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            try:
+                result = await sandbox.execute(f"FINAL_VAR({name!r})", no_bridge, limit=1.0)
+            except SandboxError:
+                return None
+            return result.final
+        return None
+
+    def kill(self) -> None:
+        """Kill the sandbox at once (synchronous; reaping happens in ``discard``)."""
+        if self._sandbox is not None:
+            self._sandbox.kill("interrupted")
+
+    async def discard(self) -> None:
+        """Kill, reap and forget the current sandbox, if any."""
+        sandbox, self._sandbox, self._ready = self._sandbox, None, None
+        if sandbox is not None:
+            await sandbox.aclose()

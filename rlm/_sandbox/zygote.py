@@ -1,0 +1,177 @@
+"""The host's handle on the zygote: a warm interpreter that forks sandboxes.
+
+The zygote (``sandbox/zygote.py``) is started once per run with a scrubbed
+environment and serves ``spawn``/``reap`` requests on a SOCK_SEQPACKET
+socket.  A forked sandbox is not the host's child, so the host kills it by
+process group (it is its own session) and asks the zygote to reap it; the
+zygote reaps only on request, so a pid the host still holds is never reused.
+If the host dies, the socket closes and the zygote kills every sandbox it
+forked; if the zygote dies, its sandboxes get their parent-death signal.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import os
+import signal
+import socket
+import sys
+
+import msgpack
+import trio
+
+from rlm._sandbox.spawn import ChildEnds, open_scrubbed_process
+from rlm.errors import SandboxCrashed
+
+__all__ = ["Zygote", "ZygoteChild"]
+
+_EXCHANGE_TIMEOUT = 10.0
+_START_TIMEOUT = 30.0
+
+
+class ZygoteChild:
+    """A sandbox forked by the zygote (a :class:`rlm._sandbox.process.ChildProcess`)."""
+
+    def __init__(self, zygote: Zygote, pid: int, stderr: trio.lowlevel.FdStream) -> None:
+        self._zygote = zygote
+        self._pid = pid
+        self._stderr = stderr
+        self._returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream | None:
+        return self._stderr
+
+    def kill(self) -> None:
+        if self._returncode is None:  # unreaped: the pid is still this sandbox's
+            for kill in (os.killpg, os.kill):  # os.kill: it may not have called setsid() yet
+                with contextlib.suppress(ProcessLookupError):
+                    kill(self._pid, signal.SIGKILL)
+
+    async def wait(self) -> None:
+        if self._returncode is None:
+            self._returncode = await self._zygote.reap(self._pid)
+
+
+class Zygote:
+    """One zygote process.  :meth:`start` it in a nursery; :meth:`aclose` on every exit path."""
+
+    def __init__(self, process: trio.Process, control: socket.socket) -> None:
+        self._process = process
+        self._control = trio.socket.from_stdlib_socket(control)
+        self._lock = trio.Lock()
+        self._children: set[int] = set()
+        self._broken = False
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self._broken and self._process.returncode is None
+
+    @classmethod
+    async def start(cls) -> Zygote:
+        """Start the zygote and wait until it answers (it preloads before serving)."""
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            process = await open_scrubbed_process(
+                [sys.executable, "-m", "rlm_sandbox", "--zygote", str(child.fileno())],
+                [child.fileno()],
+                keep_stderr=False,
+            )
+        except SandboxCrashed:
+            host.close()
+            raise
+        finally:
+            child.close()
+        zygote = cls(process, host)
+        try:
+            with trio.fail_after(_START_TIMEOUT):
+                answer = await zygote._exchange({"t": "ping"}, [])
+        except BaseException:
+            await zygote.aclose()
+            raise
+        if answer.get("t") != "pong":
+            await zygote.aclose()
+            raise SandboxCrashed(f"the zygote answered a ping with {answer!r}")
+        return zygote
+
+    async def spawn(self, ends: ChildEnds, *, memory_bytes: int, cpu_seconds: int) -> ZygoteChild:
+        """Fork a hardened sandbox on ``ends`` (the caller then closes the child ends)."""
+        err_read, err_write = os.pipe()
+        try:
+            request = {"t": "spawn", "memory_bytes": memory_bytes, "cpu_seconds": cpu_seconds}
+            answer = await self._exchange(request, [*ends.child, err_write])
+        except BaseException:
+            os.close(err_read)
+            raise
+        finally:
+            os.close(err_write)
+        pid = answer.get("pid")
+        if answer.get("t") != "spawned" or not isinstance(pid, int):
+            os.close(err_read)
+            raise SandboxCrashed(f"the zygote could not fork a sandbox: {answer.get('error')}")
+        self._children.add(pid)
+        return ZygoteChild(self, pid, trio.lowlevel.FdStream(err_read))
+
+    async def reap(self, pid: int) -> int | None:
+        """Kill and reap a sandbox; its exit code (None if the zygote is gone)."""
+        self._children.discard(pid)
+        with contextlib.suppress(SandboxCrashed):
+            answer = await self._exchange({"t": "reap", "pid": pid}, [])
+            code = answer.get("returncode")
+            return code if isinstance(code, int) else None
+        return -signal.SIGKILL  # the zygote died: its children got their parent-death signal
+
+    async def _exchange(self, request: dict[str, object], fds: list[int]) -> dict[str, object]:
+        """One request and its answer.  Shielded (bounded): a half-done exchange would
+        desynchronise the socket and leave an unknown sandbox behind."""
+        async with self._lock:
+            if self._broken:
+                raise SandboxCrashed("the zygote is gone")
+            with trio.CancelScope(shield=True), trio.move_on_after(_EXCHANGE_TIMEOUT):
+                try:
+                    data = msgpack.packb(request, use_bin_type=True)
+                    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                    await self._control.sendmsg([data], ancillary if fds else [])
+                    reply = await self._control.recv(4096)
+                except OSError as exc:
+                    self._broken = True
+                    raise SandboxCrashed(f"lost the zygote: {exc}") from exc
+                if not reply:
+                    self._broken = True
+                    raise SandboxCrashed("the zygote exited")
+                answer = msgpack.unpackb(reply, raw=False)
+                if isinstance(answer, dict):
+                    return answer
+            self._broken = True
+            raise SandboxCrashed("the zygote did not answer")
+
+    async def aclose(self) -> None:
+        """Close the socket (the zygote then kills its sandboxes and exits), reap it,
+        and kill whatever is left.  Shielded: nothing outlives the run."""
+        self._broken = True
+        self._control.close()
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(5):
+                await self._process.wait()
+            if self._process.returncode is None:
+                # Stuck: its sandboxes are still unreaped (so their pids are still
+                # theirs); kill them, then the zygote.
+                for pid in (*self._children, self._process.pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+                with trio.move_on_after(5):
+                    await self._process.wait()
+            self._children.clear()

@@ -1,0 +1,1 @@
+"""Traffic: every LLM request passes the gate (budget → limiter → pacer → provider → retry)."""

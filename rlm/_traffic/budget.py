@@ -1,0 +1,258 @@
+"""The budget: one ledger per root run, shared by every call in the tree.
+
+Reserve before spending, settle after.  Every attempt the gate sends is
+reserved first (``reserve`` is synchronous, so under trio it is atomic: two
+requests can never both take the last call), and settled with the provider's
+reported usage when it returns or fails.
+
+Guarantees
+----------
+- ``max_llm_calls`` is never exceeded: a request is counted when reserved,
+  retries and batch items included, and a batch that cannot fit in the calls
+  left is refused whole before any of it is sent.
+- Token and cost limits reserve an *estimate* (prompt chars / 4, plus
+  ``max_tokens`` or 1,024 output tokens) and settle the real usage after.  They
+  can therefore be passed only by the estimate error of the requests already
+  in flight when the limit is reached: at most Σ (actual − estimate) over those
+  requests.  Setting ``--max-tokens`` makes the output part of the estimate an
+  upper bound.
+- ``max_cost`` refuses models without a price (see ``rlm._traffic.prices``) instead of
+  counting them as free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm._traffic.prices import PriceTable
+from rlm._traffic.usage import Usage, estimate_io
+from rlm.errors import BudgetExceeded
+from rlm.providers.base import Completion, CompletionRequest
+
+__all__ = ["Budget", "BudgetLimits", "Ticket", "UsageBreakdown"]
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    """The hard limits of one run; ``None`` means unlimited."""
+
+    max_llm_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+    max_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One reservation: what an attempt is expected to spend."""
+
+    model: str
+    lane: str
+    depth: int
+    input_tokens: int
+    output_tokens: int
+    cost: float
+
+
+@dataclass
+class UsageBreakdown:
+    """Usage of one model, lane or depth."""
+
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    unpriced_calls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "llm_calls": self.llm_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost": round(self.cost, 8),
+            "unpriced_calls": self.unpriced_calls,
+        }
+
+
+@dataclass
+class _Totals:
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass
+class Budget:
+    """The shared ledger.  All methods are synchronous and so atomic under trio."""
+
+    limits: BudgetLimits = field(default_factory=BudgetLimits)
+    prices: PriceTable = field(default_factory=PriceTable.default)
+    spent: _Totals = field(default_factory=_Totals)
+    reserved: _Totals = field(default_factory=_Totals)
+    unpriced_calls: int = 0
+    breakdown: dict[str, dict[str, UsageBreakdown]] = field(
+        default_factory=lambda: {
+            "model": defaultdict(UsageBreakdown),
+            "lane": defaultdict(UsageBreakdown),
+            "depth": defaultdict(UsageBreakdown),
+        }
+    )
+
+    # -- checks ----------------------------------------------------------------
+
+    def calls_left(self) -> int | None:
+        if self.limits.max_llm_calls is None:
+            return None
+        return self.limits.max_llm_calls - self.spent.calls - self.reserved.calls
+
+    def check_batch(self, items: int) -> None:
+        """Refuse a batch of ``items`` requests whole if the calls left cannot cover it."""
+        left = self.calls_left()
+        if left is not None and items > left:
+            raise BudgetExceeded(
+                f"a batch of {items} sub-queries needs {items} LLM calls, but only {left} of "
+                f"--max-llm-calls {self.limits.max_llm_calls} remain; nothing was sent"
+            )
+
+    def check_priced(self, model: str) -> None:
+        """With --max-cost, a model without a price cannot be used at all."""
+        if self.limits.max_cost is not None and self.prices.lookup(model) is None:
+            raise BudgetExceeded(
+                f"model {model!r} has no price, so --max-cost cannot be enforced for it; "
+                "add it with --prices FILE"
+            )
+
+    # -- reserve / settle ------------------------------------------------------
+
+    def reserve(self, request: CompletionRequest) -> Ticket:
+        """Reserve one attempt of ``request`` or raise BudgetExceeded naming the limit."""
+        limits = self.limits
+        input_est, output_est = estimate_io(request)
+        price = self.prices.lookup(request.model)
+        if limits.max_cost is not None and price is None:
+            self.check_priced(request.model)
+        cost_est = price.cost(input_est, output_est) if price is not None else 0.0
+        left = self.calls_left()
+        if left is not None and left < 1:
+            raise BudgetExceeded(
+                f"--max-llm-calls {limits.max_llm_calls} reached "
+                f"({self.spent.calls} sent, {self.reserved.calls} in flight)"
+            )
+        committed_in = self.spent.input_tokens + self.reserved.input_tokens
+        committed_out = self.spent.output_tokens + self.reserved.output_tokens
+        self._check("--max-input-tokens", limits.max_input_tokens, committed_in, input_est)
+        self._check("--max-output-tokens", limits.max_output_tokens, committed_out, output_est)
+        self._check(
+            "--max-total-tokens",
+            limits.max_total_tokens,
+            committed_in + committed_out,
+            input_est + output_est,
+        )
+        if limits.max_cost is not None:
+            committed = self.spent.cost + self.reserved.cost
+            if committed + cost_est > limits.max_cost:
+                raise BudgetExceeded(
+                    f"--max-cost ${limits.max_cost:g} reached (${committed:.4f} spent or "
+                    f"reserved; this request would add about ${cost_est:.4f})"
+                )
+        ticket = Ticket(request.model, request.lane, request.depth, input_est, output_est, cost_est)
+        self._move(self.reserved, ticket, +1)
+        return ticket
+
+    def settle(self, ticket: Ticket, completion: Completion | None) -> float | None:
+        """Replace the reservation by what was really spent (the call counts either way).
+
+        Returns the attempt's cost in USD, or ``None`` when the model is unpriced.
+        """
+        self._move(self.reserved, ticket, -1)
+        self.spent.calls += 1
+        in_tokens = completion.input_tokens if completion else 0
+        out_tokens = completion.output_tokens if completion else 0
+        cost, priced = self._cost(ticket.model, completion)
+        self.spent.input_tokens += in_tokens
+        self.spent.output_tokens += out_tokens
+        self.spent.cost += cost
+        if not priced:
+            self.unpriced_calls += 1
+        for kind, key in (
+            ("model", ticket.model),
+            ("lane", ticket.lane),
+            ("depth", str(ticket.depth)),
+        ):
+            entry = self.breakdown[kind][key]
+            entry.llm_calls += 1
+            entry.input_tokens += in_tokens
+            entry.output_tokens += out_tokens
+            entry.cost += cost
+            entry.unpriced_calls += 0 if priced else 1
+        return cost if priced else None
+
+    # -- views -----------------------------------------------------------------
+
+    def usage(self) -> Usage:
+        """Requests settled so far (every attempt sent, retries included) and their tokens."""
+        return Usage(self.spent.calls, self.spent.input_tokens, self.spent.output_tokens)
+
+    def remaining(self) -> dict[str, Any]:
+        """What is left of each limit (``None`` for unlimited), for ``budget()``."""
+        limits, spent = self.limits, self.spent
+
+        def left(limit: float | None, used: float) -> float | None:
+            return None if limit is None else max(0, limit - used)
+
+        return {
+            "llm_calls": self.calls_left(),
+            "input_tokens": left(limits.max_input_tokens, spent.input_tokens),
+            "output_tokens": left(limits.max_output_tokens, spent.output_tokens),
+            "total_tokens": left(limits.max_total_tokens, spent.input_tokens + spent.output_tokens),
+            "cost": None
+            if limits.max_cost is None
+            else round(max(0.0, limits.max_cost - spent.cost), 6),
+            "llm_calls_used": spent.calls,
+            "tokens_used": spent.input_tokens + spent.output_tokens,
+            "cost_used": round(spent.cost, 6),
+        }
+
+    def usage_report(self) -> dict[str, Any]:
+        """Usage per model, per lane and per depth, plus cost totals."""
+        return {
+            "cost": round(self.spent.cost, 8),
+            "unpriced_calls": self.unpriced_calls,
+            "by_model": {k: v.to_dict() for k, v in self.breakdown["model"].items()},
+            "by_lane": {k: v.to_dict() for k, v in self.breakdown["lane"].items()},
+            "by_depth": {k: v.to_dict() for k, v in self.breakdown["depth"].items()},
+        }
+
+    # -- internals -------------------------------------------------------------
+
+    @staticmethod
+    def _check(flag: str, limit: int | None, committed: int, estimate: int) -> None:
+        if limit is not None and committed + estimate > limit:
+            raise BudgetExceeded(
+                f"{flag} {limit:,} reached ({committed:,} used or reserved; this request "
+                f"needs about {estimate:,} more)"
+            )
+
+    @staticmethod
+    def _move(totals: _Totals, ticket: Ticket, sign: int) -> None:
+        totals.calls += sign
+        totals.input_tokens += sign * ticket.input_tokens
+        totals.output_tokens += sign * ticket.output_tokens
+        totals.cost += sign * ticket.cost
+
+    def _cost(self, model: str, completion: Completion | None) -> tuple[float, bool]:
+        if completion is None:
+            return 0.0, True
+        reported = completion.metadata.get("cost")
+        if isinstance(reported, int | float):
+            return float(reported), True
+        price = self.prices.lookup(model)
+        if price is None:
+            return 0.0, False
+        cached = completion.metadata.get("cached_tokens")
+        cached_tokens = cached if isinstance(cached, int) else 0
+        return price.cost(completion.input_tokens, completion.output_tokens, cached_tokens), True

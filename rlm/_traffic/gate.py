@@ -1,0 +1,283 @@
+"""The traffic gate: the one path every LLM request takes.
+
+For each attempt: take a permit in the request's lane (tiered limiter) → take
+a pacing slot (rpm/tpm) → send once through the provider → record the outcome.
+Between attempts the permit is released and the request backs off (the
+provider's ``Retry-After`` when it gave one), never past the run's deadline;
+a retry goes back through the limiter and the pacer like any request.
+Overload answers (429/503/529) shrink the sub lane's capacity (AIMD);
+successes grow it back.  While a request backs off from an overload answer,
+the sub lane holds back one permit for it, so the permit it released is not
+handed at once to a waiter the provider would refuse too.  Every attempt,
+retry, wait and capacity change is an event, so a trace alone explains where
+the time went.
+
+Every attempt is a request sent, so each one is reserved in the budget ledger
+before it goes and settled after; the ledger is also where the run's usage is
+counted (an unlimited ledger when the gate is given none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from itertools import count
+
+import trio
+
+from rlm._events import (
+    BudgetRefused,
+    CapacityChanged,
+    EventBus,
+    LLMRequest,
+    LLMResponse,
+    LLMRetry,
+    RateLimitLearned,
+)
+from rlm._traffic.adaptive import AdaptiveCapacity
+from rlm._traffic.budget import Budget, Ticket
+from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.metrics import TrafficMetrics
+from rlm._traffic.pacer import Pacer
+from rlm._traffic.retry import RetryPolicy, is_overload
+from rlm._traffic.usage import estimate_io
+from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
+from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
+
+__all__ = ["Gate", "estimate_tokens"]
+
+
+def estimate_tokens(request: CompletionRequest) -> int:
+    """A request's tokens before sending: prompt chars / 4 plus the output allowance."""
+    prompt, output = estimate_io(request)
+    return prompt + output
+
+
+class Gate:
+    """Sends completion requests under the run's limits."""
+
+    def __init__(
+        self,
+        *,
+        limiter: TieredLimiter,
+        providers: Mapping[Lane, Provider],
+        events: EventBus,
+        pacer: Pacer | None = None,
+        retry: RetryPolicy | None = None,
+        adaptive: bool = True,
+        deadline: Callable[[], float] = lambda: float("inf"),
+        ledger: Budget | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self.pacer = pacer or Pacer()
+        self.retry = retry or RetryPolicy()
+        self.metrics = TrafficMetrics()
+        self.adaptive = AdaptiveCapacity(
+            limiter, enabled=adaptive, on_change=self._capacity_changed
+        )
+        self.ledger = ledger if ledger is not None else Budget()
+        self._providers = dict(providers)
+        self._events = events
+        self._deadline = deadline
+        self._ids = count(1)
+        self._learned: set[str] = set()
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Send ``request``, retrying what is worth retrying.
+
+        Raises the last ProviderError when the request fails for good, and
+        RunTimeout when a wait would pass the run's deadline.  On cancellation
+        the in-flight attempt is abandoned and its permit released.
+        """
+        provider = self._providers[request.lane]
+        request_id = next(self._ids)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._attempt(provider, request, request_id, attempt)
+            except ProviderError as exc:
+                if not self.retry.should_retry(exc, attempt):
+                    raise
+                await self._back_off(request, request_id, attempt, exc)
+
+    async def _back_off(
+        self, request: CompletionRequest, request_id: int, attempt: int, exc: ProviderError
+    ) -> None:
+        delay = self.retry.delay(exc, attempt)
+        now = trio.current_time()
+        if now + delay > self._deadline():
+            left = max(0.0, self._deadline() - now)
+            who = (
+                f"{exc.url or 'the provider'} asked to wait {delay:.1f} s before retrying"
+                if getattr(exc, "retry_after", None) is not None
+                else f"the next retry would come after a {delay:.1f} s back-off"
+            )
+            raise RunTimeout(
+                f"{who}, longer than the {left:.1f} s left of --timeout (last error: {exc})"
+            ) from exc
+        self.metrics.lane(request.lane).retries += 1
+        self._events.emit(
+            LLMRetry(
+                call_id=request.call_id,
+                depth=request.depth,
+                request_id=request_id,
+                lane=request.lane,
+                attempt=attempt + 1,
+                delay_s=round(delay, 6),
+                reason=f"{type(exc).__name__}: {exc}"[:300],
+                retry_after=getattr(exc, "retry_after", None) is not None,
+            )
+        )
+        if is_overload(exc) and self.adaptive.enabled:
+            with self.limiter.penalty():
+                await trio.sleep(delay)
+        else:
+            await trio.sleep(delay)
+
+    async def _attempt(
+        self, provider: Provider, request: CompletionRequest, request_id: int, attempt: int
+    ) -> Completion:
+        lane = request.lane
+        metrics = self.metrics.lane(lane)
+        queued_at = trio.current_time()
+        async with self.limiter.permit(lane):
+            queue_wait = trio.current_time() - queued_at
+            pace_wait = await self.pacer.wait(estimate_tokens(request), lane)
+            ticket = self._reserve(request)
+            metrics.attempts += 1
+            metrics.in_flight += 1
+            metrics.max_in_flight = max(metrics.max_in_flight, metrics.in_flight)
+            metrics.queue_wait_total_s += queue_wait
+            metrics.queue_wait_max_s = max(metrics.queue_wait_max_s, queue_wait)
+            metrics.pace_wait_total_s += pace_wait
+            self._events.emit(
+                LLMRequest(
+                    call_id=request.call_id,
+                    depth=request.depth,
+                    request_id=request_id,
+                    lane=lane,
+                    model=request.model,
+                    provider=provider.name,
+                    prompt_chars=sum(len(m["content"]) for m in request.messages),
+                    queue_wait_s=round(queue_wait, 6),
+                    pace_wait_s=round(pace_wait, 6),
+                    attempt=attempt,
+                    in_flight=sum(m.in_flight for m in self.metrics.lanes.values()),
+                )
+            )
+            started = trio.current_time()
+            completion: Completion | None = None
+            cost: float | None = None
+            try:
+                completion = await provider.complete(request)
+            except ProviderError as exc:
+                self._record(request, provider, request_id, attempt, started, None, exc, None)
+                raise
+            except trio.Cancelled:
+                # The run is ending: the attempt was abandoned, and the trace says so.
+                self._record(request, provider, request_id, attempt, started, None, None, None)
+                raise
+            finally:
+                metrics.in_flight -= 1
+                cost = self.ledger.settle(ticket, completion)
+        self._record(request, provider, request_id, attempt, started, completion, None, cost)
+        return completion
+
+    def _record(
+        self,
+        request: CompletionRequest,
+        provider: Provider,
+        request_id: int,
+        attempt: int,
+        started: float,
+        completion: Completion | None,
+        error: ProviderError | None,
+        cost: float | None,
+    ) -> None:
+        latency = trio.current_time() - started
+        metrics = self.metrics.lane(request.lane)
+        status = error.status if isinstance(error, ProviderStatusError) else None
+        if completion is not None:
+            metrics.ok += 1
+            metrics.latencies.append(latency)
+            self.adaptive.observe_latency(latency)
+            if request.lane == "sub":
+                self.adaptive.on_success()
+            self._learn_limits(completion)
+        elif error is not None:
+            metrics.failed += 1
+            if status == 429:
+                metrics.rate_limited += 1
+            if error is not None and is_overload(error):
+                self.adaptive.on_overload(trio.current_time())
+        self._events.emit(
+            LLMResponse(
+                call_id=request.call_id,
+                depth=request.depth,
+                request_id=request_id,
+                lane=request.lane,
+                model=request.model,
+                provider=provider.name,
+                status="ok" if completion else ("error" if error else "cancelled"),
+                http_status=200 if completion is not None else status,
+                latency_s=round(latency, 6),
+                input_tokens=completion.input_tokens if completion else 0,
+                output_tokens=completion.output_tokens if completion else 0,
+                attempt=attempt,
+                cost=cost,
+                error=f"{type(error).__name__}: {error}" if error else None,
+                metadata=dict(completion.metadata) if completion else {},
+            )
+        )
+
+    def _reserve(self, request: CompletionRequest) -> Ticket:
+        """Reserve the attempt in the budget; a refusal is an event, then BudgetExceeded."""
+        try:
+            return self.ledger.reserve(request)
+        except BudgetExceeded as exc:
+            self._events.emit(
+                BudgetRefused(
+                    call_id=request.call_id,
+                    depth=request.depth,
+                    scope="request",
+                    items=1,
+                    lane=request.lane,
+                    model=request.model,
+                    reason=str(exc),
+                )
+            )
+            raise
+
+    def _learn_limits(self, completion: Completion) -> None:
+        """Adopt rpm/tpm from response headers when the user gave none."""
+        limits = completion.metadata.get("ratelimit")
+        if not isinstance(limits, dict):
+            return
+        for key, current, setter in (
+            ("requests_limit", self.pacer.rpm, self.pacer.set_rpm),
+            ("tokens_limit", self.pacer.tpm, self.pacer.set_tpm),
+        ):
+            value = limits.get(key)
+            if current is not None or key in self._learned:
+                continue
+            if isinstance(value, int | float) and value > 0:
+                self._learned.add(key)
+                setter(float(value))
+                self._events.emit(
+                    RateLimitLearned(
+                        limit="rpm" if key == "requests_limit" else "tpm",
+                        value=float(value),
+                        source=str(limits.get("source", "headers")),
+                    )
+                )
+
+    def _capacity_changed(self, old: int, new: int, reason: str) -> None:
+        self.metrics.capacity_changes += 1
+        self._events.emit(CapacityChanged(lane="sub", old=old, new=new, reason=reason))
+
+    def traffic(self) -> dict[str, object]:
+        """The ``traffic`` object of ``--json``."""
+        return self.metrics.to_dict(self.capacities(), self.pacer.rpm, self.pacer.tpm)
+
+    def capacities(self) -> dict[str, int]:
+        return {"root": self.limiter.total, "sub": self.limiter.sub_limit}

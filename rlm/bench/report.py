@@ -1,0 +1,76 @@
+"""``rlm bench`` output: one JSON shape for machines, a rich table for people."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rlm.bench.run import ScenarioResult
+
+__all__ = ["COLUMNS", "bench_json", "machine", "render_table", "table_rows"]
+
+COLUMNS = ("scenario", "via", "N", "C", "L s", "rpm", "T s", "T* s", "η", "ovh/sub ms",
+           "speedup", "subq/s", "mem MiB", "ok")
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers came from."""
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count()}
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def table_rows(results: Sequence[ScenarioResult]) -> list[list[str]]:
+    """The table's cells as text, one row per result, in ``COLUMNS`` order."""
+    rows = []
+    for r in results:
+        verdict = "ok" if r.correct else "WRONG"
+        if r.met is not None:
+            verdict += " ✓" if r.met else " ✗ target"
+        mem = r.peak_mib if r.peak_mib is not None else None
+        rows.append([
+            r.name, "http" if r.transport == "http" else "in-proc", str(r.n), str(r.c),
+            r.latency, _num(r.rpm, "g"), f"{r.t:.3f}", f"{r.t_star:.3f}", _num(r.eta, ".3f"),
+            f"{r.overhead_ms:.2f}", _num(r.speedup, ".2f") + ("×" if r.speedup else ""),
+            f"{r.rate:,.0f}", _num(mem, ".1f"), verdict,
+        ])
+    return rows
+
+
+def render_table(results: Sequence[ScenarioResult], console: Console) -> None:
+    table = Table(title="rlm bench: measured makespan T vs physical limit T*", title_justify="left")
+    for i, column in enumerate(COLUMNS):
+        table.add_column(column, justify="left" if i < 2 else "right", no_wrap=i == 0)
+    for row in table_rows(results):
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        "η = T*/T (T* replays the run's own trace on a zero-overhead runtime: docs/bench.md) · "
+        "ovh/sub = (T − T*)/N · speedup = T of the sequential llm_query loop / T · "
+        "mem = peak Python heap (tracemalloc)", style="dim")
+
+
+def markdown_table(results: Sequence[ScenarioResult]) -> str:
+    """The same table in GitHub markdown (for the README)."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(results)]
+    return "\n".join(lines)
+
+
+def bench_json(results: Sequence[ScenarioResult], *, elapsed_s: float) -> dict[str, Any]:
+    """The ``--json`` document."""
+    return {
+        "machine": machine(),
+        "elapsed_s": round(elapsed_s, 3),
+        "scenarios": [r.as_json() for r in results],
+        "all_correct": all(r.correct for r in results),
+        "targets_met": all(r.met is not False for r in results),
+    }

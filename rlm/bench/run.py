@@ -1,0 +1,228 @@
+"""Running one bench scenario and measuring it against its physical limit.
+
+Each run is a fresh ``trio.run`` of ``RLM.acompletion`` on a generated needle
+context — in-process (:class:`~rlm.bench.provider.BenchProvider`) or against a
+:class:`~rlm.testing.server.FixtureServer` on 127.0.0.1 served from the same
+trio loop.  T is the run's ``duration_s`` (run start to ``run_finished``, so
+sandbox start and teardown count); T* comes from replaying the run's own
+trace on the ideal runtime (:mod:`rlm.bench.limit`).
+"""
+
+from __future__ import annotations
+
+import functools
+import resource
+import sys
+import time
+import tracemalloc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from rlm._api import RLM
+from rlm._result import RunResult
+from rlm.bench.limit import (
+    clairvoyant_bound,
+    formula_limit,
+    ideal_makespan,
+    metadata_latency,
+    work_from_trace,
+)
+from rlm.bench.provider import BenchProvider
+from rlm.bench.scenarios import Scenario
+from rlm.fixtures import generate_needle, lognormal_latencies
+from rlm.testing.server import FixtureServer, FixtureServerOptions
+
+__all__ = ["ScenarioResult", "measure", "run_scenario", "time_phases"]
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """What ``rlm bench`` reports for one scenario.  Times in seconds."""
+
+    name: str
+    about: str
+    transport: str
+    variant: str
+    n: int  # sub-lane requests the run made
+    c: int
+    latency: str
+    rpm: float | None
+    t: float
+    t_star: float
+    t_formula: float | None  # the closed form, for homogeneous one-batch scenarios
+    t_lower: float  # clairvoyant lower bound: root steps + max(max p, Σp / C)
+    root_s: float
+    eta: float | None  # None when T* is 0 (zero latency: no physical limit)
+    overhead_ms: float  # (T − T*) / N, per sub-query
+    rate: float  # sub-queries per second of T
+    t_seq: float | None
+    speedup: float | None
+    correct: bool
+    status: str
+    wall_s: float
+    peak_mib: float | None
+    max_rss_mib: float
+    phases: dict[str, float]  # where T − T* went: see time_phases()
+    target_eta: float | None
+    target_rate: float | None
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the scenario's target (η or rate) was reached; None without a target."""
+        checks = []
+        if self.target_eta is not None:
+            checks.append(self.eta is not None and self.eta >= self.target_eta)
+        if self.target_rate is not None:
+            checks.append(self.rate >= self.target_rate)
+        return all(checks) if checks else None
+
+    def as_json(self) -> dict[str, Any]:
+        data = {k: _rounded(v) for k, v in self.__dict__.items()}
+        data["phases"] = dict(self.phases)
+        data["met"] = self.met
+        return data
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 6) if isinstance(value, float) else value
+
+
+@functools.lru_cache(maxsize=4)
+def _needle(chars: int, seed: int) -> tuple[str, str, str]:
+    fixture = generate_needle(chars, seed=seed)
+    return fixture.text, fixture.question, fixture.answer
+
+
+def _sub_latencies(s: Scenario) -> list[float] | None:
+    if s.sigma <= 0:
+        return None
+    total = s.n * s.n if s.depth > 1 else s.n
+    return lognormal_latencies(total, median=s.sub_latency, sigma=s.sigma, seed=s.seed)
+
+
+def _settings(s: Scenario) -> dict[str, Any]:
+    return {"model": s.model, "max_concurrent": s.max_concurrent, "root_permits": 1,
+            "max_depth": s.depth, "rpm": s.rpm, "burst": s.burst}
+
+
+async def _run_in_process(s: Scenario, text: str, question: str) -> RunResult:
+    provider = BenchProvider(root_latency=s.root_latency, sub_latency=s.sub_latency,
+                             sub_latencies=_sub_latencies(s))
+    rlm = RLM(providers={"root": provider, "sub": provider}, **_settings(s))
+    return await rlm.acompletion(question, text)
+
+
+async def _run_http(s: Scenario, text: str, question: str) -> RunResult:
+    if s.sigma > 0:
+        raise ValueError(f"{s.name}: the fixture server has no heterogeneous latencies")
+    options = FixtureServerOptions(root_latency=s.root_latency, sub_latency=s.sub_latency)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(FixtureServer(options).serve)
+        rlm = RLM(provider="openai", base_url=f"http://127.0.0.1:{port}/v1", api_key="bench",
+                  **_settings(s))
+        result = await rlm.acompletion(question, text)
+        nursery.cancel_scope.cancel()
+    return result
+
+
+def _one_run(s: Scenario) -> RunResult:
+    text, question, _ = _needle(s.context_chars, s.seed)
+    runner = _run_http if s.transport == "http" else _run_in_process
+    return trio.run(runner, s, text, question)
+
+
+def _http_latency(s: Scenario) -> Any:
+    def rule(step: bool, response: Mapping[str, Any]) -> float:
+        return s.root_latency if step else s.sub_latency
+    return rule
+
+
+def time_phases(trace: Sequence[Mapping[str, Any]], t: float, t_star: float,
+                root_s: float) -> dict[str, float]:
+    """Split the run into before the first sub-query, the fan-out and after the last one.
+
+    ``startup_s``: run start to the first sub-lane request, minus root-step
+    latency spent there (sandbox start, REPL code, scheduling).  ``tail_s``:
+    last sub-lane response to the end of the run, minus root steps there
+    (aggregation, FINAL, sandbox teardown).  ``fanout_overhead_s``: the rest of
+    T − T*.  ``sandbox_start_s``: the slowest ``sandbox_started.startup_s``.
+    """
+    subs = [e for e in trace if e["event"] in ("llm_request", "llm_response")
+            and e.get("lane") == "sub"]
+    if not subs:
+        return {}
+    first, last = subs[0]["t"], subs[-1]["t"]
+    root_before = sum(float(e.get("latency_s", 0.0)) for e in trace
+                      if e["event"] == "llm_response" and e.get("lane") == "root"
+                      and e["t"] <= first)
+    root_before = min(root_before, root_s)
+    startup = max(0.0, first - root_before)
+    tail = max(0.0, t - last - (root_s - root_before))
+    starts = [float(e["startup_s"]) for e in trace if e["event"] == "sandbox_started"]
+    return {"startup_s": round(startup, 6), "fanout_overhead_s": round(t - t_star - startup
+            - tail, 6), "tail_s": round(tail, 6), "sandbox_start_s": max(starts, default=0.0)}
+
+
+def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
+            t_seq: float | None = None, peak_bytes: int | None = None) -> ScenarioResult:
+    """Compare ``result`` (a run of ``s``) with its physical limit."""
+    rule = _http_latency(s) if s.transport == "http" else metadata_latency
+    work = work_from_trace(result.trace, rule)
+    requests = list(work.requests())
+    subs = [r.latency for r in requests if r.lane != "root"]
+    root_s = sum(r.latency for r in requests if r.lane == "root")
+    n = len(subs)
+    t_star = ideal_makespan(work, sub_permits=s.c, rpm=s.rpm, burst=s.burst)
+    t = result.duration_s
+    formula = None
+    if s.sigma <= 0 and s.depth == 1 and s.variant == "batched":
+        formula = formula_limit(root_s=root_s, n=n, c=s.c, latency=s.sub_latency, rpm=s.rpm,
+                                burst=s.burst)
+    latency = f"ln({s.sub_latency:g},{s.sigma:g})" if s.sigma > 0 else f"{s.sub_latency:g}"
+    _, _, answer = _needle(s.context_chars, s.seed)
+    return ScenarioResult(
+        name=s.name, about=s.about, transport=s.transport, variant=s.variant, n=n, c=s.c,
+        latency=latency, rpm=s.rpm, t=t, t_star=t_star, t_formula=formula,
+        t_lower=root_s + clairvoyant_bound(subs, s.c), root_s=root_s,
+        eta=t_star / t if t_star > 0 and t > 0 else None,
+        overhead_ms=1000 * (t - t_star) / max(n, 1), rate=n / t if t > 0 else 0.0,
+        t_seq=t_seq, speedup=t_seq / t if t_seq and t > 0 else None,
+        correct=result.answer == answer, status=result.status, wall_s=wall_s,
+        peak_mib=peak_bytes / 2**20 if peak_bytes is not None else None,
+        max_rss_mib=_max_rss_mib(), phases=time_phases(result.trace, t, t_star, root_s),
+        target_eta=s.target_eta, target_rate=s.target_rate,
+    )
+
+
+def _max_rss_mib() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB else
+
+
+def run_scenario(s: Scenario, *, baseline: bool = True) -> list[ScenarioResult]:
+    """Run ``s``; then its sequential twin (for the speedup) and a tracemalloc pass if asked.
+
+    Returns the scenario's result, followed by its sequential twin's when that ran.
+    """
+    started = time.perf_counter()
+    result = _one_run(s)
+    wall_s = time.perf_counter() - started
+    twin: ScenarioResult | None = None
+    if s.baseline and baseline:
+        seq = s.sequential()
+        started = time.perf_counter()
+        seq_result = _one_run(seq)
+        twin = measure(seq, seq_result, wall_s=time.perf_counter() - started)
+    peak = None
+    if s.memory:
+        tracemalloc.start()
+        try:
+            _one_run(s)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    main = measure(s, result, wall_s=wall_s, t_seq=twin.t if twin else None, peak_bytes=peak)
+    return [main] if twin is None else [main, twin]

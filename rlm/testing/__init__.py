@@ -1,0 +1,4 @@
+"""Test support: the fixture server (the fixture model over real HTTP).
+
+Never imported by the runtime.
+"""

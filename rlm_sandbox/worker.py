@@ -1,0 +1,363 @@
+"""The sandbox REPL loop: read frames, run model code, answer with results.
+
+One worker serves one call.  It reads ``init`` (the context and the output
+cap), answers ``ready``, then runs each ``exec`` frame in one persistent
+namespace and answers with a ``result`` frame.  While model code waits in
+``llm_query`` the worker sends a ``bridge`` frame and blocks until the host's
+matching ``reply``.  Exit codes: 0 after ``shutdown`` or end of input, 3 after
+a frame that breaks the protocol.
+
+Frames go only to ``out_fd``; model code prints into a buffer, never to fd 1
+or 2.  The worker holds no secrets and reads no environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+import types
+import weakref
+from collections import deque
+from typing import Any, NoReturn
+
+from rlm_sandbox.policy import REPL_FILENAME, PrintSink, compile_code, new_namespace
+from rlm_sandbox.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, encode_frame
+from rlm_sandbox.shared_context import ContextError, receive_context
+
+__all__ = ["BudgetExceeded", "Channel", "Repl", "serve", "warm_up"]
+
+#: Host → child frames may be this large: ``init`` carries the whole context.
+MAX_INPUT_FRAME_BYTES = 1 << 30
+#: Child → host frames stay under the host's default cap.
+MAX_OUTPUT_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
+READ_CHUNK_BYTES = 1 << 20
+ERROR_MAX_LINES = 20
+ERROR_MAX_CHARS = 8_000
+
+EXIT_OK = 0
+EXIT_PROTOCOL = 3
+
+
+class ProtocolError(Exception):
+    """The host sent something the protocol does not allow."""
+
+
+class Channel:
+    """Blocking frame I/O on two pipe file descriptors."""
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self.in_fd = in_fd
+        self.out_fd = out_fd
+        self._decoder = FrameDecoder(MAX_INPUT_FRAME_BYTES)
+        self._pending: deque[dict[str, Any]] = deque()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one frame; raises FrameError if it cannot be encoded or is too large."""
+        view = memoryview(encode_frame(message, MAX_OUTPUT_FRAME_BYTES))
+        while view:
+            written = os.write(self.out_fd, view)
+            view = view[written:]
+
+    def receive(self) -> dict[str, Any] | None:
+        """Next frame, or None at a clean end of input; ProtocolError on garbage."""
+        while not self._pending:
+            data = os.read(self.in_fd, READ_CHUNK_BYTES)
+            if not data:
+                if self._decoder.pending_bytes:
+                    raise ProtocolError("input ended inside a frame")
+                return None
+            try:
+                self._pending.extend(self._decoder.feed(data))
+            except FrameError as exc:
+                raise ProtocolError(str(exc)) from exc
+        return self._pending.popleft()
+
+
+class BudgetExceeded(Exception):
+    """The run's budget (calls, tokens, cost or time) is spent; no more sub-queries."""
+
+    __module__ = "builtins"  # tracebacks show "BudgetExceeded: ...", a name model code knows
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+class Repl:
+    """One persistent namespace and the functions model code calls in it."""
+
+    def __init__(self, channel: Channel, context: str | list[str], max_output_chars: int) -> None:
+        self.channel = channel
+        self.sink = PrintSink(max_output_chars)
+        self.final: str | None = None
+        self._bridge_id = 0
+        self._executing = False
+        self._waiting = False
+        self._sources: weakref.WeakKeyDictionary[types.CodeType, list[str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.namespace = new_namespace(self.sink, {
+            "context": context,
+            "llm_query": self.llm_query,
+            "llm_query_batched": self.llm_query_batched,
+            "budget": self.budget,
+            "FINAL": self.FINAL,
+            "FINAL_VAR": self.FINAL_VAR,
+            "BudgetExceeded": BudgetExceeded,
+        })
+
+    # --- running code ---------------------------------------------------------------------
+
+    def execute(self, exec_id: object, source: str) -> dict[str, Any]:
+        """Run one code block; return its ``result`` frame."""
+        self.sink.reset()
+        self.final = None
+        error: str | None = None
+        self._executing = True
+        try:
+            code = compile_code(source)
+        except SyntaxError as exc:
+            error = f"SyntaxError: {exc.msg}"
+        except BaseException as exc:  # RecursionError/MemoryError while compiling
+            error = self._format_error(exc)
+        else:
+            self._remember_source(code, source)
+            try:
+                exec(code, self.namespace)
+            except BaseException as exc:  # model code may raise anything, SystemExit included
+                error = self._format_error(exc)
+        finally:
+            self._executing = False
+        return {
+            "t": "result", "id": exec_id, "ok": error is None, "output": self.sink.text(),
+            "output_chars": self.sink.total_chars, "error": error, "final": self.final,
+        }
+
+    def _remember_source(self, code: types.CodeType, source: str) -> None:
+        lines = source.splitlines()
+        stack = [code]
+        while stack:
+            current = stack.pop()
+            self._sources[current] = lines
+            stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+
+    def _format_error(self, exc: BaseException) -> str:
+        try:
+            frames = []
+            for frame, lineno in traceback.walk_tb(exc.__traceback__):
+                code = frame.f_code
+                if code.co_filename != REPL_FILENAME:
+                    continue  # hide the worker's and the guards' frames
+                lines = self._sources.get(code, [])
+                line = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+                frames.append(traceback.FrameSummary(
+                    REPL_FILENAME, lineno, code.co_name, lookup_line=False, line=line))
+            parts = ["Traceback (most recent call last):\n"] if frames else []
+            parts += traceback.StackSummary.from_list(frames).format()
+            parts += traceback.format_exception_only(type(exc), exc)
+        except (MemoryError, RecursionError):
+            return type(exc).__name__
+        lines = "".join(parts).rstrip("\n").split("\n")
+        if len(lines) > ERROR_MAX_LINES:
+            lines = [lines[0], "  ...", *lines[-(ERROR_MAX_LINES - 2):]]
+        text = "\n".join(lines)
+        return text if len(text) <= ERROR_MAX_CHARS else text[:ERROR_MAX_CHARS] + " ..."
+
+    # --- functions seen by model code -----------------------------------------------------
+
+    def llm_query(self, prompt: str, context: str | None = None) -> str:
+        """Ask a sub-model one question (about ``context``, if given); returns its answer."""
+        if not isinstance(prompt, str):
+            raise TypeError(
+                f"llm_query(prompt, context=None): prompt must be a str, not {_type_name(prompt)}"
+                "; for many prompts use llm_query_batched(prompts)")
+        if context is not None and not isinstance(context, str):
+            raise TypeError(
+                f"llm_query: context must be a str or None, not {_type_name(context)}"
+                "; join the pieces into one string first")
+        reply = self._bridge("llm_query", [prompt], [context])
+        if not reply.get("ok"):
+            return "Error: " + str(reply.get("error"))
+        value = reply.get("value")
+        return value if isinstance(value, str) else str(value)
+
+    def llm_query_batched(self, prompts: list[str], contexts: list[str | None] | None = None
+                          ) -> list[str]:
+        """Ask many questions at once; answers come back in the same order.
+
+        A failed item holds a string starting with ``Error:``; budget
+        exhaustion raises BudgetExceeded.
+        """
+        if not isinstance(prompts, list | tuple):
+            raise TypeError(
+                "llm_query_batched(prompts, contexts=None): prompts must be a list of str, "
+                f"not {_type_name(prompts)}; for one prompt use llm_query(prompt)")
+        for index, prompt in enumerate(prompts):
+            if not isinstance(prompt, str):
+                raise TypeError(f"llm_query_batched: prompts[{index}] must be a str, "
+                                f"not {_type_name(prompt)}")
+        if contexts is None:
+            contexts = [None] * len(prompts)
+        elif not isinstance(contexts, list | tuple):
+            raise TypeError("llm_query_batched: contexts must be None or a list with one "
+                            f"str (or None) per prompt, not {_type_name(contexts)}")
+        elif len(contexts) != len(prompts):
+            raise ValueError(f"llm_query_batched: got {len(prompts)} prompts but "
+                             f"{len(contexts)} contexts; pass one context (or None) per prompt")
+        for index, context in enumerate(contexts):
+            if context is not None and not isinstance(context, str):
+                raise TypeError(f"llm_query_batched: contexts[{index}] must be a str or None, "
+                                f"not {_type_name(context)}")
+        if not prompts:
+            return []
+        reply = self._bridge("llm_query_batched", list(prompts), list(contexts))
+        if not reply.get("ok"):
+            raise RuntimeError(str(reply.get("error")))
+        value = reply.get("value")
+        if not isinstance(value, list) or len(value) != len(prompts):
+            raise RuntimeError("llm_query_batched: the host sent a malformed reply")
+        return [item if isinstance(item, str) else str(item) for item in value]
+
+    def budget(self) -> dict[str, Any]:
+        """What is left of the run's budget (calls, tokens, cost, time)."""
+        reply = self._bridge("budget", [], [])
+        if not reply.get("ok"):
+            raise RuntimeError(str(reply.get("error")))
+        value = reply.get("value")
+        return dict(value) if isinstance(value, dict) else {}
+
+    def FINAL(self, text: object) -> None:  # the name model code uses
+        """Record the final answer of this call (the code block still runs to its end)."""
+        self.final = str(text)
+
+    def FINAL_VAR(self, name: object) -> None:
+        """Record the value of the variable ``name`` as the final answer."""
+        if not isinstance(name, str):
+            self.final = str(name)  # lenient: the model passed the value itself
+            return
+        text = str.__str__(name)  # an exact str: a subclass from model code could lie
+        key = text.strip()
+        if not key.isidentifier():
+            self.final = text  # not a variable name: take the text as the answer
+        elif key.startswith("_") or key not in self.namespace:  # _names are the policy's
+            raise NameError(f"FINAL_VAR: no variable named {key!r}; assign it first")
+        else:
+            self.final = str(self.namespace[key])
+
+    # --- the bridge -----------------------------------------------------------------------
+
+    def _bridge(self, fn: str, prompts: list[str], contexts: list[str | None]) -> dict[str, Any]:
+        if not self._executing or self._waiting:
+            raise RuntimeError(f"{fn}() can only be called from running code, one call at a time")
+        self._bridge_id += 1
+        request_id = self._bridge_id
+        message = {"t": "bridge", "id": request_id, "fn": fn, "prompts": prompts,
+                   "contexts": contexts}
+        self._waiting = True
+        try:
+            try:
+                self.channel.send(message)
+            except FrameError as exc:
+                raise ValueError(f"{fn}: the request is too large to send ({exc}); "
+                                 "split the context into smaller chunks") from None
+            except OSError:
+                _terminate(EXIT_OK)  # the host is gone
+            reply = self._await_reply(request_id)
+        finally:
+            self._waiting = False
+        if not reply.get("ok") and reply.get("kind") == "budget":
+            raise BudgetExceeded(str(reply.get("error")))
+        return reply
+
+    def _await_reply(self, request_id: int) -> dict[str, Any]:
+        # Model code is on the stack and may swallow any exception, so protocol
+        # endings here leave with os._exit rather than by raising.
+        try:
+            message = self.channel.receive()
+        except (ProtocolError, OSError):
+            _terminate(EXIT_PROTOCOL)
+        if message is None or message["t"] == "shutdown":
+            _terminate(EXIT_OK)
+        if message["t"] != "reply" or message.get("id") != request_id:
+            _terminate(EXIT_PROTOCOL)
+        return message
+
+
+def warm_up() -> None:
+    """Run one trivial block in a throwaway namespace.
+
+    A forked sandbox then takes its copy-on-write page faults while it waits
+    in the pool, not while a call waits for it to answer ``init``.
+    """
+    namespace = new_namespace(PrintSink(100), {"context": ""})
+    exec(compile_code("print(len(context.split()))"), namespace)
+
+
+def _terminate(code: int) -> NoReturn:
+    os._exit(code)
+
+
+def _parse_init(message: dict[str, Any] | None, ctx_fd: int | None
+                ) -> tuple[str | list[str], int]:
+    if message is None or message["t"] != "init":
+        raise ProtocolError("the first frame must be 'init'")
+    limit = message.get("max_output_chars")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ProtocolError("init: max_output_chars must be a non-negative int")
+    if message.get("context_fd") is True:
+        try:
+            return receive_context(ctx_fd), limit
+        except (ContextError, OSError) as exc:
+            raise ProtocolError(f"init: {exc}") from exc
+    context = message.get("context")
+    if not (isinstance(context, str) or (
+            isinstance(context, list) and all(isinstance(item, str) for item in context))):
+        raise ProtocolError("init: context must be a str or a list of str")
+    return context, limit
+
+
+def _send_result(channel: Channel, result: dict[str, Any]) -> None:
+    try:
+        channel.send(result)
+    except FrameError as exc:  # e.g. a FINAL answer larger than the frame cap
+        output = result["output"][: MAX_OUTPUT_FRAME_BYTES // 8]
+        channel.send({**result, "ok": False, "final": None,
+                      # lone surrogates printed by model code cannot travel as UTF-8
+                      "output": output.encode("utf-8", "backslashreplace").decode("utf-8"),
+                      "error": f"the result is too large to send back ({exc})"})
+
+
+def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
+          isolation: dict[str, str] | None = None, announce: bool = False) -> int:
+    """Run the REPL protocol on two file descriptors; return the exit code.
+
+    ``ctx_fd`` is the socket a shared context arrives on; ``isolation`` (the
+    hardening report) is sent back in the ``ready`` frame, and first in a
+    ``hardened`` frame when ``announce`` (a forked sandbox tells its pool).
+    """
+    channel = Channel(in_fd, out_fd)
+    try:
+        if announce:
+            channel.send({"t": "hardened", "pid": os.getpid(), "isolation": isolation or {}})
+        first = channel.receive()
+        if first is None:
+            return EXIT_OK
+        context, max_output_chars = _parse_init(first, ctx_fd)
+        repl = Repl(channel, context, max_output_chars)
+        del context, first  # the namespace holds the only reference
+        ready: dict[str, Any] = {"t": "ready", "pid": os.getpid()}
+        if isolation is not None:
+            ready["isolation"] = isolation
+        channel.send(ready)
+        while True:
+            message = channel.receive()
+            if message is None or message["t"] == "shutdown":
+                return EXIT_OK
+            code = message.get("code")
+            if message["t"] != "exec" or not isinstance(code, str):
+                raise ProtocolError(f"unexpected {message['t']!r} frame")
+            _send_result(channel, repl.execute(message.get("id"), code))
+    except ProtocolError:
+        return EXIT_PROTOCOL
+    except BrokenPipeError:
+        return EXIT_OK  # the host closed its end; nobody is listening
