@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trio.testing import MockClock
 
 from rlm._traffic.limiter import TieredLimiter
+from rlm.providers.base import Lane
 
 
 async def hold(
@@ -84,3 +90,73 @@ def test_bad_limits_are_refused() -> None:
         TieredLimiter(total=2, reserved_root=2)
     with pytest.raises(ValueError):
         TieredLimiter(total=0, reserved_root=0)
+
+
+# -- cancellation safety: a cancelled acquire never keeps a permit ----------------
+
+
+async def test_acquire_cancelled_at_its_first_checkpoint_takes_no_permit(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The free-permit fast path: cancelled before it could return, it holds nothing."""
+    limiter = TieredLimiter(total=2, reserved_root=1)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await limiter.acquire("sub")
+    assert scope.cancelled_caught
+    assert limiter.statistics().in_flight == 0
+    with trio.fail_after(1):  # the lane's only permit is still there
+        async with limiter.permit("sub"):
+            pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["root", "sub"]),
+            st.integers(0, 6),  # arrival tick
+            st.integers(0, 4),  # hold ticks
+            st.one_of(st.none(), st.integers(0, 8)),  # cancel tick (None: never)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 3),
+    st.integers(0, 2),
+)
+def test_permits_always_return_under_any_cancellation(
+    plan: list[tuple[str, int, int, int | None]], sub_slots: int, reserved: int
+) -> None:
+    """Acquirers cancelled at every possible point (before, while waiting, at the
+    hand-over, while holding) never leak a permit or exceed the caps."""
+    total = sub_slots + reserved
+    limiter = TieredLimiter(total=total, reserved_root=reserved)
+    peak = 0
+
+    async def acquirer(lane: Lane, arrive: int, hold_ticks: int, cancel: int | None) -> None:
+        nonlocal peak
+        await trio.sleep(arrive)
+        deadline = math.inf if cancel is None else float(cancel)
+        with trio.CancelScope(deadline=deadline):
+            async with limiter.permit(lane):
+                stats = limiter.statistics()
+                peak = max(peak, stats.in_flight)
+                assert stats.in_flight_sub <= sub_slots
+                await trio.sleep(hold_ticks)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for lane, arrive, hold_ticks, cancel in plan:
+                nursery.start_soon(acquirer, lane, arrive, hold_ticks, cancel)
+        stats = limiter.statistics()
+        assert (stats.in_flight, stats.waiting_root, stats.waiting_sub) == (0, 0, 0)
+        for lane in ("root", "sub"):  # and every permit can be taken again
+            for _ in range(total if lane == "root" else sub_slots):
+                await limiter.acquire(lane)  # type: ignore[arg-type]
+            assert limiter.statistics().in_flight == (total if lane == "root" else sub_slots)
+            for _ in range(total if lane == "root" else sub_slots):
+                limiter.release(lane)  # type: ignore[arg-type]
+
+    trio.run(main, clock=MockClock(autojump_threshold=0))
+    assert peak <= total

@@ -113,13 +113,18 @@ class TieredLimiter:
     async def acquire(self, lane: Lane) -> None:
         """Wait for a permit in ``lane``.
 
+        Cancellation-safe, like ``trio.CapacityLimiter.acquire_on_behalf_of``:
+        a cancelled acquire never holds a permit.  Cancellation is checked
+        before a free permit is taken, and the checkpoint after taking it is
+        shielded, so no cancellation can land between the take and the return.
         On cancellation while waiting, the task leaves the queue; if a permit
         had already been handed to it, the permit is passed on.
         """
         waiters = self._waiters[lane]
         if not waiters and self._free_for(lane):
+            await trio.lowlevel.checkpoint_if_cancelled()  # yields only to raise Cancelled
             self._take(lane)
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return
         granted = trio.Event()
         waiters.append(granted)
