@@ -39,7 +39,8 @@ class RLM:
     ``adaptive``, ``max_llm_calls``, ``max_input_tokens``, ``max_output_tokens``,
     ``max_total_tokens``, ``max_cost``, ``prices_path``, ``timeout``,
     ``exec_timeout``, ``max_output_chars``, ``max_tokens``,
-    ``require_isolation``, ``request_timeout`` (one HTTP attempt, s), and
+    ``require_isolation``, ``request_timeout`` (one HTTP attempt, s),
+    ``stream_idle_timeout`` (a stream with no bytes this long fails, s), and
     ``fixture_root_latency`` / ``fixture_sub_latency``.  Bad values raise
     :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL
     trace; ``providers`` replaces the providers by lane (for tests and custom
@@ -194,9 +195,10 @@ class RLM:
             request_timeout=config.request_timeout,
             tls=any(url.startswith("https://") for url in urls),
         ) as client:
+            idle = config.stream_idle_timeout
             yield {
-                "root": kind(client, urls[0], config.api_key),
-                "sub": kind(client, urls[1], config.api_key),
+                "root": kind(client, urls[0], config.api_key, stream_idle_timeout=idle),
+                "sub": kind(client, urls[1], config.api_key, stream_idle_timeout=idle),
             }
 
 

@@ -36,6 +36,7 @@ class RunConfig:
     max_output_chars: int = 10_000
     max_tokens: int | None = None
     request_timeout: float = 600.0
+    stream_idle_timeout: float = 60.0
     max_llm_calls: int | None = None
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
@@ -71,6 +72,8 @@ class RunConfig:
             raise UsageError("--timeout must be a positive number of seconds")
         if self.exec_timeout <= 0:
             raise UsageError("--exec-timeout must be a positive number of seconds")
+        if self.stream_idle_timeout <= 0:
+            raise UsageError("--stream-idle-timeout must be a positive number of seconds")
         _positive("--max-output-chars", self.max_output_chars)
         for flag, rate in (("--rpm", self.rpm), ("--tpm", self.tpm)):
             if rate is not None and rate <= 0:

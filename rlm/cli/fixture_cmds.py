@@ -79,6 +79,27 @@ def _only_interrupts(exc: BaseException) -> bool:
     is_flag=True,
     help=f"Require 'Authorization: Bearer <key>', the key read from ${KEY_ENV}.",
 )
+@click.option(
+    "--chunk-chars",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Characters per event when a request asks to stream.",
+)
+@click.option(
+    "--chunk-delay",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds before each streamed piece (a slow stream for demos).",
+)
+@click.option(
+    "--cut-streams",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Cut the first N streamed replies half-way (fault injection).",
+)
 def fixture_server(
     port: int,
     host: str,
@@ -87,6 +108,9 @@ def fixture_server(
     chunks: int,
     max_concurrent: int | None,
     require_key: bool,
+    chunk_chars: int,
+    chunk_delay: float,
+    cut_streams: int,
 ) -> None:
     """Serve the fixture model over an OpenAI-compatible HTTP API.
 
@@ -94,6 +118,7 @@ def fixture_server(
     that chunks the context and asks a sub-model about each chunk; the
     sub-model finds "the <key> is <value>" sentences.  Model names:
     fixture (batched), fixture-sequential, with an optional :N chunk count.
+    Requests with "stream": true are answered with Server-Sent Events.
     Runs until Ctrl-C.
 
     \b
@@ -114,6 +139,9 @@ def fixture_server(
         chunks=chunks,
         api_key=api_key,
         max_concurrent=max_concurrent,
+        chunk_chars=chunk_chars,
+        chunk_delay=chunk_delay,
+        cut_streams=cut_streams,
     )
     try:
         trio.run(_serve_forever, FixtureServer(options), host, port)

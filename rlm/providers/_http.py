@@ -29,6 +29,7 @@ __all__ = [
     "BAD_SHAPE",
     "JSONProvider",
     "bad_reply",
+    "classify_status",
     "clean_text",
     "count_tokens",
     "error_detail",
@@ -133,13 +134,24 @@ def status_error(
     where = where or f"{url} answered HTTP {status}"
     message = f"{where}: {detail}" if detail else where
     retry_after = parse_retry_after(response.headers)
+    return classify_status(url, status, message, response.text, retry_after)
+
+
+def classify_status(
+    url: str, status: int, message: str, body: str, retry_after: float | None = None
+) -> ProviderStatusError:
+    """The error type for ``status`` (``body`` is searched for out-of-credit wording).
+
+    Also used for errors that arrive inside a stream, where there is no
+    response body to read, only the error event's text.
+    """
     if status in (401, 403):
         return AuthenticationError(
             f"{message}. The provider refused the credentials: check RLM_API_KEY",
             url=url,
             status=status,
         )
-    if status == 402 or (status in (400, 429) and _OUT_OF_CREDIT.search(response.text)):
+    if status == 402 or (status in (400, 429) and _OUT_OF_CREDIT.search(body)):
         return QuotaExceededError(
             f"{message}. The account is out of credit", url=url, status=status
         )

@@ -14,15 +14,16 @@ from typing import Any
 
 import httpx2
 
+from rlm.providers._anthropic_stream import AnthropicStreamReader
 from rlm.providers._http import (
     BAD_SHAPE,
-    JSONProvider,
     bad_reply,
     clean_text,
     count_tokens,
     parse_rate_limit_headers,
 )
-from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers._stream import StreamingJSONProvider
+from rlm.providers.base import Completion, CompletionRequest, TextSink
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 
@@ -31,21 +32,39 @@ DEFAULT_MAX_TOKENS = 8192
 API_VERSION = "2023-06-01"
 
 
-class AnthropicProvider(JSONProvider):
+class AnthropicProvider(StreamingJSONProvider):
     """Messages at ``{base_url}/v1/messages`` (``/v1`` is added when missing)."""
 
     name = "anthropic"
 
-    def __init__(self, client: httpx2.AsyncClient, base_url: str, api_key: str | None) -> None:
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        base_url: str,
+        api_key: str | None,
+        *,
+        stream_idle_timeout: float = 60.0,
+    ) -> None:
         base = base_url.rstrip("/")
         headers = {"anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        super().__init__(
-            client, base + ("/messages" if base.endswith("/v1") else "/v1/messages"), headers
-        )
+        url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+        super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
 
     async def complete(self, request: CompletionRequest) -> Completion:
+        return self._parse(await self.post(self._body(request)))
+
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
+        """Stream the answer (Messages streaming: text arrives in ``text_delta`` events)."""
+        return await self.post_stream(
+            {**self._body(request), "stream": True},
+            reader=AnthropicStreamReader(self.url),
+            on_text=on_text,
+            whole=self._parse,
+        )
+
+    def _body(self, request: CompletionRequest) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
         body: dict[str, Any] = {
             "model": request.model,
@@ -58,7 +77,7 @@ class AnthropicProvider(JSONProvider):
         }
         if system:
             body["system"] = system
-        return self._parse(await self.post(body))
+        return body
 
     def _parse(self, response: httpx2.Response) -> Completion:
         try:

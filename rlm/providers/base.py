@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
-__all__ = ["Completion", "CompletionRequest", "Lane", "Message", "Provider"]
+__all__ = [
+    "Completion",
+    "CompletionRequest",
+    "Lane",
+    "Message",
+    "Provider",
+    "StreamingProvider",
+    "TextSink",
+]
 
 Lane = Literal["root", "sub"]
 
@@ -23,7 +32,9 @@ class CompletionRequest:
 
     ``lane`` is ``"root"`` for steps of depth-0 calls and ``"sub"`` for
     everything else; the gate schedules by it.  ``max_tokens`` is optional; the
-    provider's default applies when it is ``None``.
+    provider's default applies when it is ``None``.  ``call_id``, ``depth``,
+    ``parent_id`` and (in a volley) ``task``/``task_title`` only label the
+    events the request causes.
     """
 
     messages: list[Message]
@@ -32,6 +43,10 @@ class CompletionRequest:
     max_tokens: int | None = None
     call_id: str = ""
     depth: int = 0
+    # Attribution of streamed text (never sent to the provider).
+    parent_id: str | None = None
+    task: int | None = None
+    task_title: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,3 +77,22 @@ class Provider(Protocol):
     async def complete(self, request: CompletionRequest) -> Completion: ...
 
     async def aclose(self) -> None: ...
+
+
+#: Receives each piece of streamed text as it arrives.  Awaited, so a slow
+#: consumer slows the stream down instead of piling text up in memory.
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    """A provider that can also stream: text pieces go to ``on_text`` as they come.
+
+    The returned Completion is the whole answer of this one attempt.  A stream
+    that fails part-way (an error event, a dropped connection, no final event,
+    no bytes for the idle timeout) raises a ProviderError like any failed
+    attempt: the text already passed to ``on_text`` belongs to a failed
+    attempt, and no Completion carries it.
+    """
+
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion: ...

@@ -27,8 +27,8 @@ from typing import Literal
 
 import trio
 
-from rlm.errors import ProviderStatusError
-from rlm.providers.base import Completion, CompletionRequest, Message
+from rlm.errors import ProviderConnectionError, ProviderStatusError
+from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
 
 __all__ = [
     "NOT_FOUND",
@@ -40,6 +40,7 @@ __all__ = [
     "parse_fixture_model",
     "root_reply",
     "step_one_code",
+    "stream_pieces",
     "sub_reply",
 ]
 
@@ -236,6 +237,11 @@ def fixture_reply(messages: Sequence[Message], model: str, chunks: int = 16) -> 
     return sub_reply(prompt)
 
 
+def stream_pieces(text: str, chunk_chars: int) -> list[str]:
+    """``text`` cut into the pieces a fixture stream sends (``chunk_chars`` each)."""
+    return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+
+
 class FixtureProvider:
     """The fixture model in-process, with a latency slept on trio's clock.
 
@@ -243,24 +249,52 @@ class FixtureProvider:
     (told apart by the messages, not by ``request.lane``), so under a mock
     clock a run takes exactly the virtual time its critical path implies.
     Cancellation during the sleep abandons the request, as with a real socket.
+    Streamed, the reply comes in pieces of ``chunk_chars`` characters with
+    ``chunk_delay`` seconds before each; the first ``cut_streams`` streams
+    fail half-way, as a dropped connection would.
     """
 
     name = "fixture"
 
     def __init__(
-        self, *, root_latency: float = 0.0, sub_latency: float = 0.0, chunks: int = 16
+        self,
+        *,
+        root_latency: float = 0.0,
+        sub_latency: float = 0.0,
+        chunks: int = 16,
+        chunk_chars: int = 16,
+        chunk_delay: float = 0.0,
+        cut_streams: int = 0,
     ) -> None:
-        if root_latency < 0 or sub_latency < 0:
-            raise ValueError("latencies must not be negative")
-        if chunks < 1:
-            raise ValueError(f"chunks must be at least 1 (got {chunks})")
+        if root_latency < 0 or sub_latency < 0 or chunk_delay < 0:
+            raise ValueError("latencies and delays must not be negative")
+        if chunks < 1 or chunk_chars < 1:
+            raise ValueError(f"chunks and chunk_chars must be at least 1 (got {chunks})")
         self.root_latency = root_latency
         self.sub_latency = sub_latency
         self.chunks = chunks
+        self.chunk_chars = chunk_chars
+        self.chunk_delay = chunk_delay
+        self.cuts_left = cut_streams
 
     async def complete(self, request: CompletionRequest) -> Completion:
         root = is_root_request(request.messages)
         await trio.sleep(self.root_latency if root else self.sub_latency)
+        return self._reply(request)
+
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
+        completion = await self.complete(request)
+        pieces = stream_pieces(completion.text, self.chunk_chars)
+        cut_at = len(pieces) // 2 if self.cuts_left > 0 and pieces else None
+        self.cuts_left -= cut_at is not None
+        for index, piece in enumerate(pieces):
+            if index == cut_at:
+                raise ProviderConnectionError("fixture: the stream was cut (cut_streams)")
+            await trio.sleep(self.chunk_delay)
+            await on_text(piece)
+        return completion
+
+    def _reply(self, request: CompletionRequest) -> Completion:
         try:
             text = fixture_reply(request.messages, request.model, self.chunks)
         except ValueError as exc:

@@ -6,7 +6,6 @@ translation are shared with the other providers in ``_http.py``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import httpx2
@@ -14,7 +13,6 @@ import httpx2
 from rlm.errors import ProviderStatusError
 from rlm.providers._http import (
     BAD_SHAPE,
-    JSONProvider,
     bad_reply,
     clean_text,
     count_tokens,
@@ -23,7 +21,9 @@ from rlm.providers._http import (
     parse_retry_after,
     status_error,
 )
-from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers._openai_stream import OpenAIStreamReader, usage_metadata
+from rlm.providers._stream import StreamingJSONProvider
+from rlm.providers.base import Completion, CompletionRequest, TextSink
 
 __all__ = [
     "OpenAIProvider",
@@ -34,24 +34,49 @@ __all__ = [
 ]
 
 
-class OpenAIProvider(JSONProvider):
+class OpenAIProvider(StreamingJSONProvider):
     """Chat completions at ``{base_url}/chat/completions``."""
 
     name = "openai"
 
-    def __init__(self, client: httpx2.AsyncClient, base_url: str, api_key: str | None) -> None:
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        base_url: str,
+        api_key: str | None,
+        *,
+        stream_idle_timeout: float = 60.0,
+    ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        super().__init__(client, base_url.rstrip("/") + "/chat/completions", headers)
+        url = base_url.rstrip("/") + "/chat/completions"
+        super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
         # OpenAI's own API refuses max_tokens for its reasoning models and takes
         # max_completion_tokens for all; compatible servers expect max_tokens.
         host = httpx2.URL(self.url).host
         self._max_tokens_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    def _body(self, request: CompletionRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": request.model, "messages": request.messages}
         if request.max_tokens is not None:
             body[self._max_tokens_key] = request.max_tokens
-        return self._parse(await self.post(body))
+        return body
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        return self._parse(await self.post(self._body(request)))
+
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
+        """Stream the answer (``include_usage`` so the last chunk still carries usage)."""
+        body = {
+            **self._body(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        return await self.post_stream(
+            body,
+            reader=OpenAIStreamReader(self.url),
+            on_text=on_text,
+            whole=self._parse,
+        )
 
     def _error_in_body(self, response: httpx2.Response, error: object) -> ProviderStatusError:
         """An error inside a 200 response (OpenRouter and some proxies do this)."""
@@ -79,18 +104,7 @@ class OpenAIProvider(JSONProvider):
             raise bad_reply(self.url, response) from exc
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
-        metadata: dict[str, Any] = {}
-        for key in ("system_fingerprint", "id"):
-            if isinstance(data.get(key), str):
-                metadata[key] = data[key]
-        if data.get("system_fingerprint") == "rlm-fixture":
-            metadata["fixture"] = True
-        cost = usage.get("cost")
-        if isinstance(cost, int | float) and math.isfinite(cost) and cost >= 0:
-            metadata["cost"] = float(cost)
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and count_tokens(details.get("cached_tokens")):
-            metadata["cached_tokens"] = count_tokens(details.get("cached_tokens"))
+        metadata = usage_metadata(data, usage)
         limits = parse_rate_limit_headers(response.headers)
         if limits:
             metadata["ratelimit"] = limits

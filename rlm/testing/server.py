@@ -29,6 +29,7 @@ import trio
 
 from rlm.providers import fixture as scripted
 from rlm.providers.base import Message
+from rlm.testing.stream_reply import StreamReply, stream_reply
 
 __all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
 
@@ -47,6 +48,12 @@ class FixtureServerOptions:
     One seeded draw per chat request picks at most one fault, in the order
     ``rate_429`` (immediate 429 with ``retry-after``), then, after the latency,
     ``fail_500``, ``fail_529`` and ``drop`` (close without a response).
+
+    A request with ``"stream": true`` is answered with Server-Sent Events:
+    ``chunk_chars`` characters per event, ``chunk_delay`` seconds before each
+    (``model_chunk_delay`` sets it per model name, so one test can run fast and
+    slow streams side by side).  The first ``cut_streams`` streamed replies stop
+    half-way and the connection is closed, as if it had dropped.
     """
 
     root_latency: float = 0.0
@@ -60,13 +67,20 @@ class FixtureServerOptions:
     rate_429: float = 0.0
     garbage: bool = False
     seed: int = 0
+    chunk_chars: int = 16
+    chunk_delay: float = 0.0
+    model_chunk_delay: dict[str, float] = field(default_factory=dict)
+    cut_streams: int = 0
 
     def __post_init__(self) -> None:
         rates = (self.rate_429, self.fail_500, self.fail_529, self.drop)
         if any(not 0.0 <= rate <= 1.0 for rate in rates) or sum(rates) > 1.0:
             raise ValueError("fault rates must be in [0, 1] and sum to at most 1")
-        if self.root_latency < 0 or self.sub_latency < 0:
-            raise ValueError("latencies must not be negative")
+        delays = (self.root_latency, self.sub_latency, self.chunk_delay)
+        if min(delays + tuple(self.model_chunk_delay.values())) < 0:
+            raise ValueError("latencies and delays must not be negative")
+        if self.chunk_chars < 1 or self.cut_streams < 0:
+            raise ValueError("chunk_chars must be at least 1 and cut_streams at least 0")
         if self.chunks < 1 or (self.max_concurrent is not None and self.max_concurrent < 1):
             raise ValueError("chunks and max_concurrent must be at least 1")
 
@@ -83,6 +97,8 @@ class FixtureServerStats:
     sub_requests: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
+    streams: int = 0
+    cut_streams: int = 0
 
     def as_json(self) -> dict[str, Any]:
         """The stats as served by ``GET /stats`` (status codes as string keys)."""
@@ -123,8 +139,16 @@ def _sent(conn: h11.Connection, event: h11.Event) -> bytes:
     return conn.send(event) or b""
 
 
-def _parse_chat(body: bytes) -> tuple[list[Message], str]:
-    """The messages and model of a chat request; raises ``_BadRequest``."""
+@dataclass
+class _Chat:
+    messages: list[Message]
+    model: str
+    stream: bool = False
+    include_usage: bool = False
+
+
+def _parse_chat(body: bytes) -> _Chat:
+    """The messages, model and stream flags of a chat request; raises ``_BadRequest``."""
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -147,7 +171,9 @@ def _parse_chat(body: bytes) -> tuple[list[Message], str]:
         if role is None or not isinstance(content, str):
             raise _BadRequest("each message needs a role (system/user/assistant) and content")
         messages.append(Message(role=role, content=content))  # type: ignore[typeddict-item]
-    return messages, model
+    options = payload.get("stream_options")
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    return _Chat(messages, model, payload.get("stream") is True, usage)
 
 
 class FixtureServer:
@@ -202,6 +228,11 @@ class FixtureServer:
             reply = await self._dispatch(head, body)
             if reply is None:  # fault injection: drop the connection without a response
                 return
+            if isinstance(reply, StreamReply):
+                if not await self._send_stream(conn, stream, reply):
+                    return  # a cut stream: close the connection mid-body
+                conn.start_next_cycle()
+                continue
             await self._send(conn, stream, reply)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
@@ -249,7 +280,25 @@ class FixtureServer:
             + _sent(conn, h11.EndOfMessage())
         )
 
-    async def _dispatch(self, head: h11.Request, body: bytes) -> _Reply | None:
+    async def _send_stream(
+        self, conn: h11.Connection, stream: trio.SocketStream, reply: StreamReply
+    ) -> bool:
+        """Send the events one by one (chunked); False when the reply was cut."""
+        headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"server", b"rlm-fixture"),
+        ]
+        await stream.send_all(_sent(conn, h11.Response(status_code=200, headers=headers)))
+        for delay, event in zip(reply.delays, reply.events, strict=True):
+            await trio.sleep(delay)
+            await stream.send_all(_sent(conn, h11.Data(data=event)))
+        if reply.cut:
+            return False
+        await stream.send_all(_sent(conn, h11.EndOfMessage()))
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def _dispatch(self, head: h11.Request, body: bytes) -> _Reply | StreamReply | None:
         path = head.target.split(b"?", 1)[0]
         if path == b"/stats" and head.method == b"GET":
             return _json_reply(200, self.stats.as_json())
@@ -261,7 +310,9 @@ class FixtureServer:
             self.stats.by_status[reply.status] = self.stats.by_status.get(reply.status, 0) + 1
         return reply
 
-    async def _route(self, head: h11.Request, path: bytes, body: bytes) -> _Reply | None:
+    async def _route(
+        self, head: h11.Request, path: bytes, body: bytes
+    ) -> _Reply | StreamReply | None:
         if path not in _CHAT_PATHS and path not in _MODEL_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
                           "invalid_request_error", "not_found")
@@ -277,7 +328,7 @@ class FixtureServer:
                       for m in _MODEL_IDS]
             return _json_reply(200, {"object": "list", "data": models})
         try:
-            messages, model = _parse_chat(body)
+            chat = _parse_chat(body)
         except _BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
         cap = self.options.max_concurrent
@@ -286,7 +337,7 @@ class FixtureServer:
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
         try:
-            return await self._complete(messages, model)
+            return await self._complete(chat)
         finally:
             self.stats.in_flight -= 1
 
@@ -297,8 +348,9 @@ class FixtureServer:
         given = next((v for k, v in head.headers if k == b"authorization"), b"")
         return hmac.compare_digest(given, expected)
 
-    async def _complete(self, messages: list[Message], model: str) -> _Reply | None:
+    async def _complete(self, chat: _Chat) -> _Reply | StreamReply | None:
         opts = self.options
+        messages, model = chat.messages, chat.model
         draw = self._random.random()
         if draw < opts.rate_429:
             return _rate_limited("Rate limit reached (fixture fault injection).")
@@ -321,6 +373,17 @@ class FixtureServer:
             self.stats.sub_requests += 1
         prompt_tokens = math.ceil(sum(len(m["content"]) for m in messages) / 4)
         completion_tokens = scripted.estimate_tokens(text)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
+        if chat.stream:
+            self.stats.streams += 1
+            cut = self.stats.cut_streams < opts.cut_streams
+            self.stats.cut_streams += cut
+            return stream_reply(
+                text, model=model, reply_id=f"chatcmpl-fixture-{self.stats.total_requests}",
+                usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
+                chunk_delay=opts.model_chunk_delay.get(model, opts.chunk_delay), cut=cut,
+            )
         return _json_reply(200, {
             "id": f"chatcmpl-fixture-{self.stats.total_requests}",
             "object": "chat.completion",
@@ -329,6 +392,5 @@ class FixtureServer:
             "system_fingerprint": "rlm-fixture",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "usage": usage,
         })

@@ -1,0 +1,181 @@
+"""Streaming over the shared HTTP client: Server-Sent Events in, text pieces out.
+
+The SSE framing is httpx2's own :class:`httpx2.EventSource` (derived from
+httpx-sse and shipped inside httpx2).  The httpx-sse package itself does not
+fit: it imports ``httpx``, and our client is httpx2, whose import name is
+``httpx2``; installing httpx beside it would bring a second HTTP stack.
+
+One attempt per call, like :func:`rlm.providers._http.post_json`.  A stream
+that fails part-way raises a retryable :class:`ProviderConnectionError` (the
+connection dropped, the body ended before the provider's final event, or no
+byte came for ``idle_timeout`` seconds) or the status error an error event
+names; the text already handed to ``on_text`` then belongs to a failed
+attempt and is never part of a Completion.  The idle timeout is httpx2's read
+timeout: it bounds every wait for bytes, headers included, on trio's clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from typing import Any, cast
+
+import httpx2
+
+from rlm.errors import ProviderConnectionError, ProviderResponseError
+from rlm.providers._http import BAD_SHAPE, JSONProvider, clean_text, status_error
+from rlm.providers.base import Completion, TextSink
+
+__all__ = ["JSONEventReader", "StreamingJSONProvider", "stream_completion"]
+
+
+class JSONEventReader:
+    """One provider's reading of its stream: JSON events in, text pieces out.
+
+    Subclasses read one decoded event in :meth:`read` (raising a ProviderError
+    for an error event, setting ``finished`` at the final one) and build the
+    answer in :meth:`completion`.  An event of the wrong shape is a
+    ProviderResponseError naming ``what`` the stream should have carried.
+    """
+
+    what = "JSON event"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.finished = False
+        self.parts: list[str] = []
+
+    def feed(self, event: httpx2.ServerSentEvent) -> str:
+        """The text ``event`` adds ('' for none)."""
+        try:
+            data = json.loads(event.data)
+            if not isinstance(data, dict):
+                raise TypeError("an event is not an object")
+            text = self.read(event, data)
+        except BAD_SHAPE as exc:
+            raise ProviderResponseError(
+                f"{self.url} sent a stream event that is not a {self.what}: {event.data[:200]!r}",
+                url=self.url,
+            ) from exc
+        text = clean_text(text)
+        if text:
+            self.parts.append(text)
+        return text
+
+    def read(self, event: httpx2.ServerSentEvent, data: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def completion(self, response: httpx2.Response) -> Completion:
+        """The whole answer, once ``finished``."""
+        raise NotImplementedError
+
+
+class StreamingJSONProvider(JSONProvider):
+    """A JSON provider that can also stream its answers as Server-Sent Events."""
+
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        url: str,
+        headers: dict[str, str],
+        *,
+        stream_idle_timeout: float = 60.0,
+    ) -> None:
+        super().__init__(client, url, headers)
+        self.stream_idle_timeout = stream_idle_timeout
+
+    async def post_stream(
+        self,
+        body: dict[str, Any],
+        *,
+        reader: JSONEventReader,
+        on_text: TextSink,
+        whole: Callable[[httpx2.Response], Completion],
+    ) -> Completion:
+        return await stream_completion(
+            self._client,
+            self.url,
+            body,
+            self._headers,
+            reader=reader,
+            on_text=on_text,
+            idle_timeout=self.stream_idle_timeout,
+            whole=whole,
+        )
+
+
+async def stream_completion(
+    client: httpx2.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    reader: JSONEventReader,
+    on_text: TextSink,
+    idle_timeout: float,
+    whole: Callable[[httpx2.Response], Completion],
+) -> Completion:
+    """POST ``body`` once and read the answer as it streams.
+
+    A server that ignores the stream request and answers with one JSON body is
+    read with ``whole``, and its text is passed on as a single piece.
+    """
+    base = client.timeout
+    timeout = httpx2.Timeout(
+        connect=base.connect, read=idle_timeout, write=base.write, pool=base.pool
+    )
+    received = 0
+    try:
+        async with client.stream(
+            "POST",
+            url,
+            json=body,
+            headers={**headers, "Accept": "text/event-stream"},
+            timeout=timeout,
+        ) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise status_error(url, response)
+            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if kind != "text/event-stream":
+                await response.aread()
+                completion = whole(response)
+                if completion.text:
+                    await on_text(completion.text)
+                return completion
+            # EventSource iterates with an async generator: close it on every exit.
+            source = cast(
+                AsyncGenerator[httpx2.ServerSentEvent, None], aiter(httpx2.EventSource(response))
+            )
+            async with aclosing(source) as events:
+                async for event in events:
+                    if reader.finished:
+                        continue  # read to the end so the connection can be reused
+                    text = reader.feed(event)
+                    if text:
+                        received += len(text)
+                        await on_text(text)
+            if not reader.finished:
+                raise ProviderConnectionError(
+                    f"{url} ended the stream before its final event "
+                    f"({received} chars received, discarded)",
+                    url=url,
+                )
+            return reader.completion(response)
+    except httpx2.ReadTimeout as exc:
+        raise ProviderConnectionError(
+            f"{url} stalled: no bytes for {idle_timeout:g} s (--stream-idle-timeout; "
+            f"{received} chars received, discarded)",
+            url=url,
+        ) from exc
+    except httpx2.TimeoutException as exc:
+        raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
+    except httpx2.SSEError as exc:
+        raise ProviderResponseError(f"{url} sent a bad event stream: {exc}", url=url) from exc
+    except httpx2.TransportError as exc:
+        what = "dropped the stream" if received else "could not be read"
+        raise ProviderConnectionError(
+            f"{url} {what} ({exc or type(exc).__name__}; {received} chars received, discarded)",
+            url=url,
+        ) from exc

@@ -1,0 +1,73 @@
+"""The fixture server's streamed answers: OpenAI ``chat.completion.chunk`` events.
+
+A streamed reply is a list of SSE events sent one by one with a delay before
+each text piece, so loopback tests see text arrive at a known pace.  A reply
+marked ``cut`` stops half-way through its text and the server closes the
+connection, as a dropped connection would look to the client.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rlm.providers.fixture import stream_pieces
+
+__all__ = ["StreamReply", "stream_reply"]
+
+
+@dataclass
+class StreamReply:
+    """SSE events to send (``delays[i]`` seconds before ``events[i]``); cut ones stop early."""
+
+    events: list[bytes]
+    delays: list[float]
+    cut: bool = False
+    status: int = 200
+
+
+def _event(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def stream_reply(
+    text: str,
+    *,
+    model: str,
+    reply_id: str,
+    usage: dict[str, int] | None,
+    chunk_chars: int,
+    chunk_delay: float,
+    cut: bool,
+) -> StreamReply:
+    """The events of one streamed answer of ``text`` (``usage`` last when asked for)."""
+    base: dict[str, Any] = {
+        "id": reply_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "rlm-fixture",
+    }
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return _event({**base, "choices": [choice]})
+
+    pieces = stream_pieces(text, chunk_chars)
+    if cut:
+        pieces = pieces[: len(pieces) // 2]
+    events = [chunk({"role": "assistant", "content": ""})]
+    delays = [0.0]
+    for piece in pieces:
+        events.append(chunk({"content": piece}))
+        delays.append(chunk_delay)
+    if cut:
+        return StreamReply(events, delays, cut=True)
+    events.append(chunk({}, "stop"))
+    if usage is not None:
+        events.append(_event({**base, "choices": [], "usage": usage}))
+    events.append(b"data: [DONE]\n\n")
+    delays.extend([0.0] * (len(events) - len(delays)))
+    return StreamReply(events, delays)
