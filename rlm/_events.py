@@ -5,6 +5,11 @@ display and the run's metrics are sinks.  Each event carries ``t`` (seconds on
 trio's clock since the run started, so virtual-time tests see exact values),
 ``call_id``, ``parent_id`` and ``depth``.  ``docs/events.md`` documents every
 kind and field.
+
+Streamed text (:class:`TextDelta`) is *published* rather than emitted: it is
+awaited into the run's streams (see :mod:`rlm.streaming`), so a consumer that
+falls behind slows the producers down; it is neither kept in the bus's list
+nor written to the trace, which stay the size of the run, not of its text.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import trio
 
@@ -35,6 +40,9 @@ __all__ = [
     "SandboxExited",
     "SandboxStarted",
     "StepCompleted",
+    "StreamDiscarded",
+    "StreamSink",
+    "TextDelta",
 ]
 
 
@@ -171,6 +179,7 @@ class LLMResponse(Event):
     cost: float | None = None
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    ttft_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,6 +191,32 @@ class LLMRetry(Event):
     delay_s: float
     reason: str
     retry_after: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextDelta(Event):
+    """A piece of streamed text, attributed to its call, request and attempt."""
+
+    kind: ClassVar[str] = "text_delta"
+    text: str
+    lane: str
+    request_id: int
+    attempt: int
+    task: int | None = None
+    task_title: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamDiscarded(Event):
+    """A streaming attempt failed after some text: that text is void."""
+
+    kind: ClassVar[str] = "stream_discarded"
+    lane: str
+    request_id: int
+    attempt: int
+    chars: int
+    reason: str
+    task: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +265,18 @@ class SandboxExited(Event):
 Sink = Callable[[Event], None]
 
 
+class StreamSink(Protocol):
+    """Where a run's events flow to a live consumer (a :class:`rlm.streaming.StreamMerger`)."""
+
+    async def put(self, event: Event) -> None:
+        """Add a published event, waiting while the consumer is behind."""
+        ...
+
+    def put_nowait(self, event: Event) -> None:
+        """Add an emitted event now (emitters are synchronous)."""
+        ...
+
+
 class EventBus:
     """Stamps events with the run clock and hands them to every sink, in order.
 
@@ -239,6 +286,7 @@ class EventBus:
 
     def __init__(self, *, keep: bool = True) -> None:
         self._sinks: list[Sink] = []
+        self._streams: list[StreamSink] = []
         self._origin = trio.current_time()
         self._keep = keep
         self.events: list[Event] = []
@@ -251,6 +299,15 @@ class EventBus:
     def add_sink(self, sink: Sink) -> None:
         self._sinks.append(sink)
 
+    def add_stream(self, stream: StreamSink) -> None:
+        """Send every event, emitted or published, to ``stream`` as well."""
+        self._streams.append(stream)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether a live consumer is attached (then providers stream their text)."""
+        return bool(self._streams)
+
     def emit(self, event: Event) -> Event:
         if isinstance(event, RunFinished):
             self.finished = True
@@ -259,4 +316,18 @@ class EventBus:
             self.events.append(stamped)
         for sink in self._sinks:
             sink(stamped)
+        for stream in self._streams:
+            stream.put_nowait(stamped)
+        return stamped
+
+    async def publish(self, event: Event) -> Event:
+        """Stamp a streamed event and hand it on, waiting while a stream is full.
+
+        Not kept in :attr:`events`.  Cancellation while waiting drops the event.
+        """
+        stamped = dataclasses.replace(event, t=round(self.now(), 6))
+        for sink in self._sinks:
+            sink(stamped)
+        for stream in self._streams:
+            await stream.put(stamped)
         return stamped

@@ -12,14 +12,14 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from rlm._events import Event
+from rlm._events import Event, TextDelta
 from rlm.errors import UsageError
 
 __all__ = ["TraceWriter"]
 
 
 class TraceWriter:
-    """A sink that appends each event as one JSON line."""
+    """A sink that appends each event as one JSON line (``text_delta`` excepted)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -30,7 +30,8 @@ class TraceWriter:
             raise UsageError(f"cannot write trace file {self.path}: {exc.strerror}") from exc
 
     def __call__(self, event: Event) -> None:
-        if self._file is not None:
+        # Streamed text stays out of the trace: it would repeat every reply in pieces.
+        if self._file is not None and not isinstance(event, TextDelta):
             self._file.write(json.dumps(event.to_dict(), default=_jsonable, ensure_ascii=False))
             self._file.write("\n")
 

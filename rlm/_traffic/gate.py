@@ -15,12 +15,20 @@ the time went.
 Every attempt is a request sent, so each one is reserved in the budget ledger
 before it goes and settled after; the ledger is also where the run's usage is
 counted (an unlimited ledger when the gate is given none).
+
+When a live consumer is attached to the run's events (or the caller passes
+``on_text``), providers that can stream do: each piece of text is published as
+a ``text_delta`` event attributed to its call, request and attempt, and the
+time to the first piece is recorded per attempt.  An attempt that fails after
+some text was published is followed by ``stream_discarded``: its text is void,
+and the retry streams the answer again from the start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from itertools import count
+from typing import Any
 
 import trio
 
@@ -32,6 +40,8 @@ from rlm._events import (
     LLMResponse,
     LLMRetry,
     RateLimitLearned,
+    StreamDiscarded,
+    TextDelta,
 )
 from rlm._traffic.adaptive import AdaptiveCapacity
 from rlm._traffic.budget import Budget, Ticket
@@ -41,9 +51,19 @@ from rlm._traffic.pacer import Pacer
 from rlm._traffic.retry import RetryPolicy, is_overload
 from rlm._traffic.usage import estimate_io
 from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
-from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
+from rlm.providers.base import (
+    Completion,
+    CompletionRequest,
+    Lane,
+    Provider,
+    StreamingProvider,
+)
 
-__all__ = ["Gate", "estimate_tokens"]
+__all__ = ["Gate", "PieceSink", "estimate_tokens"]
+
+#: What a caller of :meth:`Gate.complete` may get for each piece: (text, attempt).
+#: A piece of a later attempt means every piece of the earlier ones is void.
+PieceSink = Callable[[str, int], Awaitable[None]]
 
 
 def estimate_tokens(request: CompletionRequest) -> int:
@@ -81,12 +101,15 @@ class Gate:
         self._ids = count(1)
         self._learned: set[str] = set()
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def complete(
+        self, request: CompletionRequest, on_text: PieceSink | None = None
+    ) -> Completion:
         """Send ``request``, retrying what is worth retrying.
 
         Raises the last ProviderError when the request fails for good, and
         RunTimeout when a wait would pass the run's deadline.  On cancellation
-        the in-flight attempt is abandoned and its permit released.
+        the in-flight attempt is abandoned and its permit released.  With
+        ``on_text`` (or a live consumer on the events) the answer is streamed.
         """
         provider = self._providers[request.lane]
         request_id = next(self._ids)
@@ -94,7 +117,7 @@ class Gate:
         while True:
             attempt += 1
             try:
-                return await self._attempt(provider, request, request_id, attempt)
+                return await self._attempt(provider, request, request_id, attempt, on_text)
             except ProviderError as exc:
                 if not self.retry.should_retry(exc, attempt):
                     raise
@@ -135,7 +158,12 @@ class Gate:
             await trio.sleep(delay)
 
     async def _attempt(
-        self, provider: Provider, request: CompletionRequest, request_id: int, attempt: int
+        self,
+        provider: Provider,
+        request: CompletionRequest,
+        request_id: int,
+        attempt: int,
+        on_text: PieceSink | None = None,
     ) -> Completion:
         lane = request.lane
         metrics = self.metrics.lane(lane)
@@ -168,19 +196,30 @@ class Gate:
             started = trio.current_time()
             completion: Completion | None = None
             cost: float | None = None
+            piece = _Pieces(self._events, request, request_id, attempt, on_text)
             try:
-                completion = await provider.complete(request)
+                if isinstance(provider, StreamingProvider) and (
+                    on_text is not None or self._events.streaming
+                ):
+                    completion = await provider.stream(request, piece)
+                else:
+                    completion = await provider.complete(request)
             except ProviderError as exc:
-                self._record(request, provider, request_id, attempt, started, None, exc, None)
+                self._record(
+                    request, provider, request_id, attempt, started, None, exc, None, piece
+                )
+                piece.discard(exc)
                 raise
             except trio.Cancelled:
                 # The run is ending: the attempt was abandoned, and the trace says so.
-                self._record(request, provider, request_id, attempt, started, None, None, None)
+                self._record(
+                    request, provider, request_id, attempt, started, None, None, None, piece
+                )
                 raise
             finally:
                 metrics.in_flight -= 1
                 cost = self.ledger.settle(ticket, completion)
-        self._record(request, provider, request_id, attempt, started, completion, None, cost)
+        self._record(request, provider, request_id, attempt, started, completion, None, cost, piece)
         return completion
 
     def _record(
@@ -193,8 +232,10 @@ class Gate:
         completion: Completion | None,
         error: ProviderError | None,
         cost: float | None,
+        piece: _Pieces | None = None,
     ) -> None:
         latency = trio.current_time() - started
+        first = piece.first_at if piece is not None else None
         metrics = self.metrics.lane(request.lane)
         status = error.status if isinstance(error, ProviderStatusError) else None
         if completion is not None:
@@ -227,6 +268,7 @@ class Gate:
                 cost=cost,
                 error=f"{type(error).__name__}: {error}" if error else None,
                 metadata=dict(completion.metadata) if completion else {},
+                ttft_s=None if first is None else round(first - started, 6),
             )
         )
 
@@ -281,3 +323,51 @@ class Gate:
 
     def capacities(self) -> dict[str, int]:
         return {"root": self.limiter.total, "sub": self.limiter.sub_limit}
+
+
+class _Pieces:
+    """One attempt's text pieces: published as ``text_delta`` and handed to the caller."""
+
+    def __init__(
+        self,
+        events: EventBus,
+        request: CompletionRequest,
+        request_id: int,
+        attempt: int,
+        on_text: PieceSink | None,
+    ) -> None:
+        self._events = events
+        self._request = request
+        self._request_id = request_id
+        self._attempt = attempt
+        self._on_text = on_text
+        self.first_at: float | None = None
+        self.chars = 0
+
+    async def __call__(self, text: str) -> None:
+        if self.first_at is None:
+            self.first_at = trio.current_time()
+        self.chars += len(text)
+        title = self._request.task_title
+        await self._events.publish(TextDelta(**self._labels(), text=text, task_title=title))
+        if self._on_text is not None:
+            await self._on_text(text, self._attempt)
+
+    def discard(self, error: ProviderError) -> None:
+        """The attempt failed: say that its text, if any, is void."""
+        if not self.chars:
+            return
+        reason = f"{type(error).__name__}: {error}"[:300]
+        self._events.emit(StreamDiscarded(**self._labels(), chars=self.chars, reason=reason))
+
+    def _labels(self) -> dict[str, Any]:
+        request = self._request
+        return {
+            "call_id": request.call_id,
+            "parent_id": request.parent_id,
+            "depth": request.depth,
+            "lane": request.lane,
+            "request_id": self._request_id,
+            "attempt": self._attempt,
+            "task": request.task,
+        }
