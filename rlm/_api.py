@@ -19,6 +19,7 @@ from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget
 from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
+from rlm.journal import ResponseCache, open_store, parse_cache_mode
 from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Lane, Provider
@@ -40,8 +41,10 @@ class RLM:
     ``max_total_tokens``, ``max_cost``, ``prices_path``, ``timeout``,
     ``exec_timeout``, ``max_output_chars``, ``max_tokens``,
     ``require_isolation``, ``request_timeout`` (one HTTP attempt, s),
-    ``stream_idle_timeout`` (a stream with no bytes this long fails, s), and
-    ``fixture_root_latency`` / ``fixture_sub_latency``.  Bad values raise
+    ``stream_idle_timeout`` (a stream with no bytes this long fails, s),
+    ``cache_path`` (a journal that stores and replays responses: a file, or a
+    postgresql:// URL) with ``cache_mode`` ("read-write", "read-only",
+    "refresh"), and ``fixture_root_latency`` / ``fixture_sub_latency``.  Bad values raise
     :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL
     trace; ``providers`` replaces the providers by lane (for tests and custom
     back ends); ``sinks`` receive every event as it happens.
@@ -101,9 +104,13 @@ class RLM:
         runtime: Runtime | None = None
         try:
             events.emit(self._run_started(query, context))
-            async with self._open_providers() as providers:
+            async with self._open_providers() as providers, self._open_cache() as cache:
                 runtime = Runtime(
-                    self.config, providers=providers, events=events, prices=self._prices
+                    self.config,
+                    providers=providers,
+                    events=events,
+                    prices=self._prices,
+                    cache=cache,
                 )
                 self._runtime = runtime
                 try:
@@ -163,6 +170,7 @@ class RLM:
             traffic=traffic,
             usage_detail=detail,
             last_output=root.last_output if root is not None else None,
+            cached_calls=runtime.gate.cached_calls,
         )
 
     def _run_started(self, query: str, context: Context) -> RunStarted:
@@ -174,6 +182,18 @@ class RLM:
             config=public,
             wall_time=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
+
+    @asynccontextmanager
+    async def _open_cache(self) -> AsyncIterator[ResponseCache | None]:
+        path = self.config.cache_path
+        if path is None:
+            yield None
+            return
+        store = await trio.to_thread.run_sync(open_store, path)
+        try:
+            yield ResponseCache(store, parse_cache_mode(self.config.cache_mode))
+        finally:
+            store.close()
 
     @asynccontextmanager
     async def _open_providers(self) -> AsyncIterator[Mapping[Lane, Provider]]:

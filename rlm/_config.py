@@ -51,6 +51,8 @@ class RunConfig:
     fixture_root_latency: float = 0.0
     fixture_sub_latency: float = 0.0
     require_isolation: tuple[str, ...] = ()
+    cache_path: str | None = None
+    cache_mode: str = "read-write"
 
     @property
     def effective_sub_model(self) -> str:
@@ -93,6 +95,10 @@ class RunConfig:
             raise UsageError(f"--max-retries must be 0 or more, got {self.max_retries}")
         if self.max_tokens is not None:
             _positive("--max-tokens", self.max_tokens)
+        if self.cache_mode not in ("read-write", "read-only", "refresh"):
+            raise UsageError(
+                f"--cache-mode must be read-write, read-only or refresh, got {self.cache_mode!r}"
+            )
         try:
             parse_layers(self.require_isolation)
         except ValueError as exc:

@@ -31,6 +31,7 @@ __all__ = [
     "CodeExecuted",
     "Event",
     "EventBus",
+    "LLMCached",
     "LLMRequest",
     "LLMResponse",
     "LLMRetry",
@@ -180,6 +181,19 @@ class LLMResponse(Event):
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     ttft_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMCached(Event):
+    """A request answered from the response cache: nothing was sent, nothing spent."""
+
+    kind: ClassVar[str] = "llm_cached"
+    request_id: int
+    lane: str
+    model: str
+    provider: str
+    input_tokens: int
+    output_tokens: int
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,9 @@ class RunResult:
     a final extract step) and ``last_output`` what the root's code printed
     last.  ``usage_detail`` breaks usage and cost down per model, lane and
     depth.  ``fixture`` is true when answers came from the built-in fixture
-    model rather than a language model.
+    model rather than a language model.  ``cached_calls`` counts requests
+    answered from the response cache (``cache_path``): never sent, never
+    counted in ``usage``.
     """
 
     answer: str | None
@@ -47,6 +49,7 @@ class RunResult:
     traffic: dict[str, Any] = field(default_factory=dict, repr=False)
     usage_detail: dict[str, Any] = field(default_factory=dict, repr=False)
     last_output: str | None = field(default=None, repr=False)
+    cached_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
@@ -63,4 +66,5 @@ class RunResult:
             "usage_detail": self.usage_detail,
             "traffic": self.traffic,
             "last_output": self.last_output,
+            "cached_calls": self.cached_calls,
         }

@@ -15,6 +15,7 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     │       ├── AuthenticationError exit 4  401/403: the credentials were refused
     │       ├── QuotaExceededError  exit 3  402, 429 insufficient_quota, 400 credit: no credit
     │       └── RateLimitError              429 (retryable)
+    ├── JournalError                exit 1  the journal cannot be opened, is too new, or failed
     ├── SandboxError                exit 1  a sandbox process misbehaved
     │   ├── SandboxCrashed                  it exited or broke the frame protocol
     │   └── ExecutionTimeout                one execution passed --exec-timeout
@@ -33,6 +34,7 @@ __all__ = [
     "BudgetExceeded",
     "ExecutionTimeout",
     "Interrupted",
+    "JournalError",
     "LimitExceeded",
     "ProviderConnectionError",
     "ProviderError",
@@ -121,6 +123,15 @@ class QuotaExceededError(ProviderStatusError):
 
 class RateLimitError(ProviderStatusError):
     """429: too many requests.  Retryable; ``retry_after`` is in seconds when known."""
+
+
+class JournalError(RLMError):
+    """The journal (SQLite file or PostgreSQL database) cannot be opened or used.
+
+    Raised for a file that is not an rlm journal, a journal written by a newer
+    rlm, an unknown volley id, or a database error; the journal is never
+    replaced or altered to make an error go away.
+    """
 
 
 class SandboxError(RLMError):

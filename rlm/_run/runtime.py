@@ -24,7 +24,7 @@ from rlm._run.parsing import find_final
 from rlm._run.scheduler import Scheduler
 from rlm._sandbox.launcher import Sandbox, SandboxIdentity, SandboxLauncher
 from rlm._traffic.budget import Budget, BudgetLimits
-from rlm._traffic.gate import Gate
+from rlm._traffic.gate import CompletionCache, Gate
 from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.pacer import Pacer
 from rlm._traffic.prices import PriceTable
@@ -62,6 +62,7 @@ class Runtime:
         providers: Mapping[Lane, Provider],
         events: EventBus,
         prices: PriceTable | None = None,
+        cache: CompletionCache | None = None,
     ) -> None:
         self.config = config
         self.events = events
@@ -76,6 +77,7 @@ class Runtime:
             adaptive=config.adaptive,
             deadline=lambda: self._deadline,
             ledger=self.budget,
+            cache=cache,
         )
         self.bridge = Bridge(self)
         self.sandboxes = SandboxLauncher(

@@ -22,13 +22,17 @@ a ``text_delta`` event attributed to its call, request and attempt, and the
 time to the first piece is recorded per attempt.  An attempt that fails after
 some text was published is followed by ``stream_discarded``: its text is void,
 and the retry streams the answer again from the start.
+
+A response cache, when given, sits in front of all of it: a request it can
+answer takes no permit, no pacing slot and no budget, is never sent, and is
+recorded as ``llm_cached``; an answer that was sent is stored in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from itertools import count
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -36,6 +40,7 @@ from rlm._events import (
     BudgetRefused,
     CapacityChanged,
     EventBus,
+    LLMCached,
     LLMRequest,
     LLMResponse,
     LLMRetry,
@@ -59,11 +64,20 @@ from rlm.providers.base import (
     StreamingProvider,
 )
 
-__all__ = ["Gate", "PieceSink", "estimate_tokens"]
+__all__ = ["CompletionCache", "Gate", "PieceSink", "estimate_tokens"]
 
 #: What a caller of :meth:`Gate.complete` may get for each piece: (text, attempt).
 #: A piece of a later attempt means every piece of the earlier ones is void.
 PieceSink = Callable[[str, int], Awaitable[None]]
+
+class CompletionCache(Protocol):
+    """Answers a request from earlier runs, and keeps new answers (see rlm.journal.cache)."""
+
+    async def get(self, provider: Provider, request: CompletionRequest) -> Completion | None: ...
+
+    async def put(
+        self, provider: Provider, request: CompletionRequest, completion: Completion
+    ) -> None: ...
 
 
 def estimate_tokens(request: CompletionRequest) -> int:
@@ -86,6 +100,7 @@ class Gate:
         adaptive: bool = True,
         deadline: Callable[[], float] = lambda: float("inf"),
         ledger: Budget | None = None,
+        cache: CompletionCache | None = None,
     ) -> None:
         self.limiter = limiter
         self.pacer = pacer or Pacer()
@@ -100,6 +115,8 @@ class Gate:
         self._deadline = deadline
         self._ids = count(1)
         self._learned: set[str] = set()
+        self.cache = cache
+        self.cached_calls = 0  # requests answered by the cache, never sent
 
     async def complete(
         self, request: CompletionRequest, on_text: PieceSink | None = None
@@ -113,6 +130,37 @@ class Gate:
         """
         provider = self._providers[request.lane]
         request_id = next(self._ids)
+        if self.cache is None:
+            return await self._send(provider, request, request_id, on_text)
+        cached = await self.cache.get(provider, request)
+        if cached is not None:
+            if on_text is not None:
+                await on_text(cached.text, 1)  # a replayed answer arrives as one piece
+            self.cached_calls += 1
+            self._events.emit(
+                LLMCached(
+                    call_id=request.call_id,
+                    depth=request.depth,
+                    request_id=request_id,
+                    lane=request.lane,
+                    model=request.model,
+                    provider=provider.name,
+                    input_tokens=cached.input_tokens,
+                    output_tokens=cached.output_tokens,
+                )
+            )
+            return cached
+        completion = await self._send(provider, request, request_id, on_text)
+        await self.cache.put(provider, request, completion)
+        return completion
+
+    async def _send(
+        self,
+        provider: Provider,
+        request: CompletionRequest,
+        request_id: int,
+        on_text: PieceSink | None,
+    ) -> Completion:
         attempt = 0
         while True:
             attempt += 1

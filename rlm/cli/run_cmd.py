@@ -130,6 +130,20 @@ __all__ = ["run"]
     callback=lambda ctx, param, value: _isolation_option(value),
     help="Refuse to run unless these sandbox layers are active ('all'; see `rlm doctor`).",
 )
+@click.option(
+    "--cache",
+    "cache_path",
+    metavar="PATH",
+    help="Replay answers to identical requests from this journal (a file, or a postgresql:// "
+    "URL) and store new ones: a re-run sends nothing, an interrupted run resumes.",
+)
+@click.option(
+    "--cache-mode",
+    type=click.Choice(["read-write", "read-only", "refresh"]),
+    default="read-write",
+    show_default=True,
+    help="read-only: replay, never store; refresh: never replay, store what is sent.",
+)
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."

@@ -1,0 +1,214 @@
+"""The two places a journal can live: a SQLite file or a PostgreSQL database.
+
+Each back end opens a connection, runs one write transaction at a time
+(:meth:`transaction`) and translates its driver's exceptions into
+:class:`rlm.errors.JournalError` where they enter.  The statements are the
+same for both (see ``_schema``); only the placeholder style and the row lock
+clause differ.
+
+Neither back end is thread-safe by itself: :class:`rlm.journal.JournalStore`
+serialises every call with a lock, so the async layer may run them in any
+worker thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rlm.errors import JournalError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["Backend", "PostgresBackend", "SQLiteBackend", "Tx"]
+
+Params = Sequence[Any]
+
+
+class Tx(Protocol):
+    """One open transaction."""
+
+    def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]: ...
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        """Run a statement; the number of rows it changed."""
+        ...
+
+    def many(self, sql: str, params: Sequence[Params]) -> None: ...
+
+
+class Backend(Protocol):
+    #: How to name this journal in a message (a path, or a URL without its password).
+    where: str
+    #: Appended to a SELECT that picks rows to claim.
+    lock_clause: str
+    #: Lists the tables of the journal's database (or schema).
+    tables_sql: str
+
+    def transaction(self) -> Any:
+        """A context manager yielding a :class:`Tx`; commits on success, rolls back on error."""
+        ...
+
+    def ready(self) -> None:
+        """Called once the schema is checked."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class _SQLiteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql, params).fetchall())
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        return self._conn.execute(sql, params).rowcount
+
+    def many(self, sql: str, params: Sequence[Params]) -> None:
+        self._conn.executemany(sql, params)
+
+
+class SQLiteBackend:
+    """A journal file in WAL mode: readers never block the writer, writers queue.
+
+    ``synchronous=FULL`` makes a commit survive a power cut as well as a
+    ``kill -9``; the async layer batches commits so the fsync is paid per batch,
+    not per result.
+    """
+
+    lock_clause = ""  # BEGIN IMMEDIATE already holds the file's write lock
+    tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
+        self.where = str(path)
+        target = Path(path)
+        if target.is_dir():
+            raise JournalError(f"--journal {self.where} is a directory; give a file path")
+        if not target.parent.is_dir():
+            raise JournalError(
+                f"cannot open journal {self.where}: directory {target.parent} does not exist"
+            )
+        try:
+            conn = sqlite3.connect(
+                self.where,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout_s,
+            )
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open journal {self.where}: {exc}") from exc
+        self._conn = conn
+        try:
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise JournalError(
+                f"cannot open journal {self.where}: {exc} (is it an rlm journal?)"
+            ) from exc
+
+    def ready(self) -> None:
+        """Switch to WAL, once the file is known to be a journal (never touch one that is not)."""
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open journal {self.where}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.where}: {exc}") from exc
+        try:
+            yield _SQLiteTx(self._conn)
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._conn.execute("ROLLBACK")
+            hint = " (is it an rlm journal?)" if "not a database" in str(exc) else ""
+            raise JournalError(f"cannot use journal {self.where}: {exc}{hint}") from exc
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _PostgresTx:
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        return self._conn.execute(_pg(sql), params).fetchall()
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        return self._conn.execute(_pg(sql), params).rowcount
+
+    def many(self, sql: str, params: Sequence[Params]) -> None:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(_pg(sql), params)
+
+
+def _pg(sql: str) -> str:
+    # Our statements never hold a literal '?' or '%', so the rewrite is exact.
+    return sql.replace("?", "%s")
+
+
+class PostgresBackend:
+    """A journal in a PostgreSQL database, shared by workers on several machines.
+
+    Claims lock the rows they pick with ``FOR UPDATE SKIP LOCKED``, so two
+    workers claiming at once take different tasks without waiting on each other.
+    """
+
+    lock_clause = " FOR UPDATE SKIP LOCKED"
+    tables_sql = (
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    )
+
+    def __init__(self, url: str) -> None:
+        self.where = _redact(url)
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise JournalError(
+                "a postgresql:// journal needs psycopg: pip install 'rlm[postgresql]'"
+            ) from exc
+        self._errors: type[Exception] = psycopg.Error
+        try:
+            self._conn: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
+                url, autocommit=True, connect_timeout=30
+            )
+        except psycopg.Error as exc:
+            raise JournalError(f"cannot open journal {self.where}: {exc}".strip()) from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        try:
+            with self._conn.transaction():
+                yield _PostgresTx(self._conn)
+        except self._errors as exc:
+            raise JournalError(f"journal {self.where}: {exc}".strip()) from exc
+
+    def ready(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, fit for messages and logs."""
+    head, sep, tail = url.partition("://")
+    if not sep or "@" not in tail:
+        return url
+    userinfo, _, host = tail.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return f"{head}://{user}:***@{host}" if ":" in userinfo else url

@@ -1,0 +1,73 @@
+"""The journal's schema, one text for SQLite and PostgreSQL.
+
+Both back ends run the same statements (``?`` placeholders are rewritten to
+``%s`` for psycopg), so the two stores cannot drift apart.  Times are wall-clock
+seconds since the epoch (floats), read from the store's injected clock.
+
+``SCHEMA_VERSION`` is written in ``meta`` when a journal is created.  A journal
+written by a newer rlm is refused, never altered; an older one is migrated
+forward inside one transaction when a later version adds a step.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "TABLES"]
+
+SCHEMA_VERSION = 1
+
+#: The tables an rlm journal has; a database holding other tables but not
+#: ``meta`` is somebody else's and is refused.
+TABLES = ("meta", "volleys", "tasks", "responses", "journal_log")
+
+SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # settings: JSON of where and how to send (provider, base URL, model, limits);
+    # never an API key.  spent_*: what every attempt so far cost, so budgets hold
+    # across resumes.
+    """CREATE TABLE volleys (
+        volley_id TEXT PRIMARY KEY,
+        created_at DOUBLE PRECISION NOT NULL,
+        settings TEXT NOT NULL,
+        context_digest TEXT,
+        spent_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
+        spent_calls BIGINT NOT NULL DEFAULT 0,
+        spent_tokens BIGINT NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE tasks (
+        volley_id TEXT NOT NULL REFERENCES volleys (volley_id),
+        idx INTEGER NOT NULL,
+        spec TEXT NOT NULL,
+        status TEXT NOT NULL
+            CHECK (status IN ('open', 'in_progress', 'done', 'failed')),
+        started_at DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION,
+        heartbeat_at DOUBLE PRECISION,
+        claimed_host TEXT,
+        claimed_pid INTEGER,
+        claimed_worker TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        output TEXT,
+        usage TEXT,
+        cost DOUBLE PRECISION,
+        error TEXT,
+        PRIMARY KEY (volley_id, idx)
+    )""",
+    "CREATE INDEX tasks_by_status ON tasks (volley_id, status, idx)",
+    "CREATE INDEX tasks_by_worker ON tasks (claimed_worker) WHERE status = 'in_progress'",
+    # The response cache: one completion per request digest.
+    """CREATE TABLE responses (
+        digest TEXT PRIMARY KEY,
+        created_at DOUBLE PRECISION NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        completion TEXT NOT NULL
+    )""",
+    # Things a person may ask about later: stale recoveries, who reopened what.
+    """CREATE TABLE journal_log (
+        at DOUBLE PRECISION NOT NULL,
+        kind TEXT NOT NULL,
+        volley_id TEXT,
+        idx INTEGER,
+        detail TEXT NOT NULL
+    )""",
+)

@@ -1,0 +1,536 @@
+"""The journal store: volleys, task claims, verdicts and cached responses.
+
+Every method is one transaction and blocks; the async layer
+(:mod:`rlm.journal.worker`) runs them in trio worker threads.  A lock
+serialises calls on one store, so a store may be shared by the threads of one
+process; several processes (or machines, on PostgreSQL) share a journal by
+each opening their own store.
+
+Task life cycle::
+
+    open ──claim──► in_progress ──finish──► done | failed
+      ▲                 │
+      └──release────────┤  (given back without a verdict: Ctrl-C, a budget stop)
+      └──recover_stale──┘  (its worker stopped heartbeating: killed, machine lost)
+
+The first verdict on a task wins: a late verdict from a worker whose claim was
+recovered is dropped, so a task is ``done`` exactly once.  Times come from the
+injected ``clock`` (wall seconds), so claim and recovery logic is tested with a
+fake clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from rlm.errors import JournalError
+from rlm.journal._backends import Backend, Tx
+from rlm.journal._schema import SCHEMA, SCHEMA_VERSION, TABLES
+
+__all__ = [
+    "JournalStore",
+    "Owner",
+    "Recovered",
+    "Spend",
+    "TaskRow",
+    "TaskState",
+    "Verdict",
+    "VolleyRow",
+]
+
+TaskState = Literal["open", "in_progress", "done", "failed"]
+_T = TypeVar("_T")
+
+_TASK_COLUMNS = (
+    "idx, spec, status, started_at, finished_at, heartbeat_at, claimed_host, claimed_pid, "
+    "claimed_worker, attempts, output, usage, cost, error"
+)
+_UNCLAIM = (
+    "status = 'open', started_at = NULL, heartbeat_at = NULL, "
+    "claimed_host = NULL, claimed_pid = NULL, claimed_worker = NULL"
+)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a claim: a host, a process on it, and a worker inside that process."""
+
+    host: str
+    pid: int
+    worker: str
+
+    @classmethod
+    def here(cls, worker: str | None = None) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), worker or uuid.uuid4().hex[:12])
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.pid}/{self.worker}"
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What attempts cost: USD, requests sent, tokens (input + output)."""
+
+    cost: float = 0.0
+    calls: int = 0
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The end of one claimed task.  ``spend`` is what this attempt cost."""
+
+    index: int
+    status: Literal["done", "failed"]
+    output: str | None = None
+    error: str | None = None
+    cost: float | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    spend: Spend = Spend()
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task as the journal holds it."""
+
+    volley_id: str
+    index: int
+    spec: dict[str, Any]
+    status: TaskState
+    started_at: float | None = None
+    finished_at: float | None = None
+    heartbeat_at: float | None = None
+    claimed_by: Owner | None = None
+    attempts: int = 0
+    output: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    cost: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class VolleyRow:
+    """A volley's definition, what it has spent, and how many tasks are in each state."""
+
+    volley_id: str
+    created_at: float
+    settings: dict[str, Any]
+    context_digest: str | None
+    spent: Spend
+    counts: dict[TaskState, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A claim given back to ``open`` because its holder is gone (a ``stale_recovery``)."""
+
+    volley_id: str
+    index: int
+    owner: Owner | None
+    idle_s: float
+    reason: str
+
+
+class JournalStore:
+    """One connection to a journal; see the module docstring for the semantics."""
+
+    def __init__(self, backend: Backend, *, clock: Callable[[], float] = time.time) -> None:
+        self.backend = backend
+        self.where = backend.where
+        self.clock = clock
+        self._lock = threading.Lock()
+        try:
+            self._check_schema()
+            backend.ready()
+        except BaseException:
+            backend.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self.backend.close()
+
+    # -- schema -------------------------------------------------------------
+
+    def _check_schema(self) -> None:
+        with self._lock, self.backend.transaction() as tx:
+            if self.backend.lock_clause:
+                # Two PostgreSQL workers creating one journal at once must not race.
+                tx.rows("SELECT pg_advisory_xact_lock(7236101)")
+            tables = {str(name) for (name,) in tx.rows(self.backend.tables_sql)}
+            if "meta" not in tables:
+                # A SQLite file is ours alone; a PostgreSQL schema may hold other tables.
+                foreign = tables - {"sqlite_sequence"} if not self.backend.lock_clause else set()
+                if tables & set(TABLES) or foreign:
+                    raise JournalError(
+                        f"{self.where} is not an rlm journal (it holds other tables); "
+                        "give --journal a new path"
+                    )
+                for statement in SCHEMA:
+                    tx.run(statement)
+                tx.run(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                return
+            rows = tx.rows("SELECT value FROM meta WHERE key = 'schema_version'")
+            version = int(rows[0][0]) if rows else 0
+            if version > SCHEMA_VERSION:
+                raise JournalError(
+                    f"journal {self.where} was written by a newer rlm (schema version "
+                    f"{version}; this rlm reads up to {SCHEMA_VERSION}): upgrade rlm, or "
+                    "give --journal another path"
+                )
+            if version < 1:
+                raise JournalError(
+                    f"journal {self.where} has no schema version; not an rlm journal"
+                )
+
+    def _tx(self, work: Callable[[Tx], _T]) -> _T:
+        with self._lock, self.backend.transaction() as tx:
+            return work(tx)
+
+    # -- volleys ------------------------------------------------------------
+
+    def create_volley(
+        self,
+        volley_id: str,
+        settings: Mapping[str, Any],
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        context_digest: str | None = None,
+    ) -> None:
+        """Record a volley and its tasks (each a JSON-able dict with an ``index``), all open."""
+        if "api_key" in settings:
+            raise ValueError("an API key is never stored in the journal")
+        now = self.clock()
+
+        def work(tx: Tx) -> None:
+            if tx.rows("SELECT 1 FROM volleys WHERE volley_id = ?", (volley_id,)):
+                raise JournalError(f"volley {volley_id} already exists in {self.where}")
+            tx.run(
+                "INSERT INTO volleys (volley_id, created_at, settings, context_digest) "
+                "VALUES (?, ?, ?, ?)",
+                (volley_id, now, json.dumps(dict(settings)), context_digest),
+            )
+            tx.many(
+                "INSERT INTO tasks (volley_id, idx, spec, status) VALUES (?, ?, ?, 'open')",
+                [(volley_id, int(t["index"]), json.dumps(dict(t))) for t in tasks],
+            )
+
+        self._tx(work)
+
+    def resolve(self, ref: str) -> str:
+        """A volley id from ``ref``: an id, or ``last`` for the most recently created."""
+        if ref == "last":
+            rows = self._tx(
+                lambda tx: tx.rows(
+                    "SELECT volley_id FROM volleys ORDER BY created_at DESC, volley_id DESC LIMIT 1"
+                )
+            )
+            if not rows:
+                raise JournalError(f"journal {self.where} holds no volley yet")
+            return str(rows[0][0])
+        self.volley(ref)
+        return ref
+
+    def volley(self, volley_id: str) -> VolleyRow:
+        rows = self._tx(lambda tx: self._volley_rows(tx, volley_id))
+        if not rows:
+            raise JournalError(
+                f"no volley {volley_id!r} in journal {self.where} (see `rlm volley list`)"
+            )
+        return rows[0]
+
+    def volleys(self) -> list[VolleyRow]:
+        """Every volley, newest first."""
+        return self._tx(lambda tx: self._volley_rows(tx, None))
+
+    def _volley_rows(self, tx: Tx, volley_id: str | None) -> list[VolleyRow]:
+        where, params = ("WHERE volley_id = ?", (volley_id,)) if volley_id else ("", ())
+        heads = tx.rows(
+            "SELECT volley_id, created_at, settings, context_digest, spent_cost, spent_calls, "
+            f"spent_tokens FROM volleys {where} ORDER BY created_at DESC, volley_id DESC",
+            params,
+        )
+        counts: dict[str, dict[TaskState, int]] = {}
+        for vid, status, n in tx.rows(
+            f"SELECT volley_id, status, COUNT(*) FROM tasks {where} GROUP BY volley_id, status",
+            params,
+        ):
+            counts.setdefault(str(vid), {})[status] = int(n)
+        return [
+            VolleyRow(
+                volley_id=str(vid),
+                created_at=float(created),
+                settings=json.loads(settings),
+                context_digest=digest,
+                spent=Spend(float(cost), int(calls), int(tokens)),
+                counts={
+                    state: counts.get(str(vid), {}).get(state, 0)
+                    for state in ("open", "in_progress", "done", "failed")
+                },
+            )
+            for vid, created, settings, digest, cost, calls, tokens in heads
+        ]
+
+    def tasks(self, volley_id: str) -> list[TaskRow]:
+        """Every task of a volley, in task order."""
+        rows = self._tx(
+            lambda tx: tx.rows(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE volley_id = ? ORDER BY idx",
+                (volley_id,),
+            )
+        )
+        return [_task_row(volley_id, row) for row in rows]
+
+    def spent(self, volley_id: str) -> Spend:
+        """What every attempt of the volley has cost so far (for budgets across resumes)."""
+        return self.volley(volley_id).spent
+
+    # -- claims -------------------------------------------------------------
+
+    def claim(self, volley_id: str, owner: Owner, limit: int = 1) -> list[TaskRow]:
+        """Take up to ``limit`` open tasks, lowest index first, in one transaction."""
+        now = self.clock()
+
+        def work(tx: Tx) -> list[TaskRow]:
+            picked = tx.rows(
+                "SELECT idx FROM tasks WHERE volley_id = ? AND status = 'open' "
+                f"ORDER BY idx LIMIT ?{self.backend.lock_clause}",
+                (volley_id, limit),
+            )
+            indices = [int(i) for (i,) in picked]
+            if not indices:
+                return []
+            tx.many(
+                "UPDATE tasks SET status = 'in_progress', started_at = ?, heartbeat_at = ?, "
+                "claimed_host = ?, claimed_pid = ?, claimed_worker = ?, attempts = attempts + 1 "
+                "WHERE volley_id = ? AND idx = ? AND status = 'open'",
+                [(now, now, owner.host, owner.pid, owner.worker, volley_id, i) for i in indices],
+            )
+            marks = ",".join("?" * len(indices))
+            rows = tx.rows(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE volley_id = ? AND idx IN ({marks}) "
+                "ORDER BY idx",
+                (volley_id, *indices),
+            )
+            return [_task_row(volley_id, row) for row in rows]
+
+        return self._tx(work)
+
+    def release(
+        self, volley_id: str, owner: Owner, indices: Iterable[int], spend: Spend = Spend()
+    ) -> int:
+        """Give claimed tasks back to ``open``; ``spend`` is what their attempts cost."""
+        keys = [(volley_id, i, owner.worker) for i in indices]
+
+        def work(tx: Tx) -> int:
+            changed = 0
+            for key in keys:
+                changed += tx.run(
+                    f"UPDATE tasks SET {_UNCLAIM} WHERE volley_id = ? AND idx = ? "
+                    "AND status = 'in_progress' AND claimed_worker = ?",
+                    key,
+                )
+            _add_spend(tx, volley_id, spend)
+            return changed
+
+        return self._tx(work)
+
+    def finish(self, volley_id: str, verdicts: Sequence[Verdict]) -> list[int]:
+        """Record verdicts in one transaction; the indices written (first verdict wins)."""
+        now = self.clock()
+
+        def work(tx: Tx) -> list[int]:
+            written = []
+            total = Spend()
+            for v in verdicts:
+                changed = tx.run(
+                    "UPDATE tasks SET status = ?, finished_at = ?, heartbeat_at = NULL, "
+                    "output = ?, usage = ?, cost = ?, error = ? "
+                    "WHERE volley_id = ? AND idx = ? AND status IN ('open', 'in_progress')",
+                    (
+                        v.status,
+                        now,
+                        v.output,
+                        json.dumps(dict(v.usage)),
+                        v.cost,
+                        v.error,
+                        volley_id,
+                        v.index,
+                    ),
+                )
+                if changed:
+                    written.append(v.index)
+                total = Spend(
+                    total.cost + v.spend.cost,
+                    total.calls + v.spend.calls,
+                    total.tokens + v.spend.tokens,
+                )
+            _add_spend(tx, volley_id, total)
+            return written
+
+        return self._tx(work)
+
+    def heartbeat(self, owner: Owner) -> int:
+        """Refresh the heartbeat of every task ``owner`` holds; how many it holds."""
+        now = self.clock()
+        return self._tx(
+            lambda tx: tx.run(
+                "UPDATE tasks SET heartbeat_at = ? "
+                "WHERE claimed_worker = ? AND status = 'in_progress'",
+                (now, owner.worker),
+            )
+        )
+
+    # -- recovery -----------------------------------------------------------
+
+    def recover_stale(self, volley_id: str | None, timeout_s: float) -> list[Recovered]:
+        """Reopen claims whose heartbeat is older than ``timeout_s``; each is logged."""
+        now = self.clock()
+        scope, params = ("AND volley_id = ? ", (volley_id,)) if volley_id else ("", ())
+        return self._reopen(
+            "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
+            f"FROM tasks WHERE status = 'in_progress' AND heartbeat_at < ? {scope}"
+            f"ORDER BY volley_id, idx{self.backend.lock_clause}",
+            (now - timeout_s, *params),
+            now,
+            keep=lambda owner: False,
+            reason=f"no heartbeat for more than {timeout_s:g} s",
+        )
+
+    def recover_dead_local(self, volley_id: str, alive: Callable[[int], bool]) -> list[Recovered]:
+        """Reopen claims held by processes of this host that no longer exist.
+
+        Run when a worker starts, so a ``--resume`` right after a ``kill -9``
+        does not wait out the stale timeout for tasks its own machine orphaned.
+        """
+        host = socket.gethostname()
+        return self._reopen(
+            "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
+            "FROM tasks WHERE status = 'in_progress' AND volley_id = ? AND claimed_host = ? "
+            f"ORDER BY idx{self.backend.lock_clause}",
+            (volley_id, host),
+            self.clock(),
+            keep=lambda owner: owner is not None and alive(owner.pid),
+            reason="its worker process on this host is gone",
+        )
+
+    def _reopen(
+        self,
+        select: str,
+        params: tuple[Any, ...],
+        now: float,
+        *,
+        keep: Callable[[Owner | None], bool],
+        reason: str,
+    ) -> list[Recovered]:
+        def work(tx: Tx) -> list[Recovered]:
+            found = []
+            for vid, idx, host, pid, worker, beat in tx.rows(select, params):
+                owner = Owner(host, int(pid), worker) if worker is not None else None
+                if keep(owner):
+                    continue
+                changed = tx.run(
+                    f"UPDATE tasks SET {_UNCLAIM} WHERE volley_id = ? AND idx = ? "
+                    "AND status = 'in_progress' AND claimed_worker = ?",
+                    (vid, idx, worker),
+                )
+                if changed:
+                    idle = now - float(beat) if beat is not None else 0.0
+                    found.append(Recovered(str(vid), int(idx), owner, idle, reason))
+            tx.many(
+                "INSERT INTO journal_log (at, kind, volley_id, idx, detail) "
+                "VALUES (?, 'stale_recovery', ?, ?, ?)",
+                [(now, r.volley_id, r.index, f"{reason}; was {r.owner}") for r in found],
+            )
+            return found
+
+        return self._tx(work)
+
+    def reopen_failed(self, volley_id: str) -> int:
+        """Put failed tasks back to ``open`` (a resume without ``--skip-failed``)."""
+        return self._tx(
+            lambda tx: tx.run(
+                f"UPDATE tasks SET {_UNCLAIM}, finished_at = NULL, output = NULL, error = NULL "
+                "WHERE volley_id = ? AND status = 'failed'",
+                (volley_id,),
+            )
+        )
+
+    def log(self, kind: str | None = None) -> list[tuple[float, str, str | None, int | None, str]]:
+        """The journal's log lines (``stale_recovery`` ...), oldest first."""
+        where, params = ("WHERE kind = ?", (kind,)) if kind else ("", ())
+        rows = self._tx(
+            lambda tx: tx.rows(
+                f"SELECT at, kind, volley_id, idx, detail FROM journal_log {where} ORDER BY at",
+                params,
+            )
+        )
+        return [
+            (float(a), str(k), v, None if i is None else int(i), str(d)) for a, k, v, i, d in rows
+        ]
+
+    # -- response cache -----------------------------------------------------
+
+    def cached(self, digest: str) -> str | None:
+        """The stored completion (JSON) for a request digest, if any."""
+        rows = self._tx(
+            lambda tx: tx.rows("SELECT completion FROM responses WHERE digest = ?", (digest,))
+        )
+        return str(rows[0][0]) if rows else None
+
+    def cache(self, entries: Sequence[tuple[str, str, str, str]]) -> None:
+        """Store (digest, provider, model, completion JSON) rows; a later one replaces."""
+        now = self.clock()
+        self._tx(
+            lambda tx: tx.many(
+                "INSERT INTO responses (digest, created_at, provider, model, completion) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO UPDATE SET "
+                "created_at = excluded.created_at, completion = excluded.completion",
+                [(d, now, p, m, c) for d, p, m, c in entries],
+            )
+        )
+
+
+def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
+    if spend == Spend():
+        return
+    tx.run(
+        "UPDATE volleys SET spent_cost = spent_cost + ?, spent_calls = spent_calls + ?, "
+        "spent_tokens = spent_tokens + ? WHERE volley_id = ?",
+        (spend.cost, spend.calls, spend.tokens, volley_id),
+    )
+
+
+def _task_row(volley_id: str, row: tuple[Any, ...]) -> TaskRow:
+    (idx, spec, status, started, finished, beat, host, pid, worker, attempts) = row[:10]
+    output, usage, cost, error = row[10:]
+    return TaskRow(
+        volley_id=volley_id,
+        index=int(idx),
+        spec=json.loads(spec),
+        status=status,
+        started_at=started,
+        finished_at=finished,
+        heartbeat_at=beat,
+        claimed_by=Owner(host, int(pid), worker) if worker is not None else None,
+        attempts=int(attempts),
+        output=output,
+        usage=json.loads(usage) if usage else {},
+        cost=cost,
+        error=error,
+    )

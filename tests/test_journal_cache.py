@@ -1,0 +1,124 @@
+"""The response cache in front of the gate, in virtual time over a real SQLite journal.
+
+Store calls run inline (no threads), so trio's autojump clock stays exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import trio
+
+from rlm._events import EventBus, LLMCached
+from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm.errors import JournalError
+from rlm.journal import JournalStore, ResponseCache, open_store, request_digest
+from rlm.journal._threads import GroupCommit, inline_run_sync
+from rlm.journal.cache import CacheMode
+from rlm.providers.base import CompletionRequest
+from tests.test_gate import FakeProvider, request
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JournalStore]:
+    opened = open_store(str(tmp_path / "cache.sqlite3"))
+    yield opened
+    opened.close()
+
+
+def _gate(store: JournalStore, provider: FakeProvider, mode: CacheMode, calls: int) -> Gate:
+    return Gate(
+        limiter=TieredLimiter(4, 0),
+        providers={"root": provider, "sub": provider},
+        events=EventBus(),
+        ledger=Budget(limits=BudgetLimits(max_llm_calls=calls)),
+        cache=ResponseCache(store, mode, run_sync=inline_run_sync),
+    )
+
+
+async def test_a_cached_answer_is_not_sent_and_takes_no_budget(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    provider = FakeProvider(latency=1.0)
+    first = _gate(store, provider, "read-write", calls=1)
+    sent = await first.complete(request())
+    again = _gate(store, provider, "read-write", calls=1)
+    started = trio.current_time()
+    replies = [await again.complete(dataclasses.replace(request(), call_id=c)) for c in "abc"]
+    assert trio.current_time() == started  # no latency: nothing was sent
+    assert len(provider.attempt_times) == 1
+    assert [r.text for r in replies] == [sent.text] * 3
+    assert again.cached_calls == 3 and again.ledger.usage().llm_calls == 0
+    cached = [e for e in again._events.events if isinstance(e, LLMCached)]
+    assert len(cached) == 3 and cached[0].input_tokens == 10 and cached[0].provider == "fake"
+
+
+async def test_read_only_never_stores_and_refresh_never_replays(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    provider = FakeProvider(latency=1.0)
+    await _gate(store, provider, "read-only", calls=5).complete(request())
+    await _gate(store, provider, "read-write", calls=5).complete(request())
+    assert len(provider.attempt_times) == 2  # read-only stored nothing
+    refresh = _gate(store, provider, "refresh", calls=5)
+    await refresh.complete(request())
+    assert len(provider.attempt_times) == 3 and refresh.cached_calls == 0
+
+
+def test_the_digest_covers_what_decides_the_answer() -> None:
+    base = CompletionRequest(messages=[{"role": "user", "content": "q"}], model="m")
+    same = dataclasses.replace(base, lane="root", call_id="root.3", depth=2)
+    assert request_digest("openai", base) == request_digest("openai", same)
+    for other in (
+        dataclasses.replace(base, model="m2"),
+        dataclasses.replace(base, max_tokens=5),
+        dataclasses.replace(base, messages=[{"role": "user", "content": "q2"}]),
+    ):
+        assert request_digest("openai", other) != request_digest("openai", base)
+    assert request_digest("openai http://a", base) != request_digest("openai http://b", base)
+
+
+async def test_group_commit_writes_many_items_in_few_transactions(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    batches: list[list[int]] = []
+
+    def commit(items: Sequence[int]) -> None:
+        batches.append(list(items))
+
+    async def slow_run_sync(fn, *args):  # type: ignore[no-untyped-def]
+        await trio.sleep(0.01)  # a commit takes time; writers queue meanwhile
+        return fn(*args)
+
+    group: GroupCommit[int] = GroupCommit(commit, slow_run_sync)
+    async with trio.open_nursery() as nursery:
+        for i in range(100):
+            nursery.start_soon(group.write, i)
+    assert sorted(i for b in batches for i in b) == list(range(100))
+    assert len(batches) <= 3
+
+
+async def test_group_commit_reports_a_failed_commit_to_every_writer(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    def commit(items: Sequence[int]) -> None:
+        raise JournalError("disk full")
+
+    group: GroupCommit[int] = GroupCommit(commit, inline_run_sync)
+    failures = []
+
+    async def write(i: int) -> None:
+        try:
+            await group.write(i)
+        except JournalError as exc:
+            failures.append(str(exc))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(5):
+            nursery.start_soon(write, i)
+    assert failures == ["disk full"] * 5

@@ -1,0 +1,207 @@
+"""The journal store's semantics, the same on SQLite and PostgreSQL, on a fake clock."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm.errors import JournalError
+from rlm.journal._open import open_store
+from rlm.journal.store import JournalStore, Owner, Spend, Verdict
+from tests.journal_fixtures import pg_server, pg_url  # noqa: F401  (fixtures)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def journal_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "journal.sqlite3")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(journal_spec: str, clock: FakeClock) -> Iterator[JournalStore]:
+    opened = open_store(journal_spec, clock=clock)
+    yield opened
+    opened.close()
+
+
+def _tasks(n: int) -> list[dict[str, object]]:
+    return [{"index": i, "prompt": f"task {i}"} for i in range(1, n + 1)]
+
+
+A = Owner("host-a", 11, "wa")
+B = Owner("host-b", 22, "wb")
+
+
+def test_claims_take_open_tasks_in_order_and_never_twice(store: JournalStore) -> None:
+    store.create_volley("v1", {"model": "fixture"}, _tasks(5))
+    first = store.claim("v1", A, 2)
+    second = store.claim("v1", B, 10)
+    assert [t.index for t in first] == [1, 2]
+    assert [t.index for t in second] == [3, 4, 5]
+    assert store.claim("v1", A, 1) == []
+    assert first[0].claimed_by == A and first[0].attempts == 1 and first[0].status == "in_progress"
+    assert first[0].spec == {"index": 1, "prompt": "task 1"}
+
+
+def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) -> None:
+    store.create_volley("v1", {}, _tasks(2))
+    store.claim("v1", A, 2)
+    done = Verdict(
+        1, "done", output="one", cost=0.5, usage={"tokens_input": 3}, spend=Spend(0.5, 1, 7)
+    )
+    assert store.finish("v1", [done]) == [1]
+    assert store.finish("v1", [Verdict(1, "failed", error="late")]) == []
+    rows = store.tasks("v1")
+    assert (rows[0].status, rows[0].output, rows[0].usage) == ("done", "one", {"tokens_input": 3})
+    assert rows[0].finished_at is not None and rows[0].claimed_by == A
+    assert store.spent("v1") == Spend(0.5, 1, 7)
+
+
+def test_release_reopens_only_the_owners_claims(store: JournalStore) -> None:
+    store.create_volley("v1", {}, _tasks(2))
+    store.claim("v1", A, 2)
+    assert store.release("v1", B, [1, 2]) == 0
+    assert store.release("v1", A, [2], Spend(0.1, 1, 0)) == 1
+    assert [t.index for t in store.claim("v1", B, 5)] == [2]
+    assert store.tasks("v1")[1].attempts == 2
+    assert store.spent("v1").calls == 1
+
+
+def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: FakeClock) -> None:
+    store.create_volley("v1", {}, _tasks(2))
+    store.claim("v1", A, 1)
+    store.claim("v1", B, 1)
+    for minute in range(20):  # both run for 10 minutes, heartbeating every 30 s; B dies at 5
+        clock.now += 30
+        assert store.heartbeat(A) == 1
+        if minute < 10:
+            assert store.heartbeat(B) == 1
+        recovered = store.recover_stale("v1", 60)
+        if minute == 12:  # B silent for 90 s > 60 s
+            assert [(r.index, r.owner) for r in recovered] == [(2, B)]
+            assert recovered[0].idle_s == pytest.approx(90)
+        else:
+            assert recovered == []
+    assert store.tasks("v1")[1].status == "open"
+    log = store.log("stale_recovery")
+    assert len(log) == 1 and log[0][2:4] == ("v1", 2) and "host-b/22/wb" in log[0][4]
+    # B's late verdict still lands if nobody finished the task first (first verdict wins).
+    assert store.finish("v1", [Verdict(2, "done", output="late but first")]) == [2]
+
+
+def test_dead_local_claims_are_recovered_at_once(store: JournalStore) -> None:
+    here = Owner.here("dead")
+    store.create_volley("v1", {}, _tasks(3))
+    store.claim("v1", here, 2)
+    store.claim("v1", A, 1)  # another host: left to the stale timeout
+    recovered = store.recover_dead_local("v1", alive=lambda pid: False)
+    assert sorted(r.index for r in recovered) == [1, 2]
+    assert store.recover_dead_local("v1", alive=lambda pid: True) == []
+
+
+def test_reopen_failed_and_list(store: JournalStore, clock: FakeClock) -> None:
+    store.create_volley("v1", {"model": "m"}, _tasks(3))
+    clock.now += 1
+    store.create_volley("v2", {}, _tasks(1))
+    store.claim("v1", A, 3)
+    store.finish("v1", [Verdict(1, "done", output="x"), Verdict(2, "failed", error="boom")])
+    v1 = store.volley("v1")
+    assert v1.counts == {"open": 0, "in_progress": 1, "done": 1, "failed": 1}
+    assert v1.settings == {"model": "m"}
+    assert [v.volley_id for v in store.volleys()] == ["v2", "v1"]
+    assert store.resolve("last") == "v2"
+    assert store.reopen_failed("v1") == 1
+    assert store.tasks("v1")[1].status == "open" and store.tasks("v1")[1].error is None
+
+
+def test_unknown_and_duplicate_volleys_are_clear_errors(store: JournalStore) -> None:
+    with pytest.raises(JournalError, match="holds no volley"):
+        store.resolve("last")
+    store.create_volley("v1", {}, _tasks(1))
+    with pytest.raises(JournalError, match="already exists"):
+        store.create_volley("v1", {}, _tasks(1))
+    with pytest.raises(JournalError, match="no volley 'nope'"):
+        store.resolve("nope")
+    with pytest.raises(ValueError, match="API key"):
+        store.create_volley("v2", {"api_key": "sk-x"}, _tasks(1))
+
+
+def test_response_cache_round_trip(store: JournalStore) -> None:
+    assert store.cached("d1") is None
+    store.cache([("d1", "openai", "m", '{"text": "a"}')])
+    store.cache([("d1", "openai", "m", '{"text": "b"}')])
+    assert store.cached("d1") == '{"text": "b"}'
+
+
+def test_reopening_keeps_everything(journal_spec: str, clock: FakeClock) -> None:
+    first = open_store(journal_spec, clock=clock)
+    first.create_volley("v1", {}, _tasks(2))
+    first.close()
+    second = open_store(journal_spec, clock=clock)
+    assert second.volley("v1").total == 2
+    second.close()
+
+
+def test_a_newer_journal_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite3"
+    open_store(str(path)).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    before = path.read_bytes()
+    with pytest.raises(JournalError, match="newer rlm"):
+        open_store(str(path))
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"not a database at all, just some text " * 200, "not a database"),
+        (None, "not an rlm journal"),
+    ],
+)
+def test_a_foreign_file_is_refused_untouched(
+    tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "other.db"
+    if content is None:
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE mine (x)")
+    else:
+        path.write_bytes(content)
+    before = path.read_bytes()
+    with pytest.raises(JournalError, match=message):
+        open_store(str(path))
+    assert path.read_bytes() == before
+
+
+def test_bad_paths_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="does not exist"):
+        open_store(str(tmp_path / "missing" / "j.sqlite3"))
+    with pytest.raises(JournalError, match="is a directory"):
+        open_store(str(tmp_path))
+    with pytest.raises(JournalError, match="only postgresql://"):
+        open_store("mysql://x/y")
+
+
+def test_an_unreachable_postgres_is_a_clear_error() -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(JournalError, match=r"cannot open journal postgresql://u:\*\*\*@127"):
+        open_store("postgresql://u:secret@127.0.0.1:1/nodb?connect_timeout=2")
