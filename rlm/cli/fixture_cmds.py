@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -143,6 +144,10 @@ def fixture_server(
         chunk_delay=chunk_delay,
         cut_streams=cut_streams,
     )
+    # A shell without job control starts background commands with SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler: a script's
+    # `rlm fixture-server & ... kill -INT $!` would never stop the server.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         trio.run(_serve_forever, FixtureServer(options), host, port)
     except OSError as exc:
