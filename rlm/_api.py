@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import trio
 
 from rlm._config import RunConfig
-from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted
+from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
 from rlm._run.call import CallOutcome
 from rlm._run.context import Context, context_chars
@@ -25,6 +25,7 @@ from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider
 from rlm.providers.openai import OpenAIProvider, make_http_client
+from rlm.streaming.run import stream_run
 
 __all__ = ["RLM"]
 
@@ -87,14 +88,39 @@ class RLM:
         """
         return trio.run(self.acompletion, query, context)
 
-    async def acompletion(self, query: str, context: Context = "") -> RunResult:
+    def astream(
+        self, query: str, context: Context = "", *, capacity: int = 256
+    ) -> AbstractAsyncContextManager[trio.abc.ReceiveChannel[Event]]:
+        """Run and yield the run's events as they happen, streamed text included.
+
+        Every request streams: pieces of text arrive as ``text_delta`` events
+        attributed to their call; code blocks run as soon as they close.  At
+        most ``capacity`` events wait for the consumer; past that the run's
+        streams wait.  Leaving the block early cancels the run cleanly (no
+        sandbox process, no open connection is left).  A failure the run
+        would raise from :meth:`acompletion` is raised after its last event::
+
+            async with model.astream(query, context) as events:
+                async for event in events:
+                    if event.kind == "text_delta":
+                        print(event.text, end="")
+        """
+        return stream_run(self, query, context, capacity)
+
+    async def acompletion(
+        self, query: str, context: Context = "", *, stream: StreamSink | None = None
+    ) -> RunResult:
         """Like :meth:`completion`, inside a running trio loop.
 
         Cancellation is trio cancellation: every sandbox is killed and the
-        trace is flushed before the Cancelled exception propagates.
+        trace is flushed before the Cancelled exception propagates.  With a
+        live ``stream`` (a :class:`rlm.streaming.StreamMerger`) every event
+        also goes there, and requests stream their text into it.
         """
         _check_inputs(query, context)
         events = EventBus()
+        if stream is not None:
+            events.add_stream(stream)
         trace = TraceWriter(self.trace_path) if self.trace_path else None
         if trace is not None:
             events.add_sink(trace)

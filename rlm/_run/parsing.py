@@ -6,7 +6,13 @@ import ast
 import re
 from dataclasses import dataclass
 
-__all__ = ["FinalDirective", "find_code_blocks", "find_final", "strip_code_blocks"]
+__all__ = [
+    "BlockSplitter",
+    "FinalDirective",
+    "find_code_blocks",
+    "find_final",
+    "strip_code_blocks",
+]
 
 # ```repl or ```python (```py too), up to the next fence on its own.
 _CODE_BLOCK = re.compile(r"```(?:repl|python|py)[ \t]*\r?\n(.*?)```", re.DOTALL)
@@ -28,6 +34,30 @@ class FinalDirective:
 def find_code_blocks(text: str) -> list[str]:
     """The bodies of every ```repl / ```python block, in order."""
     return [match.group(1) for match in _CODE_BLOCK.finditer(text)]
+
+
+class BlockSplitter:
+    """Finds code blocks in a reply while it streams, each as soon as it closes.
+
+    Feeding the pieces of a reply yields, over all calls, exactly
+    ``find_code_blocks(reply)``: a block is reported once its closing fence
+    has arrived, and the search resumes after it, as ``finditer`` does.
+    """
+
+    def __init__(self) -> None:
+        self._joined = ""
+        self._resume = 0
+
+    def feed(self, piece: str) -> list[str]:
+        """The blocks that ``piece`` completed, in order."""
+        if not piece:
+            return []
+        self._joined += piece
+        blocks = []
+        for match in _CODE_BLOCK.finditer(self._joined, self._resume):
+            blocks.append(match.group(1))
+            self._resume = match.end()
+        return blocks
 
 
 def strip_code_blocks(text: str) -> str:

@@ -91,6 +91,7 @@ class FixtureServerStats:
 
     total_requests: int = 0
     connections: int = 0
+    open_connections: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
     dropped: int = 0
     root_requests: int = 0
@@ -202,12 +203,14 @@ class FixtureServer:
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
         self.stats.connections += 1
+        self.stats.open_connections += 1
         try:
             await self._serve_connection(h11.Connection(h11.SERVER), stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             # The client went away or broke HTTP mid-exchange: only this connection ends.
             return
         finally:
+            self.stats.open_connections -= 1
             await trio.aclose_forcefully(stream)
 
     async def _serve_connection(self, conn: h11.Connection, stream: trio.SocketStream) -> None:

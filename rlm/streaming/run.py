@@ -1,0 +1,54 @@
+"""``RLM.astream``: a run's events, live, for ``async for``.
+
+The run executes in a task beside the consumer; its events pass through one
+bounded :class:`~rlm.streaming.StreamMerger`, so a consumer that reads slowly
+slows the run's streams down.  Leaving the ``async with`` block (``break``,
+an exception, cancellation) cancels the run: every sandbox is killed and
+every HTTP connection closed before the block is left.
+
+Why ``async with ... as events`` and not a bare ``async for``: the run's
+tasks need a nursery that outlives each ``yield``, and an async generator
+cannot own one (PEP 789); :func:`trio.as_safe_channel` runs the generator in
+its own task inside the ``async with``, which is what makes leaving early safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
+
+import trio
+
+from rlm._events import Event
+from rlm._run.context import Context
+from rlm.errors import RLMError
+from rlm.streaming.merger import StreamMerger
+
+if TYPE_CHECKING:
+    from rlm._api import RLM
+
+__all__ = ["stream_run"]
+
+
+@trio.as_safe_channel
+async def stream_run(
+    model: RLM, query: str, context: Context, capacity: int
+) -> AsyncGenerator[Event, None]:
+    """Yield every event of one run of ``model``; re-raise the run's failure at the end."""
+    merger = StreamMerger(capacity)
+    failure: list[RLMError] = []
+
+    async def run() -> None:
+        try:
+            await model.acompletion(query, context, stream=merger)
+        except RLMError as exc:
+            failure.append(exc)
+        finally:
+            merger.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        async for event in merger:
+            yield event
+    if failure:
+        raise failure[0]
