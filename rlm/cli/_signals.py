@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 import trio
 
 from rlm._api import RLM
+from rlm._events import Event
 from rlm._result import RunResult
 from rlm._run.context import Context
 from rlm.errors import RLMError
+from rlm.streaming import StreamMerger
 
 __all__ = ["run_with_signals"]
 
@@ -33,12 +36,28 @@ async def _watch(model: RLM) -> None:
                 os._exit(130)
 
 
-async def _main(model: RLM, query: str, context: Context) -> RunResult:
+async def _consume(merger: StreamMerger, on_event: Callable[[Event], None]) -> None:
+    async for event in merger:
+        on_event(event)
+
+
+async def _main(
+    model: RLM, query: str, context: Context, on_event: Callable[[Event], None] | None
+) -> RunResult:
     outcome: RunResult | RLMError | None = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch, model)
         try:
-            outcome = await model.acompletion(query, context)
+            if on_event is None:
+                outcome = await model.acompletion(query, context)
+            else:
+                merger = StreamMerger()
+                async with trio.open_nursery() as consumer:
+                    consumer.start_soon(_consume, merger, on_event)
+                    try:
+                        outcome = await model.acompletion(query, context, stream=merger)
+                    finally:
+                        merger.close()  # the consumer drains what is left, then ends
         except RLMError as exc:  # raised outside the nursery, so not in an exception group
             outcome = exc
         finally:
@@ -49,6 +68,15 @@ async def _main(model: RLM, query: str, context: Context) -> RunResult:
     return outcome
 
 
-def run_with_signals(model: RLM, query: str, context: Context) -> RunResult:
-    """Run ``model`` to its end in a fresh trio loop, handling SIGINT/SIGTERM."""
-    return trio.run(_main, model, query, context)
+def run_with_signals(
+    model: RLM,
+    query: str,
+    context: Context,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunResult:
+    """Run ``model`` to its end in a fresh trio loop, handling SIGINT/SIGTERM.
+
+    With ``on_event`` the run streams: every event, streamed text included,
+    goes to ``on_event`` as it happens (``rlm run --stream``).
+    """
+    return trio.run(_main, model, query, context, on_event)

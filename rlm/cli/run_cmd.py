@@ -13,6 +13,7 @@ from rlm._api import RLM
 from rlm._result import STATUS_EXIT_CODES, RunResult
 from rlm._sandbox.isolation import parse_layers
 from rlm.cli._context_input import read_context
+from rlm.cli._live import JSONLines, LiveDisplay
 from rlm.cli._progress import ProgressPrinter, format_traffic
 from rlm.cli._signals import run_with_signals
 from rlm.cli.doctor_cmd import require_isolation
@@ -148,6 +149,19 @@ __all__ = ["run"]
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."
 )
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Show the root's reply as it is written (stderr), code running as soon as its "
+    "block closes; with --json, every event as one JSON line on stdout.",
+)
+@click.option(
+    "--stream-idle-timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="A streamed reply with no bytes for this long fails its attempt (s).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def run(
     query: str,
@@ -156,6 +170,7 @@ def run(
     as_json: bool,
     quiet: bool,
     trace_path: str | None,
+    stream: bool,
     **settings: Any,
 ) -> None:
     """Answer QUERY over a large context with a recursive language model.
@@ -175,6 +190,11 @@ def run(
           --base-url https://api.openai.com/v1 --model gpt-4.1 --sub-model gpt-4.1-mini
 
     \b
+    Streaming:
+      rlm run "What is the magic number?" --context-file big.txt --provider fixture --stream
+      ... --stream --json | jq -r 'select(.event=="text_delta") | .text'
+
+    \b
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
     3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
     """
@@ -186,25 +206,28 @@ def run(
         require_isolation(settings["require_isolation"])
     try:
         context = read_context(context_files, encoding)
-        sinks = [] if quiet else [ProgressPrinter()]
+        on_event = (JSONLines() if as_json else LiveDisplay()) if stream else None
+        sinks = [] if quiet or stream else [ProgressPrinter()]
         model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
-        result = run_with_signals(model, query, context)
+        result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
         _fail(str(exc), exc.exit_code)
     except RLMError as exc:
         partial: RunResult | None = getattr(exc, "result", None)
-        if as_json and partial is not None:
+        if as_json and not stream and partial is not None:
             click.echo(json.dumps(partial.to_dict(), ensure_ascii=False))
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
-    _report(result, as_json=as_json, quiet=quiet)
+    _report(result, as_json=as_json and not stream, quiet=quiet, events=as_json and stream)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
 
 
-def _report(result: RunResult, *, as_json: bool, quiet: bool) -> None:
+def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = False) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+    elif events:
+        pass  # stdout carried the events; run_finished holds the answer
     elif result.answer is not None:
         click.echo(result.answer)
     if not quiet and result.traffic:

@@ -1,0 +1,166 @@
+"""``rlm run --stream``: the root's reply as it is written, on stderr.
+
+The root call's text is written piece by piece; code inside ```` ``` ````
+fences is marked (cyan on a terminal, between ``[code]``/``[/code]`` lines
+otherwise), and what a block printed follows it under an ``output`` rule.
+Sub-queries and child calls are summed up in one status line (redrawn in
+place on a terminal, printed when a fan-out finishes otherwise), so many
+concurrent streams never interleave their text with the root's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from rlm._events import (
+    BridgeCallFinished,
+    BridgeCallStarted,
+    CodeExecuted,
+    Event,
+    LLMResponse,
+    RunFinished,
+    StepCompleted,
+    StreamDiscarded,
+    TextDelta,
+)
+
+__all__ = ["JSONLines", "LiveDisplay"]
+
+_CYAN, _DIM, _RED, _RESET, _CLEAR_LINE = "\x1b[36m", "\x1b[2m", "\x1b[31m", "\x1b[0m", "\r\x1b[2K"
+_OUTPUT_LINES = 12
+
+
+class JSONLines:
+    """``--stream --json``: every event as one JSON object per line on stdout."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+
+    def __call__(self, event: Event) -> None:
+        self.out.write(json.dumps(event.to_dict(), ensure_ascii=False, default=repr) + "\n")
+        self.out.flush()
+
+
+class LiveDisplay:
+    """An event consumer that writes the root's reply live and a status for the rest."""
+
+    def __init__(self, out: TextIO | None = None, *, tty: bool | None = None) -> None:
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty() if tty is None else tty
+        self._in_code = False
+        self._held = ""  # trailing backticks that may be the start of a fence
+        self._at_line_start = True
+        self._status_shown = False
+        self._root_request: int | None = None
+        self._subs: dict[str, Any] = {"streaming": set(), "done": 0, "failed": 0, "chars": 0}
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            if event.call_id == "root" and event.lane == "root":
+                self._root_text(event)
+            else:
+                self._subs["streaming"].add(event.request_id)
+                self._subs["chars"] += len(event.text)
+                self._status(event.t)
+        elif isinstance(event, StreamDiscarded) and event.lane == "root":
+            self._line(self._paint(_RED, f"[stream cut after {event.chars} chars: retrying; "
+                                         "the text above is void]"))
+            self._in_code, self._held = False, ""
+        elif isinstance(event, LLMResponse) and event.lane == "sub":
+            self._subs["streaming"].discard(event.request_id)
+            self._subs["done" if event.status == "ok" else "failed"] += 1
+            self._status(event.t)
+        elif isinstance(event, CodeExecuted) and event.depth == 0:
+            self._executed(event)
+        elif isinstance(event, BridgeCallStarted | BridgeCallFinished) and event.depth == 0:
+            self._status(event.t, force=isinstance(event, BridgeCallFinished))
+        elif isinstance(event, StepCompleted) and event.depth == 0:
+            self._flush_held()
+            if not self._at_line_start:
+                self._write("\n")
+        elif isinstance(event, RunFinished):
+            self._clear_status()
+            if not self._at_line_start:
+                self._write("\n")
+
+    # -- the root's text -------------------------------------------------------------
+
+    def _root_text(self, event: TextDelta) -> None:
+        if event.request_id != self._root_request:
+            self._root_request = event.request_id
+            self._line(self._paint(_DIM, f"── root step (request {event.request_id}) ──"))
+        text = self._held + event.text
+        keep = len(text) - len(text.rstrip("`"))
+        self._held = text[len(text) - keep :] if keep < 3 else ""
+        text = text[: len(text) - len(self._held)]
+        parts = text.split("```")
+        for index, part in enumerate(parts):
+            if index:
+                self._toggle_fence()
+            if part:
+                self._write(self._paint(_CYAN, part) if self._in_code else part)
+
+    def _toggle_fence(self) -> None:
+        self._in_code = not self._in_code
+        if self.tty:
+            self._write("```" if self._in_code else self._paint(_CYAN, "```"))
+        else:
+            self._write("[code]```" if self._in_code else "```[/code]")
+
+    def _flush_held(self) -> None:
+        if self._held:
+            self._write(self._held)
+            self._held = ""
+        self._in_code = False
+
+    def _executed(self, event: CodeExecuted) -> None:
+        self._flush_held()
+        title = f"── output of block {event.block} ({event.duration_s:.2f}s) ──"
+        self._line(self._paint(_DIM, title))
+        lines = event.output.rstrip("\n").splitlines()
+        for line in lines[:_OUTPUT_LINES]:
+            self._line(line)
+        if len(lines) > _OUTPUT_LINES or event.output_chars > len(event.output):
+            self._line(self._paint(_DIM, f"[… {event.output_chars:,} chars in all]"))
+        if event.error:
+            last = event.error.strip().splitlines()[-1:] or ["error"]
+            self._line(self._paint(_RED, f"error: {last[0]}"))
+
+    # -- the status line for everything but the root's text ----------------------------
+
+    def _status(self, t: float, *, force: bool = False) -> None:
+        subs = self._subs
+        text = (
+            f"⋯ sub-queries: {len(subs['streaming'])} streaming · {subs['done']} done"
+            + (f" · {subs['failed']} failed" if subs["failed"] else "")
+            + f" · {subs['chars']:,} chars at {t:.1f}s"
+        )
+        if self.tty and self._at_line_start:
+            self._write(_CLEAR_LINE + self._paint(_DIM, text), status=True)
+        elif not self.tty and force:
+            self._line(text)
+
+    def _clear_status(self) -> None:
+        if self._status_shown:
+            self.out.write(_CLEAR_LINE)
+            self._status_shown = False
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _paint(self, color: str, text: str) -> str:
+        return f"{color}{text}{_RESET}" if self.tty else text
+
+    def _line(self, text: str) -> None:
+        if not self._at_line_start:
+            self._write("\n")
+        self._write(text + "\n")
+
+    def _write(self, text: str, *, status: bool = False) -> None:
+        if not status:
+            self._clear_status()
+            self._at_line_start = text.removesuffix(_RESET).endswith("\n")
+        self._status_shown = status
+        self.out.write(text)
+        self.out.flush()

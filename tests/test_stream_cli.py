@@ -1,0 +1,114 @@
+"""``rlm run --stream``: the real CLI, live text on stderr or JSON events on stdout."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from rlm._events import CodeExecuted, LLMResponse, StreamDiscarded, TextDelta
+from rlm.cli._live import LiveDisplay
+from rlm.fixtures.needle import generate_needle
+from tests.helpers import serving
+from tests.test_cli import QUESTION, rlm
+
+
+def needle(tmp_path: Path) -> tuple[Path, str]:
+    fixture = generate_needle(100_000, seed=11)
+    path = tmp_path / "haystack.txt"
+    path.write_text(fixture.text, encoding="utf-8")
+    return path, fixture.answer
+
+
+async def test_stream_shows_the_root_reply_live_and_the_answer_on_stdout(tmp_path: Path) -> None:
+    path, answer = needle(tmp_path)
+    done = await rlm(
+        "run", QUESTION, "--context-file", str(path), "--provider", "fixture", "--stream"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == answer
+    err = done.stderr.decode()
+    assert "The context is too long to read at once" in err
+    assert "[code]```repl" in err and "```[/code]" in err  # code marked (not a terminal)
+    assert "── output of block 1" in err and "sub-queries:" in err
+
+
+async def test_stream_json_writes_attributed_events_one_per_line(tmp_path: Path) -> None:
+    path, answer = needle(tmp_path)
+    async with serving(chunk_chars=24) as (url, _):
+        done = await rlm(
+            "run",
+            QUESTION,
+            "--context-file",
+            str(path),
+            "--base-url",
+            url,
+            "--model",
+            "fixture:4",
+            "--stream",
+            "--json",
+        )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
+    assert events[-1]["answer"] == answer
+    assert all({"event", "t", "call_id", "parent_id", "depth"} <= set(e) for e in events)
+    deltas = [e for e in events if e["event"] == "text_delta"]
+    root = "".join(e["text"] for e in deltas if e["lane"] == "root")
+    assert root.startswith("The context is too long") and "```repl" in root
+    subs = {e["request_id"] for e in deltas if e["lane"] == "sub"}
+    assert len(subs) == 4 and {e["depth"] for e in deltas if e["lane"] == "sub"} == {1}
+
+
+def test_live_display_marks_code_split_across_pieces_on_a_terminal() -> None:
+    out = io.StringIO()
+    display = LiveDisplay(out, tty=True)
+    for piece in ["Plan.\n``", "`repl\nprint(1)\n`", "``\nafter"]:
+        display(TextDelta(call_id="root", text=piece, lane="root", request_id=1, attempt=1))
+    display(
+        CodeExecuted(
+            call_id="root",
+            iteration=1,
+            block=1,
+            ok=True,
+            output="1\n",
+            output_chars=2,
+            error=None,
+            final=False,
+            duration_s=0.1,
+        )
+    )
+    text = out.getvalue()
+    assert "Plan.\n```\x1b[36mrepl\nprint(1)\n\x1b[0m" in text  # code cyan, prose plain
+    assert "\x1b[36m```\x1b[0m\nafter" in text
+    assert text.index("after") < text.index("output of block 1")
+
+
+def test_live_display_status_for_subs_and_a_note_for_a_cut_root_stream() -> None:
+    out = io.StringIO()
+    display = LiveDisplay(out, tty=False)
+    display(TextDelta(call_id="root", depth=1, text="abc", lane="sub", request_id=2, attempt=1))
+    display(
+        LLMResponse(
+            call_id="root",
+            depth=1,
+            request_id=2,
+            lane="sub",
+            model="m",
+            provider="p",
+            status="ok",
+            http_status=200,
+            latency_s=0.1,
+            input_tokens=1,
+            output_tokens=1,
+        )
+    )
+    display(TextDelta(call_id="root", text="half a rep", lane="root", request_id=1, attempt=1))
+    display(
+        StreamDiscarded(
+            call_id="root", lane="root", request_id=1, attempt=1, chars=10, reason="cut"
+        )
+    )
+    text = out.getvalue()
+    assert "abc" not in text  # sub-query text never interleaves with the root's
+    assert "half a rep\n[stream cut after 10 chars: retrying" in text
