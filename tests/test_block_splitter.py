@@ -33,7 +33,7 @@ def feed_in_pieces(reply: str, cuts: list[int]) -> list[str]:
     splitter = BlockSplitter()
     blocks: list[str] = []
     start = 0
-    for cut in sorted(set(cuts)) + [len(reply)]:
+    for cut in [*sorted(set(cuts)), len(reply)]:
         blocks += splitter.feed(reply[start:cut])
         start = cut
     return blocks

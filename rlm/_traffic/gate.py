@@ -134,8 +134,9 @@ class Gate:
             return await self._send(provider, request, request_id, on_text)
         cached = await self.cache.get(provider, request)
         if cached is not None:
-            if on_text is not None:
-                await on_text(cached.text, 1)  # a replayed answer arrives as one piece
+            if on_text is not None or self._events.streaming:
+                # A replayed answer arrives as one piece, published like streamed text.
+                await _Pieces(self._events, request, request_id, 1, on_text)(cached.text)
             self.cached_calls += 1
             self._events.emit(
                 LLMCached(
