@@ -10,6 +10,8 @@ provider's; a 400 about the credit balance stops the run as out of credit.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -23,6 +25,7 @@ from rlm.providers._http import (
     parse_rate_limit_headers,
 )
 from rlm.providers._stream import StreamingJSONProvider
+from rlm.providers._structured import ANSWER_TOOL, object_schema, unwrap_answer
 from rlm.providers.base import Completion, CompletionRequest, TextSink
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
@@ -53,10 +56,16 @@ class AnthropicProvider(StreamingJSONProvider):
         super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        return self._parse(await self.post(self._body(request)))
+        completion = self._parse(await self.post(self._body(request)))
+        if request.response_schema is None:
+            return completion
+        _, wrapped = object_schema(request.response_schema)
+        return replace(completion, text=unwrap_answer(completion.text, wrapped))
 
     async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
         """Stream the answer (Messages streaming: text arrives in ``text_delta`` events)."""
+        if request.response_schema is not None:  # structured answers are not streamed
+            return await self.complete(request)
         return await self.post_stream(
             {**self._body(request), "stream": True},
             reader=AnthropicStreamReader(self.url),
@@ -77,6 +86,15 @@ class AnthropicProvider(StreamingJSONProvider):
         }
         if system:
             body["system"] = system
+        if request.response_schema is not None:
+            # Structured answers as a forced call of one tool whose input is the answer.
+            schema, _ = object_schema(request.response_schema)
+            body["tools"] = [{
+                "name": ANSWER_TOOL,
+                "description": "Give your answer as structured data.",
+                "input_schema": schema,
+            }]
+            body["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         return body
 
     def _parse(self, response: httpx2.Response) -> Completion:
@@ -84,6 +102,9 @@ class AnthropicProvider(StreamingJSONProvider):
             data = response.json()
             blocks = data["content"]
             text = "".join(b["text"] for b in blocks if b.get("type") == "text")
+            answers = [b["input"] for b in blocks if b.get("type") == "tool_use"]
+            if answers:  # a structured answer: the forced tool call's input
+                text = json.dumps(answers[0])
         except BAD_SHAPE as exc:
             raise bad_reply(self.url, response) from exc
         usage = data.get("usage")

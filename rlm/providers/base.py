@@ -43,6 +43,9 @@ class CompletionRequest:
     max_tokens: int | None = None
     call_id: str = ""
     depth: int = 0
+    #: A JSON Schema the answer must fit (structured answers); providers ask for
+    #: JSON in their own dialect and return the JSON text as the completion's text.
+    response_schema: dict[str, Any] | None = None
     # Attribution of streamed text (never sent to the provider).
     parent_id: str | None = None
     task: int | None = None

@@ -19,11 +19,12 @@ Model names: ``fixture`` / ``fixture-batched`` (batched fan-out),
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import trio
 
@@ -225,16 +226,64 @@ def root_reply(messages: Sequence[Message], model: FixtureModel) -> str:
     return f"The probe found the answer.\nFINAL({answer})"
 
 
-def fixture_reply(messages: Sequence[Message], model: str, chunks: int = 16) -> str:
+def fixture_reply(
+    messages: Sequence[Message],
+    model: str,
+    chunks: int = 16,
+    schema: Mapping[str, Any] | None = None,
+) -> str:
     """The fixture model's reply to ``messages`` (root or sub by the rule above).
 
-    Raises ``ValueError`` for a malformed ``:N`` suffix in ``model``.
+    With a ``schema`` (a structured-answer request) a sub-query answers JSON
+    (:func:`structured_reply`).  Raises ``ValueError`` for a malformed ``:N``
+    suffix in ``model``.
     """
     parsed = parse_fixture_model(model, chunks)
     if is_root_request(messages):
         return root_reply(messages, parsed)
+    if schema is not None:  # the question is the first user message, before any repair
+        first = next((m["content"] for m in messages if m["role"] == "user"), "")
+        return structured_reply(first, schema, repairing=_is_repair(messages))
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     return sub_reply(prompt)
+
+
+#: Put in a prompt, these make the structured fixture answer broken JSON:
+#: once (a repair request then gets valid JSON), or every time.
+INVALID_JSON_ONCE = "[fixture: invalid json once]"
+INVALID_JSON_ALWAYS = "[fixture: invalid json always]"
+
+
+def structured_reply(prompt: str, schema: Mapping[str, Any], *, repairing: bool = False) -> str:
+    """A JSON answer shaped by ``schema``: every string/number field of an object
+    (or the items of an array) holds what :func:`sub_reply` finds in ``prompt``,
+    as an integer when the schema asks for one and the value is digits."""
+    if INVALID_JSON_ALWAYS in prompt or (INVALID_JSON_ONCE in prompt and not repairing):
+        return '{"value": oops'
+    found = sub_reply(prompt)
+    return json.dumps(_shaped(found, schema))
+
+
+def _shaped(found: str, schema: Mapping[str, Any]) -> object:
+    kinds = schema.get("type")
+    kind = kinds[0] if isinstance(kinds, list) and kinds else kinds
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties") or {}
+        return {name: _shaped(found, sub) for name, sub in properties.items()
+                if isinstance(sub, Mapping)}
+    if kind == "array":
+        items = schema.get("items")
+        return [_shaped(found, items if isinstance(items, Mapping) else {})]
+    if kind in ("integer", "number"):
+        return int(found) if found.isdigit() else None
+    if kind == "boolean":
+        return found != NOT_FOUND
+    return found
+
+
+def _is_repair(messages: Sequence[Message]) -> bool:
+    """A repair request carries the earlier (invalid) answer as an assistant message."""
+    return any(m["role"] == "assistant" for m in messages)
 
 
 def stream_pieces(text: str, chunk_chars: int) -> list[str]:
@@ -296,7 +345,9 @@ class FixtureProvider:
 
     def _reply(self, request: CompletionRequest) -> Completion:
         try:
-            text = fixture_reply(request.messages, request.model, self.chunks)
+            text = fixture_reply(
+                request.messages, request.model, self.chunks, request.response_schema
+            )
         except ValueError as exc:
             raise ProviderStatusError(str(exc), url="fixture:", status=400) from exc
         prompt_chars = sum(len(m["content"]) for m in request.messages)

@@ -6,6 +6,7 @@ translation are shared with the other providers in ``_http.py``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -23,6 +24,7 @@ from rlm.providers._http import (
 )
 from rlm.providers._openai_stream import OpenAIStreamReader, usage_metadata
 from rlm.providers._stream import StreamingJSONProvider
+from rlm.providers._structured import ANSWER_TOOL, object_schema, unwrap_answer
 from rlm.providers.base import Completion, CompletionRequest, TextSink
 
 __all__ = [
@@ -59,13 +61,25 @@ class OpenAIProvider(StreamingJSONProvider):
         body: dict[str, Any] = {"model": request.model, "messages": request.messages}
         if request.max_tokens is not None:
             body[self._max_tokens_key] = request.max_tokens
+        if request.response_schema is not None:
+            schema, _ = object_schema(request.response_schema)
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": ANSWER_TOOL, "schema": schema, "strict": False},
+            }
         return body
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        return self._parse(await self.post(self._body(request)))
+        completion = self._parse(await self.post(self._body(request)))
+        if request.response_schema is None:
+            return completion
+        _, wrapped = object_schema(request.response_schema)
+        return replace(completion, text=unwrap_answer(completion.text, wrapped))
 
     async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
         """Stream the answer (``include_usage`` so the last chunk still carries usage)."""
+        if request.response_schema is not None:  # structured answers are not streamed
+            return await self.complete(request)
         body = {
             **self._body(request),
             "stream": True,

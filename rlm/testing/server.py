@@ -22,13 +22,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 
 import h11
 import trio
 
 from rlm.providers import fixture as scripted
 from rlm.providers.base import Message
+from rlm.testing.anthropic_dialect import (
+    MESSAGES_PATHS,
+    DialectError,
+    anthropic_message,
+    parse_anthropic,
+)
 from rlm.testing.stream_reply import StreamReply, stream_reply
 
 __all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
@@ -146,9 +152,11 @@ class _Chat:
     model: str
     stream: bool = False
     include_usage: bool = False
+    dialect: Literal["openai", "anthropic"] = "openai"
+    schema: dict[str, Any] | None = None
 
 
-def _parse_chat(body: bytes) -> _Chat:
+def _parse_chat(body: bytes, path: bytes) -> _Chat:
     """The messages, model and stream flags of a chat request; raises ``_BadRequest``."""
     try:
         payload = json.loads(body)
@@ -163,6 +171,12 @@ def _parse_chat(body: bytes) -> _Chat:
         scripted.parse_fixture_model(model)
     except ValueError as exc:
         raise _BadRequest(str(exc)) from exc
+    if path in MESSAGES_PATHS:
+        try:
+            said, tool_schema = parse_anthropic(payload)
+        except DialectError as exc:
+            raise _BadRequest(str(exc)) from exc
+        return _Chat(said, model, dialect="anthropic", schema=tool_schema)
     messages: list[Message] = []
     for item in payload["messages"]:
         role = _ROLES.get(str(item.get("role"))) if isinstance(item, dict) else None
@@ -174,7 +188,14 @@ def _parse_chat(body: bytes) -> _Chat:
         messages.append(Message(role=role, content=content))  # type: ignore[typeddict-item]
     options = payload.get("stream_options")
     usage = isinstance(options, dict) and options.get("include_usage") is True
-    return _Chat(messages, model, payload.get("stream") is True, usage)
+    form = payload.get("response_format")
+    schema = None
+    if isinstance(form, dict) and form.get("type") == "json_schema":
+        spec = form.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise _BadRequest("response_format.json_schema.schema must be an object")
+    return _Chat(messages, model, payload.get("stream") is True, usage, schema=schema)
 
 
 class FixtureServer:
@@ -316,10 +337,10 @@ class FixtureServer:
     async def _route(
         self, head: h11.Request, path: bytes, body: bytes
     ) -> _Reply | StreamReply | None:
-        if path not in _CHAT_PATHS and path not in _MODEL_PATHS:
+        if path not in _CHAT_PATHS and path not in _MODEL_PATHS and path not in MESSAGES_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
                           "invalid_request_error", "not_found")
-        expected = b"POST" if path in _CHAT_PATHS else b"GET"
+        expected = b"GET" if path in _MODEL_PATHS else b"POST"
         if head.method != expected:
             return _error(405, f"use {expected.decode()} here", "invalid_request_error",
                           headers=[(b"allow", expected)])
@@ -331,7 +352,7 @@ class FixtureServer:
                       for m in _MODEL_IDS]
             return _json_reply(200, {"object": "list", "data": models})
         try:
-            chat = _parse_chat(body)
+            chat = _parse_chat(body, path)
         except _BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
         cap = self.options.max_concurrent
@@ -347,9 +368,11 @@ class FixtureServer:
     def _authorized(self, head: h11.Request) -> bool:
         if self.options.api_key is None:
             return True
+        headers = dict(head.headers)
+        if b"x-api-key" in headers:  # the Anthropic dialect's header
+            return hmac.compare_digest(headers[b"x-api-key"], self.options.api_key.encode())
         expected = f"Bearer {self.options.api_key}".encode()
-        given = next((v for k, v in head.headers if k == b"authorization"), b"")
-        return hmac.compare_digest(given, expected)
+        return hmac.compare_digest(headers.get(b"authorization", b""), expected)
 
     async def _complete(self, chat: _Chat) -> _Reply | StreamReply | None:
         opts = self.options
@@ -369,7 +392,8 @@ class FixtureServer:
             return None
         if opts.garbage:
             return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
-        text = scripted.fixture_reply(messages, model, opts.chunks)  # the model name was checked
+        # The model name was checked when the request was parsed.
+        text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
         if root:
             self.stats.root_requests += 1
         else:
@@ -378,6 +402,11 @@ class FixtureServer:
         completion_tokens = scripted.estimate_tokens(text)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
+        if chat.dialect == "anthropic":
+            return _json_reply(200, anthropic_message(
+                text, model=model, reply_id=f"fixture-{self.stats.total_requests}",
+                structured=chat.schema is not None, usage=usage,
+            ))
         if chat.stream:
             self.stats.streams += 1
             cut = self.stats.cut_streams < opts.cut_streams
