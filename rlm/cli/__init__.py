@@ -7,8 +7,9 @@ from rlm.cli.bench_cmd import bench
 from rlm.cli.doctor_cmd import doctor
 from rlm.cli.fixture_cmds import fixture_group, fixture_server
 from rlm.cli.run_cmd import run
+from rlm.cli.view_cmd import view
 
 __all__ = ["main"]
 
-for _command in (run, fixture_server, fixture_group, doctor, bench):
+for _command in (run, fixture_server, fixture_group, doctor, bench, view):
     main.add_command(_command)

@@ -1,0 +1,312 @@
+"""From a trace's events to the page's data: overview, call tree, steps, timeline.
+
+The page gets one JSON document (:func:`build_model`).  Calls and their steps
+are objects; the timeline is columnar (one list per field) because a run can
+make tens of thousands of attempts and the browser draws them from arrays.
+Texts go through a :class:`~rlm.view.texts.TextStore`, which folds long ones.
+
+Events are attributed the way ``docs/events.md`` defines them: a request whose
+``depth`` equals its call's depth is one of the call's steps, one at depth + 1
+is a sub-query the call's code asked for; code executions and bridge calls
+belong to the call's latest step; a sub-query or child call started while its
+call has a bridge call open belongs to that bridge call.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.view.load import LoadedTrace
+from rlm.view.phases import time_summary
+from rlm.view.texts import TextStore
+
+__all__ = ["build_model"]
+
+#: How many sub-queries a bridge call lists with their prompts and answers (the rest are counted).
+ITEMS_SHOWN = 500
+
+_STATUS_CODES = {"ok": 0, "error": 1, "cancelled": 2}
+
+
+@dataclass
+class _Call:
+    id: str
+    parent: str | None
+    depth: int
+    t0: float
+    record: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    open_bridge: dict[str, Any] | None = None
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+
+
+class _Builder:
+    def __init__(self, trace: LoadedTrace, texts: TextStore) -> None:
+        self.trace = trace
+        self.texts = texts
+        self.run: dict[str, Any] = {}
+        self.calls: dict[str, _Call] = {}
+        self.attempts: dict[str, list[Any]] = defaultdict(list)
+        self.open_attempts: dict[tuple[int, int], int] = {}  # (request_id, attempt) → row
+        self.request_owner: dict[int, tuple[str, bool]] = {}  # request_id → (call, is step)
+        self.execs: dict[str, list[Any]] = defaultdict(list)
+        self.sandboxes: dict[str, list[Any]] = defaultdict(list)
+        self.bridges: dict[str, list[Any]] = defaultdict(list)
+        self.backoffs: dict[str, list[Any]] = defaultdict(list)
+        self.in_flight: list[tuple[float, int]] = []
+        self.capacity: list[tuple[float, int]] = []
+        self.refusals: list[dict[str, Any]] = []
+        self.learned: list[dict[str, Any]] = []
+        self.isolation: list[str] = []
+        self.cached_tokens = 0
+        self.end = 0.0
+
+    # -- one handler per event kind ------------------------------------------------
+
+    def feed(self, e: dict[str, Any]) -> None:
+        self.end = max(self.end, float(e.get("t", 0.0)))
+        handler = getattr(self, "_on_" + e["event"], None)
+        if handler is not None:
+            handler(e)
+
+    def _on_run_started(self, e: dict[str, Any]) -> None:
+        config = dict(e.get("config") or {})
+        config.pop("api_key", None)  # never recorded; dropped again in case a trace has one
+        self.run.update(query=self.texts.add(e.get("query")), config=config,
+                        wall_time=e.get("wall_time"), context_chars=e.get("context_chars"),
+                        context_docs=e.get("context_docs"))
+        sub = int(config.get("max_concurrent", 0) or 0) - int(config.get("root_permits", 0) or 0)
+        if sub > 0:
+            self.capacity.append((float(e["t"]), sub))
+
+    def _on_run_finished(self, e: dict[str, Any]) -> None:
+        detail = e.get("usage_detail") or {}
+        self.run.update(status=e.get("status"), answer=self.texts.add(e.get("answer")),
+                        error=e.get("error"), duration_s=e.get("duration_s"),
+                        llm_calls=e.get("llm_calls"), input_tokens=e.get("input_tokens"),
+                        output_tokens=e.get("output_tokens"), cost=detail.get("cost"),
+                        unpriced_calls=detail.get("unpriced_calls"),
+                        usage_detail=detail, traffic=e.get("traffic") or {})
+
+    def _on_call_started(self, e: dict[str, Any]) -> None:
+        call_id = str(e.get("call_id"))
+        parent = e.get("parent_id")
+        call = _Call(call_id, parent, int(e.get("depth", 0)), float(e["t"]), {
+            "id": call_id, "parent": parent, "depth": int(e.get("depth", 0)),
+            "query": self.texts.add(e.get("query")), "model": e.get("model"),
+            "context_chars": e.get("context_chars"), "t0": e["t"], "t1": None,
+            "status": "running", "iterations": 0, "answer": None, "error": None,
+            "duration_s": None,
+        })
+        self.calls[call_id] = call
+        owner = self.calls.get(str(parent)) if parent is not None else None
+        if owner is not None:
+            owner.children.append(call_id)
+            if owner.open_bridge is not None:
+                owner.open_bridge["children"].append(call_id)
+
+    def _on_call_finished(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None:
+            return
+        call.record.update(t1=e["t"], status=e.get("status"), iterations=e.get("iterations"),
+                           answer=self.texts.add(e.get("answer")), error=e.get("error"),
+                           duration_s=e.get("duration_s"))
+
+    def _on_step_completed(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None:
+            return
+        call.steps.append({
+            "t": e["t"], "iteration": e.get("iteration"), "model": e.get("model"),
+            "code_blocks": e.get("code_blocks"), "has_final": e.get("has_final"),
+            "forced_final": e.get("forced_final"), "input_tokens": e.get("input_tokens"),
+            "output_tokens": e.get("output_tokens"), "reply_chars": e.get("reply_chars"),
+            "reply": self.texts.add(e.get("reply")),
+            "request": self._request_messages(e.get("request")),
+            "blocks": [], "bridges": [],
+        })
+
+    def _request_messages(self, request: Any) -> Any:
+        if not isinstance(request, dict):
+            return None
+        new = [{"role": m.get("role"), "content": self.texts.add(m.get("content"))}
+               for m in request.get("new", []) if isinstance(m, dict)]
+        return {"reused": request.get("reused", 0), "new": new}
+
+    def _step_of(self, call: _Call) -> dict[str, Any]:
+        if not call.steps:  # code before any step (should not happen): a placeholder step
+            call.steps.append({"t": call.t0, "iteration": 0, "blocks": [], "bridges": []})
+        return call.steps[-1]
+
+    def _on_code_executed(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None:
+            return
+        duration = float(e.get("duration_s") or 0.0)
+        self._step_of(call)["blocks"].append({
+            "block": e.get("block"), "ok": e.get("ok"), "code": self.texts.add(e.get("code")),
+            "output": self.texts.add(e.get("output")), "output_chars": e.get("output_chars"),
+            "error": self.texts.add(e.get("error")), "final": e.get("final"),
+            "duration_s": duration, "t": e["t"],
+        })
+        self._row(self.execs, call_id=call.id, t0=float(e["t"]) - duration, t1=e["t"],
+                  ok=1 if e.get("ok") else 0, iteration=e.get("iteration"), block=e.get("block"))
+
+    def _on_bridge_call_started(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None:
+            return
+        bridge = {"bridge_id": e.get("bridge_id"), "fn": e.get("fn"), "items": e.get("items"),
+                  "mode": e.get("mode"), "t0": e["t"], "t1": None, "failed_items": None,
+                  "duration_s": None, "requests": [], "children": [], "prompts": None,
+                  "answers": None}
+        self._step_of(call)["bridges"].append(bridge)
+        call.open_bridge = bridge
+
+    def _on_bridge_call_finished(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None or call.open_bridge is None:
+            return
+        bridge = call.open_bridge
+        call.open_bridge = None
+        bridge.update(t1=e["t"], failed_items=e.get("failed_items"),
+                      duration_s=e.get("duration_s"))
+        for key in ("prompts", "answers"):
+            values = e.get(key)
+            if isinstance(values, list):
+                bridge[key] = [self.texts.add(v if isinstance(v, str) else None)
+                               for v in values[:ITEMS_SHOWN]]
+        self._row(self.bridges, call_id=call.id, t0=bridge["t0"], t1=e["t"],
+                  items=e.get("items"), failed=e.get("failed_items"))
+
+    def _on_llm_request(self, e: dict[str, Any]) -> None:
+        call_id = str(e.get("call_id"))
+        call = self.calls.get(call_id)
+        request_id, attempt = int(e.get("request_id", 0)), int(e.get("attempt", 1))
+        step = call is not None and int(e.get("depth", 0)) == call.depth
+        self.request_owner[request_id] = (call_id, step)
+        if call is not None and not step and attempt == 1 and call.open_bridge is not None:
+            call.open_bridge["requests"].append(request_id)
+        sent = float(e["t"])
+        queue, pace = float(e.get("queue_wait_s") or 0.0), float(e.get("pace_wait_s") or 0.0)
+        self.open_attempts[(request_id, attempt)] = len(self.attempts["request_id"])
+        self._row(self.attempts, request_id=request_id, attempt=attempt,
+                  lane=0 if e.get("lane") == "root" else 1, call_id=call_id,
+                  step=1 if step else 0, queued=sent - queue - pace, paced=sent - pace,
+                  sent=sent, end=None, status=-1, http=None, input_tokens=0, output_tokens=0,
+                  cost=None, prompt_chars=e.get("prompt_chars"), error=None)
+        self.in_flight.append((sent, int(e.get("in_flight") or 0)))
+
+    def _on_llm_response(self, e: dict[str, Any]) -> None:
+        key = (int(e.get("request_id", 0)), int(e.get("attempt", 1)))
+        row = self.open_attempts.pop(key, None)
+        if row is None:
+            return
+        a = self.attempts
+        status = _STATUS_CODES.get(str(e.get("status")), 1)
+        a["end"][row] = e["t"]
+        a["status"][row] = 3 if e.get("http_status") == 429 else status
+        a["http"][row] = e.get("http_status")
+        a["input_tokens"][row] = int(e.get("input_tokens") or 0)
+        a["output_tokens"][row] = int(e.get("output_tokens") or 0)
+        a["cost"][row] = e.get("cost")
+        a["error"][row] = e.get("error")
+        self.cached_tokens += int((e.get("metadata") or {}).get("cached_tokens") or 0)
+        self.in_flight.append((float(e["t"]), len(self.open_attempts)))
+        # A call's usage counts its own steps and the sub-queries its code asked for.
+        call = self.calls.get(self.request_owner.get(key[0], ("", False))[0])
+        if call is not None:
+            call.llm_calls += 1
+            call.input_tokens += a["input_tokens"][row]
+            call.output_tokens += a["output_tokens"][row]
+            call.cost += float(e.get("cost") or 0.0)
+
+    def _on_llm_retry(self, e: dict[str, Any]) -> None:
+        call_id, _ = self.request_owner.get(int(e.get("request_id", 0)), ("", False))
+        self._row(self.backoffs, request_id=e.get("request_id"),
+                  lane=0 if e.get("lane") == "root" else 1, call_id=call_id,
+                  t0=e["t"], t1=float(e["t"]) + float(e.get("delay_s") or 0.0),
+                  retry_after=1 if e.get("retry_after") else 0, reason=e.get("reason"))
+
+    def _on_capacity_changed(self, e: dict[str, Any]) -> None:
+        self.capacity.append((float(e["t"]), int(e.get("new") or 0)))
+
+    def _on_budget_refused(self, e: dict[str, Any]) -> None:
+        self.refusals.append({k: e.get(k) for k in ("t", "call_id", "scope", "items", "reason")})
+
+    def _on_rate_limit_learned(self, e: dict[str, Any]) -> None:
+        self.learned.append({k: e.get(k) for k in ("t", "limit", "value", "source")})
+
+    def _on_sandbox_started(self, e: dict[str, Any]) -> None:
+        startup = float(e.get("startup_s") or 0.0)
+        self._row(self.sandboxes, call_id=e.get("call_id"), t0=float(e["t"]) - startup,
+                  t1=e["t"], pid=e.get("pid"))
+        layers = e.get("isolation")
+        if isinstance(layers, list) and len(layers) > len(self.isolation):
+            self.isolation = [str(x) for x in layers]
+
+    @staticmethod
+    def _row(table: dict[str, list[Any]], **values: Any) -> None:
+        for key, value in values.items():
+            table[key].append(value)
+
+    # -- the document ----------------------------------------------------------------
+
+    def model(self) -> dict[str, Any]:
+        end = max(self.end, float(self.run.get("duration_s") or 0.0))
+        a = self.attempts
+        for row, value in enumerate(a.get("end", [])):
+            if value is None:  # never answered (a cut trace): draw it to the end, marked
+                a["end"][row] = end
+        order = sorted(self.calls.values(), key=lambda c: (c.t0, c.id))
+        calls = []
+        for call in order:
+            record = dict(call.record, steps=call.steps, children=call.children,
+                          llm_calls=call.llm_calls, input_tokens=call.input_tokens,
+                          output_tokens=call.output_tokens, cost=round(call.cost, 8))
+            calls.append(record)
+        self.run.setdefault("status", "unfinished")
+        self.run.update(cached_tokens=self.cached_tokens, isolation=self.isolation,
+                        calls=len(calls), end=end, requests=len(self.request_owner),
+                        attempts=len(a.get("request_id", [])))
+        if self.run.get("llm_calls") is None:  # no run_finished: count what the trace shows
+            self.run.update(llm_calls=len(a.get("request_id", [])),
+                            input_tokens=sum(a.get("input_tokens", [])),
+                            output_tokens=sum(a.get("output_tokens", [])))
+        return {
+            "run": self.run,
+            "calls": calls,
+            "timeline": {
+                "end": end, "attempts": dict(a), "execs": dict(self.execs),
+                "sandboxes": dict(self.sandboxes), "bridges": dict(self.bridges),
+                "backoffs": dict(self.backoffs), "in_flight": self.in_flight,
+                "capacity": self.capacity,
+                "max_concurrent": (self.run.get("config") or {}).get("max_concurrent"),
+            },
+            "refusals": self.refusals,
+            "learned": self.learned,
+        }
+
+
+def build_model(trace: LoadedTrace, texts: TextStore | None = None) -> dict[str, Any]:
+    """The page's data for ``trace`` (see the module docstring)."""
+    store = texts or TextStore()
+    builder = _Builder(trace, store)
+    for event in trace.events:
+        builder.feed(event)
+    model = builder.model()
+    model["time"] = time_summary(trace.events, model)
+    model["notices"] = trace.notices()
+    if store.dropped:
+        model["notices"].append(
+            f"{store.dropped} long text(s) are shown as their beginning and end only, to keep "
+            f"this page small; the trace file ({trace.source}) has them in full.")
+    model["source"] = trace.source
+    return model

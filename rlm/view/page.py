@@ -1,0 +1,67 @@
+"""The self-contained HTML page: template, styles, script and data in one file.
+
+Nothing in the page reaches the network: styles and script are inline, the
+data is JSON in a ``<script type="application/json">`` element, and a
+Content-Security-Policy forbids every fetch, image or frame source besides
+inline ones.  Long texts travel gzip-compressed (see :mod:`rlm.view.texts`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import UsageError
+from rlm.view.load import LoadedTrace
+from rlm.view.model import build_model
+from rlm.view.texts import TextStore
+
+__all__ = ["render_page", "write_page"]
+
+
+# In load order: helpers, overview and calls, timeline, then the part that draws it all.
+_SCRIPTS = ("base.js", "calls.js", "timeline.js", "main.js")
+
+
+def _asset(name: str) -> str:
+    return resources.files("rlm.view").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def _json_for_script(value: Any) -> str:
+    # "<" escaped so no "</script>" or "<!--" inside a text can end the element early.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def render_page(trace: LoadedTrace) -> str:
+    """The HTML page for ``trace``."""
+    texts = TextStore()
+    model = build_model(trace, texts)
+    title = f"rlm run · {model['run'].get('status', '')} · {Path(trace.source).name}"
+    parts = {
+        "title": html.escape(title),
+        "style": _asset("view.css"),
+        "data": _json_for_script(model),
+        "blobs": _json_for_script(texts.blobs),
+        "script": "\n".join(_asset(name) for name in _SCRIPTS),
+    }
+    # One pass over the template: a text in the data that reads "{{script}}" stays text.
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
+
+
+def write_page(trace: LoadedTrace, out: str | os.PathLike[str]) -> Path:
+    """Write the page for ``trace`` to ``out`` (atomically: a temporary file renamed)."""
+    path = Path(out)
+    page = render_page(trace)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        tmp.write_bytes(page.encode("utf-8", errors="replace"))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
+    return path

@@ -1,0 +1,147 @@
+"""`rlm view` without a browser: bad input, cut and newer traces, what the page's data holds."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm.view import load_trace, parse_trace
+from rlm.view.model import build_model
+from rlm.view.texts import INLINE_CHARS, TextStore
+from tests.view_helpers import events, fixture_run, rlm, rlm_in_process
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("view")
+    fixture_run(tmp)
+    return tmp
+
+
+def page_data(html: str) -> dict[str, Any]:
+    match = re.search(r'<script type="application/json" id="rlm-data">(.*?)</script>', html,
+                      re.DOTALL)
+    assert match
+    value: dict[str, Any] = json.loads(match.group(1))
+    return value
+
+
+def test_view_writes_a_self_contained_page(run_dir: Path) -> None:
+    done = rlm("view", "t.jsonl", "-o", "page.html", cwd=run_dir)  # once as a real process
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "page.html"
+    html = (run_dir / "page.html").read_text(encoding="utf-8")
+    # Nothing to fetch: no external script, style, image or font, and a CSP that forbids it.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "default-src 'none'" in html
+    data = page_data(html)
+    trace = events(run_dir / "t.jsonl")
+    started = [e["call_id"] for e in trace if e["event"] == "call_started"]
+    assert sorted(c["id"] for c in data["calls"]) == sorted(started)
+    root = next(c for c in data["calls"] if c["parent"] is None)
+    assert sorted(root["children"]) == sorted(c for c in started if c != "root")
+    assert len(data["timeline"]["attempts"]["request_id"]) == sum(
+        1 for e in trace if e["event"] == "llm_request")
+    assert data["run"]["status"] == "answered"
+    assert data["run"]["answer"] == next(e["answer"] for e in trace
+                                         if e["event"] == "run_finished")
+
+
+def test_default_output_is_the_trace_path_with_html(run_dir: Path) -> None:
+    done = rlm_in_process("view", str(run_dir / "t.jsonl"))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == run_dir / "t.html"
+    assert (run_dir / "t.html").stat().st_size > 0
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no trace file at"),
+    ("just some text\nnot json at all\n", "is not an rlm trace"),
+    ("", "is not an rlm trace"),
+    ('{"event": "something_else", "t": 0}\n', "is not an rlm trace"),
+])
+def test_bad_input_is_a_clear_error(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "x.jsonl"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    done = rlm_in_process("view", str(path), "-o", str(tmp_path / "x.html"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: ") and message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "x.html").exists()
+    assert not list(tmp_path.glob(".*part"))  # no half-written page
+
+
+def test_a_cut_trace_shows_what_is_there_and_says_it_was_cut(run_dir: Path,
+                                                             tmp_path: Path) -> None:
+    text = (run_dir / "t.jsonl").read_text(encoding="utf-8")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[: len(text) // 2 - 7], encoding="utf-8")  # mid-line
+    done = rlm_in_process("view", str(cut))
+    assert done.returncode == 0, done.stderr
+    assert "last line was cut" in done.stderr
+    data = page_data((tmp_path / "cut.html").read_text(encoding="utf-8"))
+    assert any("last line was cut" in n for n in data["notices"])
+    assert data["run"]["status"] == "unfinished"
+    loaded = parse_trace(text[: len(text) // 2 - 7])
+    assert len(data["calls"]) == sum(1 for e in loaded.events if e["event"] == "call_started")
+
+
+def test_events_from_a_newer_rlm_are_named_and_the_rest_is_shown(run_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    newer = tmp_path / "newer.jsonl"
+    lines = (run_dir / "t.jsonl").read_text(encoding="utf-8").splitlines()
+    lines.insert(3, json.dumps({"event": "warp_drive_engaged", "t": 0.1, "call_id": "root",
+                                "parent_id": None, "depth": 0, "factor": 9}))
+    newer.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = rlm_in_process("view", str(newer))
+    assert done.returncode == 0, done.stderr
+    assert "warp_drive_engaged ×1" in done.stderr and "newer rlm" in done.stderr
+    data = page_data((tmp_path / "newer.html").read_text(encoding="utf-8"))
+    assert data["run"]["status"] == "answered"
+
+
+def test_a_bad_line_in_the_middle_is_skipped_and_counted() -> None:
+    good = json.dumps({"event": "call_started", "t": 0.0, "call_id": "root", "parent_id": None,
+                       "depth": 0, "query": "q", "model": "m", "context_chars": 1})
+    loaded = parse_trace(f"{good}\n{{oops\n{good}\n")
+    assert loaded.bad_lines == 1 and loaded.bad_line_numbers == [2]
+    assert not loaded.truncated
+    assert len(loaded.events) == 2
+
+
+def test_long_texts_are_folded_stored_once_and_cut_beyond_the_budget() -> None:
+    long = "".join(f"line {i}: {i * 7919 % 10007}\n" for i in range(600))
+    sizing = TextStore()
+    sizing.add(long)
+    store = TextStore(budget_bytes=sizing.used + 100)  # room for one copy only
+    short = "x" * INLINE_CHARS
+    assert store.add(short) == short
+    first, again = store.add(long), store.add(long)
+    assert isinstance(first, dict) and first == again and first["n"] == len(long)
+    assert len(store.blobs) == 1  # stored once
+    other = store.add(long + "something else")  # no room left
+    assert isinstance(other, dict) and other["b"] == -1 and other["tail"].endswith("else")
+    assert store.dropped == 1
+
+
+def test_the_model_attributes_steps_code_and_sub_queries_to_their_calls(run_dir: Path) -> None:
+    trace = events(run_dir / "t.jsonl")
+    model = build_model(load_trace(run_dir / "t.jsonl"))
+    calls = {c["id"]: c for c in model["calls"]}
+    for call_id, call in calls.items():
+        steps = sum(1 for e in trace if e["event"] == "step_completed" and e["call_id"] == call_id)
+        blocks = sum(1 for e in trace if e["event"] == "code_executed" and e["call_id"] == call_id)
+        assert len(call["steps"]) == steps
+        assert sum(len(s["blocks"]) for s in call["steps"]) == blocks
+    child = calls["root.1"]
+    bridge = next(b for s in child["steps"] for b in s["bridges"])
+    subs = [e for e in trace if e["event"] == "llm_request" and e["call_id"] == "root.1"
+            and e["depth"] == 2]
+    assert bridge["requests"] == [e["request_id"] for e in subs]
+    root_bridge = next(b for s in calls["root"]["steps"] for b in s["bridges"])
+    assert sorted(root_bridge["children"]) == sorted(c for c in calls if c != "root")
