@@ -68,9 +68,9 @@ class RLM:
         unknown = sorted(set(settings) - names)
         if unknown:
             raise UsageError(f"unknown RLM setting(s): {', '.join(unknown)}")
-        if providers is not None and "provider" not in settings:
-            settings["provider"] = "fixture"  # skip endpoint checks: the caller brings its own
         self.config = RunConfig(**settings).validate()
+        if providers is None:
+            self.config.validate_endpoint()
         # A bad price table or an unpriced model under --max-cost fails here, not mid-run.
         self._prices = load_prices(self.config)
         make_budget(self.config, self._prices)

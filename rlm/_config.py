@@ -103,6 +103,14 @@ class RunConfig:
             parse_layers(self.require_isolation)
         except ValueError as exc:
             raise UsageError(f"--require-isolation: {exc}") from None
+        return self
+
+    def validate_endpoint(self) -> RunConfig:
+        """Return self, or raise UsageError when ``provider`` cannot be reached as configured.
+
+        Only for runs whose providers are made from this configuration: a
+        caller that brings its own providers needs no endpoint.
+        """
         if self.provider in ("openai", "anthropic"):
             if not self.base_url and self.provider == "openai":
                 raise UsageError(

@@ -26,21 +26,37 @@ Child → host
                   the outcome of one ``exec``; ``final`` is the answer string when
                   model code called ``FINAL``/``FINAL_VAR``, else ``None``.
 
+Each frame is a TypedDict below; both sides build frames with them.  A
+decoded frame is an untrusted ``dict`` until its reader has checked it.
 This module is imported by both sides, so it depends only on msgpack.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, TypedDict
 
 import msgpack
 
 __all__ = [
+    "CHILD_FRAME_MAX_BYTES",
     "DEFAULT_MAX_FRAME_BYTES",
     "HEADER",
+    "HOST_FRAME_MAX_BYTES",
+    "BridgeAnswer",
+    "BridgeFn",
+    "BridgeFrame",
+    "ExecFrame",
     "FrameDecoder",
     "FrameError",
+    "HardenedFrame",
+    "InitFrame",
+    "ReadyFrame",
+    "ReplyFrame",
+    "ReplyKind",
+    "ResultFrame",
+    "ShutdownFrame",
     "encode_frame",
 ]
 
@@ -48,13 +64,92 @@ HEADER = struct.Struct(">I")
 
 #: Frames larger than this are refused unless a reader is given a larger cap.
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+#: Child → host frames: what the host reads per frame (the child never sends more).
+CHILD_FRAME_MAX_BYTES = DEFAULT_MAX_FRAME_BYTES
+#: Host → child frames may be this large: ``init`` carries the whole context when it is small
+#: enough to go inline, and a ``reply`` carries a whole batch of answers.
+HOST_FRAME_MAX_BYTES = 1 << 30
+
+# -- host → child ------------------------------------------------------------------------
+
+
+class InitFrame(TypedDict):
+    t: Literal["init"]
+    max_output_chars: int
+    context: NotRequired[str | list[str]]
+    context_fd: NotRequired[Literal[True]]
+
+
+class ExecFrame(TypedDict):
+    t: Literal["exec"]
+    id: int
+    code: str
+
+
+#: ``usage``: the request was refused as malformed; ``budget``: the run's budget is spent
+#: (model code sees BudgetExceeded); empty when ``ok``.
+ReplyKind = Literal["", "usage", "budget"]
+
+
+class BridgeAnswer(TypedDict):
+    """The host's answer to one bridge frame (a ``reply`` frame without ``t`` and ``id``)."""
+
+    ok: bool
+    value: str | list[str] | dict[str, Any] | None
+    error: str
+    kind: ReplyKind
+
+
+class ReplyFrame(BridgeAnswer):
+    t: Literal["reply"]
+    id: int
+
+
+class ShutdownFrame(TypedDict):
+    t: Literal["shutdown"]
+
+
+# -- child → host ------------------------------------------------------------------------
+
+
+class HardenedFrame(TypedDict):
+    t: Literal["hardened"]
+    pid: int
+    isolation: dict[str, str]
+
+
+class ReadyFrame(TypedDict):
+    t: Literal["ready"]
+    pid: int
+    isolation: NotRequired[dict[str, str]]
+
+
+BridgeFn = Literal["llm_query", "llm_query_batched", "budget"]
+
+
+class BridgeFrame(TypedDict):
+    t: Literal["bridge"]
+    id: int
+    fn: BridgeFn
+    prompts: list[str]
+    contexts: list[str | None]
+
+
+class ResultFrame(TypedDict):
+    t: Literal["result"]
+    id: int
+    ok: bool
+    output: str
+    output_chars: int
+    error: str | None
+    final: str | None
 
 
 class FrameError(Exception):
     """A frame could not be encoded or decoded (oversize, not msgpack, not a typed map)."""
 
 
-def encode_frame(message: dict[str, Any], max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+def encode_frame(message: Mapping[str, Any], max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
     """Encode ``message`` as one length-prefixed frame.
 
     Raises FrameError when the message has no string ``"t"`` key, holds a value

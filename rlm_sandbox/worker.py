@@ -18,18 +18,26 @@ import traceback
 import types
 import weakref
 from collections import deque
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from rlm_sandbox.policy import REPL_FILENAME, PrintSink, compile_code, new_namespace
-from rlm_sandbox.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, encode_frame
+from rlm_sandbox.protocol import (
+    CHILD_FRAME_MAX_BYTES,
+    HOST_FRAME_MAX_BYTES,
+    BridgeFn,
+    BridgeFrame,
+    FrameDecoder,
+    FrameError,
+    HardenedFrame,
+    ReadyFrame,
+    ReplyFrame,
+    ResultFrame,
+    encode_frame,
+)
 from rlm_sandbox.shared_context import ContextError, receive_context
 
 __all__ = ["BudgetExceeded", "Channel", "Repl", "serve", "warm_up"]
 
-#: Host → child frames may be this large: ``init`` carries the whole context.
-MAX_INPUT_FRAME_BYTES = 1 << 30
-#: Child → host frames stay under the host's default cap.
-MAX_OUTPUT_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
 READ_CHUNK_BYTES = 1 << 20
 ERROR_MAX_LINES = 20
 ERROR_MAX_CHARS = 8_000
@@ -48,12 +56,12 @@ class Channel:
     def __init__(self, in_fd: int, out_fd: int) -> None:
         self.in_fd = in_fd
         self.out_fd = out_fd
-        self._decoder = FrameDecoder(MAX_INPUT_FRAME_BYTES)
+        self._decoder = FrameDecoder(HOST_FRAME_MAX_BYTES)
         self._pending: deque[dict[str, Any]] = deque()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: HardenedFrame | ReadyFrame | BridgeFrame | ResultFrame) -> None:
         """Write one frame; raises FrameError if it cannot be encoded or is too large."""
-        view = memoryview(encode_frame(message, MAX_OUTPUT_FRAME_BYTES))
+        view = memoryview(encode_frame(message, CHILD_FRAME_MAX_BYTES))
         while view:
             written = os.write(self.out_fd, view)
             view = view[written:]
@@ -108,7 +116,7 @@ class Repl:
 
     # --- running code ---------------------------------------------------------------------
 
-    def execute(self, exec_id: object, source: str) -> dict[str, Any]:
+    def execute(self, exec_id: int, source: str) -> ResultFrame:
         """Run one code block; return its ``result`` frame."""
         self.sink.reset()
         self.final = None
@@ -128,10 +136,10 @@ class Repl:
                 error = self._format_error(exc)
         finally:
             self._executing = False
-        return {
-            "t": "result", "id": exec_id, "ok": error is None, "output": self.sink.text(),
-            "output_chars": self.sink.total_chars, "error": error, "final": self.final,
-        }
+        return ResultFrame(
+            t="result", id=exec_id, ok=error is None, output=self.sink.text(),
+            output_chars=self.sink.total_chars, error=error, final=self.final,
+        )
 
     def _remember_source(self, code: types.CodeType, source: str) -> None:
         lines = source.splitlines()
@@ -246,13 +254,14 @@ class Repl:
 
     # --- the bridge -----------------------------------------------------------------------
 
-    def _bridge(self, fn: str, prompts: list[str], contexts: list[str | None]) -> dict[str, Any]:
+    def _bridge(self, fn: BridgeFn, prompts: list[str], contexts: list[str | None]
+                ) -> ReplyFrame:
         if not self._executing or self._waiting:
             raise RuntimeError(f"{fn}() can only be called from running code, one call at a time")
         self._bridge_id += 1
         request_id = self._bridge_id
-        message = {"t": "bridge", "id": request_id, "fn": fn, "prompts": prompts,
-                   "contexts": contexts}
+        message = BridgeFrame(t="bridge", id=request_id, fn=fn, prompts=prompts,
+                              contexts=contexts)
         self._waiting = True
         try:
             try:
@@ -269,7 +278,7 @@ class Repl:
             raise BudgetExceeded(str(reply.get("error")))
         return reply
 
-    def _await_reply(self, request_id: int) -> dict[str, Any]:
+    def _await_reply(self, request_id: int) -> ReplyFrame:
         # Model code is on the stack and may swallow any exception, so protocol
         # endings here leave with os._exit rather than by raising.
         try:
@@ -280,7 +289,7 @@ class Repl:
             _terminate(EXIT_OK)
         if message["t"] != "reply" or message.get("id") != request_id:
             _terminate(EXIT_PROTOCOL)
-        return message
+        return cast(ReplyFrame, message)  # the host is trusted; its fields are read with care
 
 
 def warm_up() -> None:
@@ -316,15 +325,17 @@ def _parse_init(message: dict[str, Any] | None, ctx_fd: int | None
     return context, limit
 
 
-def _send_result(channel: Channel, result: dict[str, Any]) -> None:
+def _send_result(channel: Channel, result: ResultFrame) -> None:
     try:
         channel.send(result)
     except FrameError as exc:  # e.g. a FINAL answer larger than the frame cap
-        output = result["output"][: MAX_OUTPUT_FRAME_BYTES // 8]
-        channel.send({**result, "ok": False, "final": None,
-                      # lone surrogates printed by model code cannot travel as UTF-8
-                      "output": output.encode("utf-8", "backslashreplace").decode("utf-8"),
-                      "error": f"the result is too large to send back ({exc})"})
+        output = result["output"][: CHILD_FRAME_MAX_BYTES // 8]
+        channel.send(ResultFrame(
+            t="result", id=result["id"], ok=False, final=None,
+            output_chars=result["output_chars"],
+            # lone surrogates printed by model code cannot travel as UTF-8
+            output=output.encode("utf-8", "backslashreplace").decode("utf-8"),
+            error=f"the result is too large to send back ({exc})"))
 
 
 def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
@@ -338,14 +349,14 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
     channel = Channel(in_fd, out_fd)
     try:
         if announce:
-            channel.send({"t": "hardened", "pid": os.getpid(), "isolation": isolation or {}})
+            channel.send(HardenedFrame(t="hardened", pid=os.getpid(), isolation=isolation or {}))
         first = channel.receive()
         if first is None:
             return EXIT_OK
         context, max_output_chars = _parse_init(first, ctx_fd)
         repl = Repl(channel, context, max_output_chars)
         del context, first  # the namespace holds the only reference
-        ready: dict[str, Any] = {"t": "ready", "pid": os.getpid()}
+        ready = ReadyFrame(t="ready", pid=os.getpid())
         if isolation is not None:
             ready["isolation"] = isolation
         channel.send(ready)
@@ -353,10 +364,10 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
             message = channel.receive()
             if message is None or message["t"] == "shutdown":
                 return EXIT_OK
-            code = message.get("code")
-            if message["t"] != "exec" or not isinstance(code, str):
+            code, exec_id = message.get("code"), message.get("id")
+            if message["t"] != "exec" or not isinstance(code, str) or type(exec_id) is not int:
                 raise ProtocolError(f"unexpected {message['t']!r} frame")
-            _send_result(channel, repl.execute(message.get("id"), code))
+            _send_result(channel, repl.execute(exec_id, code))
     except ProtocolError:
         return EXIT_PROTOCOL
     except BrokenPipeError:

@@ -1,8 +1,9 @@
 """One test per design invariant (DESIGN.md, "Invariants worth a test each").
 
-Scheduling and limits run the real Runtime (scheduler, gate, budget, bridge)
-in virtual time with in-process fakes: a counting provider and a tiny fake
-sandbox whose "code" is a line language (``batch N``, ``query``).  Tests that
+Scheduling and limits run the real Runtime (calls, gate, budget, bridge)
+in virtual time with in-process fakes: a counting provider and the in-process
+sandboxes of ``rlm.testing.sandboxes`` whose "code" is a line language
+(``batch N``, ``query``).  Tests that
 need real sandbox processes use the real clock and small latencies.
 """
 
@@ -13,8 +14,7 @@ import signal
 import socket
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,9 +24,10 @@ from rlm import RLM
 from rlm._config import RunConfig
 from rlm._events import EventBus
 from rlm._run.runtime import RunOutcome, Runtime
-from rlm._sandbox.process import ExecResult, HostEnds, Sandbox
+from rlm._sandbox.process import HostEnds, Sandbox
 from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, SandboxCrashed
 from rlm.providers.base import Completion, CompletionRequest
+from rlm.testing.sandboxes import LineLauncher
 from tests.helpers import ScriptedProvider, assistant_turns, pid_alive, repl
 
 Trace = list[dict[str, Any]]
@@ -54,50 +55,16 @@ class CountingProvider(ScriptedProvider):
                 self.held[key] -= 1
 
 
-class FakeSandbox:
-    """Runs a line language in-process: ``batch N`` or ``query`` lines call the bridge."""
-
-    alive = True
-
-    async def execute(
-        self, code: str, on_bridge: Callable[[dict[str, Any]], Any], *, limit: float
-    ) -> ExecResult:
-        started = trio.current_time()
-        output: list[str] = []
-        for line in code.strip().splitlines():
-            op, _, arg = line.strip().partition(" ")
-            if op in ("batch", "query"):
-                n = int(arg or 1)
-                fn = "llm_query_batched" if op == "batch" else "llm_query"
-                frame = {"fn": fn, "prompts": [f"item {i}" for i in range(n)], "contexts": None}
-                reply = await on_bridge(frame)
-                output.append(repr(reply["value"]) if reply["ok"] else f"refused: {reply['error']}")
-        text = "\n".join(output)
-        return ExecResult(True, text, len(text), None, None, trio.current_time() - started)
-
-    def kill(self, reason: str = "killed") -> None:
-        self.alive = False
-
-    async def aclose(self) -> None:
-        self.alive = False
-
-
-class FakeLauncher:
-    @asynccontextmanager
-    async def serving(self) -> AsyncIterator[FakeLauncher]:
-        yield self
-
-    async def open(self, nursery: trio.Nursery, **_: Any) -> FakeSandbox:
-        await trio.lowlevel.checkpoint()
-        return FakeSandbox()
-
-
 async def run_fake(provider: ScriptedProvider, **settings: Any) -> tuple[RunOutcome, Trace]:
     """The real Runtime with fake sandboxes; returns the outcome and the trace."""
     config = RunConfig(provider="fixture", **settings).validate()
     events = EventBus()
-    runtime = Runtime(config, providers={"root": provider, "sub": provider}, events=events)
-    runtime.sandboxes = FakeLauncher()  # type: ignore[assignment]
+    runtime = Runtime(
+        config,
+        providers={"root": provider, "sub": provider},
+        events=events,
+        sandboxes=LineLauncher(),
+    )
     outcome = await runtime.run("q", "ctx")
     return outcome, [e.to_dict() for e in events.events]
 

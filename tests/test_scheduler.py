@@ -1,77 +1,155 @@
-"""Commands of one call run in order; different calls run concurrently."""
+"""A call's task is its key partition: one call's steps in order, calls concurrent.
+
+Each test runs real calls (their loop, the gate, the bridge) in virtual time,
+with in-process sandboxes (``rlm.testing.sandboxes``) and a scripted provider.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import trio
 
-from rlm._run.scheduler import Command, Scheduler
-from rlm.errors import RLMError
+from rlm._config import RunConfig
+from rlm._events import EventBus
+from rlm._run.bridge import Bridge
+from rlm._run.call import Call, CallParts
+from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, RLMError
+from rlm.providers.base import CompletionRequest
+from rlm.testing.sandboxes import LineLauncher
+from tests.helpers import ScriptedProvider, repl
 
 
-class Recorder:
-    def __init__(self, name: str, delays: dict[str, float], log: list[tuple[str, str, float]]):
-        self.name = name
-        self.delays = delays
-        self.log = log
-        self.closed = False
+class Run:
+    """The parts a runtime would give its calls, built by hand."""
 
-    async def handle(self, command: Command, nursery: trio.Nursery) -> list[Command]:
-        await trio.sleep(self.delays.get(str(command.payload), 0))
-        self.log.append((self.name, str(command.payload), trio.current_time()))
-        return []
+    def __init__(self, provider: ScriptedProvider, **settings: Any) -> None:
+        self.config = RunConfig(**settings).validate()
+        self.events = EventBus()
+        self.launcher = LineLauncher()
+        self.aborted: list[RLMError] = []
+        budget = Budget(limits=BudgetLimits(max_llm_calls=self.config.max_llm_calls))
+        gate = Gate(
+            limiter=TieredLimiter(8, 1),
+            providers={"root": provider, "sub": provider},
+            events=self.events,
+            adaptive=False,
+            ledger=budget,
+        )
+        bridge = Bridge(
+            config=self.config,
+            events=self.events,
+            gate=gate,
+            budget=budget,
+            abort=self.aborted.append,
+            deadline=lambda: float("inf"),
+        )
+        self.parts = CallParts(
+            self.config, self.events, gate, self.launcher, bridge, self.aborted.append
+        )
 
-    async def aclose(self) -> None:
-        self.closed = True
+    def timeline(self, call_id: str) -> list[tuple[str, float]]:
+        kinds = ("call_started", "step_completed", "code_executed", "call_finished")
+        return [
+            (e.kind, e.t) for e in self.events.events if e.call_id == call_id and e.kind in kinds
+        ]
 
 
-async def test_one_partition_runs_its_commands_in_submission_order(
+def latency_by_call(latencies: dict[str, float]) -> Callable[[CompletionRequest], float]:
+    return lambda request: latencies.get(request.call_id, 0.0)
+
+
+async def test_one_calls_steps_run_one_after_another(autojump_clock: trio.abc.Clock) -> None:
+    steps = [repl("sleep 5"), repl("sleep 1"), "FINAL(done)"]
+    run = Run(ScriptedProvider(steps, latency=lambda r: 2))
+    outcome = await Call.root(run.parts, "q", "ctx").run()
+    assert outcome.status == "answered" and outcome.answer == "done"
+    assert run.timeline("root") == [
+        ("call_started", 0.0),
+        ("step_completed", 2.0),
+        ("code_executed", 7.0),  # the step's code starts when the step ends
+        ("step_completed", 9.0),  # the next step starts when the code ends
+        ("code_executed", 10.0),
+        ("step_completed", 12.0),
+        ("call_finished", 12.0),
+    ]
+    assert [[c.strip() for c in box.executed] for box in run.launcher.opened] == [
+        ["sleep 5", "sleep 1"]
+    ]
+
+
+async def test_a_slow_call_never_delays_another(autojump_clock: trio.abc.Clock) -> None:
+    provider = ScriptedProvider(
+        [repl("sleep 1"), "FINAL(x)"], latency=latency_by_call({"root": 100.0, "root.1": 1.0})
+    )
+    run = Run(provider)
+    slow = Call.root(run.parts, "slow", "ctx")
+    fast = slow.child("fast", "ctx")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow.run)
+        nursery.start_soon(fast.run)
+    assert run.timeline("root.1")[-1] == ("call_finished", 3.0)
+    assert run.timeline("root")[-1] == ("call_finished", 201.0)
+
+
+async def test_calls_asked_for_by_a_batch_run_concurrently(autojump_clock: trio.abc.Clock) -> None:
+    def reply(request: CompletionRequest) -> str:
+        steps = [repl("batch 3"), "FINAL(root)"] if request.call_id == "root" else ["FINAL(c)"]
+        turns = sum(1 for m in request.messages if m["role"] == "assistant")
+        return steps[min(turns, len(steps) - 1)]
+
+    run = Run(ScriptedProvider(reply, latency=lambda r: 1.0), max_depth=2)
+    outcome = await Call.root(run.parts, "q", "ctx").run()
+    assert outcome.answer == "root"
+    children = [f"root.{i}" for i in (1, 2, 3)]
+    assert all(run.timeline(c) == [("call_started", 1.0), ("step_completed", 2.0),
+                                   ("call_finished", 2.0)] for c in children)
+    assert all(not box.alive for box in run.launcher.opened)
+
+
+async def test_an_error_of_the_root_aborts_the_run_and_closes_its_sandbox(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    log: list[tuple[str, str, float]] = []
-    delays = {"a": 3.0, "b": 0.0, "c": 1.0}
-    owner = Recorder("x", delays, log)
-    async with trio.open_nursery() as nursery:
-        scheduler = Scheduler(nursery, abort=lambda exc: None)
-        scheduler.open("x", owner)
-        for payload in ("a", "b", "c"):
-            scheduler.submit(Command("execute", "x", payload))
-        scheduler.submit(Command("finish", "x", "end"))
-    assert [p for _, p, _ in log] == ["a", "b", "c", "end"]
-    assert [t for _, _, t in log] == [3.0, 3.0, 4.0, 4.0]
-    assert owner.closed
-    assert scheduler.live_partitions == 0
+    def fail(request: CompletionRequest) -> ProviderError | None:
+        second_step = any(m["role"] == "assistant" for m in request.messages)
+        return AuthenticationError("HTTP 401", status=401) if second_step else None
+
+    run = Run(ScriptedProvider([repl("sleep 1"), "FINAL(x)"], fail=fail))
+    outcome = await Call.root(run.parts, "q", "ctx").run()
+    assert [type(e) for e in run.aborted] == [AuthenticationError]
+    assert outcome.status == "stopped"
+    assert [box.alive for box in run.launcher.opened] == [False]
+    assert run.timeline("root")[-1][0] == "call_finished"
 
 
-async def test_slow_call_does_not_delay_another_call(autojump_clock: trio.abc.Clock) -> None:
-    log: list[tuple[str, str, float]] = []
-    slow = Recorder("root", {"generate": 100.0}, log)
-    fast = Recorder("child", {"execute": 0.5}, log)
-    async with trio.open_nursery() as nursery:
-        scheduler = Scheduler(nursery, abort=lambda exc: None)
-        scheduler.open("root", slow)
-        scheduler.open("child", fast)
-        scheduler.submit(Command("generate", "root", "generate"))
-        scheduler.submit(Command("execute", "child", "execute"))
-        scheduler.submit(Command("finish", "child", "done"))
-        scheduler.submit(Command("finish", "root", "done"))
-    assert ("child", "execute", 0.5) in log
-    assert ("child", "done", 0.5) in log
-    assert ("root", "generate", 100.0) in log
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (ProviderStatusError("HTTP 400", status=400), "error"),
+        (AuthenticationError("HTTP 401", status=401), "stopped"),  # ends the run
+    ],
+)
+async def test_a_childs_error_is_its_outcome_unless_it_ends_the_run(
+    autojump_clock: trio.abc.Clock, error: ProviderError, status: str
+) -> None:
+    run = Run(ScriptedProvider(["FINAL(x)"], fail=lambda r: error))
+    child = Call.root(run.parts, "q", "ctx").child("sub", "ctx")
+    outcome = await child.run()
+    assert outcome.status == status
+    assert run.aborted == ([] if status == "error" else [error])
 
 
-async def test_an_error_that_escapes_a_handler_aborts_and_closes(
+async def test_a_cancelled_call_closes_its_sandbox_and_concludes_stopped(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    aborted: list[RLMError] = []
-
-    class Failing(Recorder):
-        async def handle(self, command: Command, nursery: trio.Nursery) -> list[Command]:
-            raise RLMError("boom")
-
-    owner = Failing("x", {}, [])
-    async with trio.open_nursery() as nursery:
-        scheduler = Scheduler(nursery, abort=aborted.append)
-        scheduler.open("x", owner)
-        scheduler.submit(Command("start", "x"))
-    assert [str(e) for e in aborted] == ["boom"]
-    assert owner.closed
+    run = Run(ScriptedProvider([repl("sleep 100"), "FINAL(x)"]))
+    call = Call.root(run.parts, "q", "ctx")
+    with trio.move_on_after(10):
+        await call.run()
+    assert call.outcome is not None and call.outcome.status == "stopped"
+    assert [box.alive for box in run.launcher.opened] == [False]

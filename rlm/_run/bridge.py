@@ -12,50 +12,58 @@ a call at depth d becomes a child call at depth d + 1 while d + 1 < max_depth.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from rlm._config import RunConfig
 from rlm._events import BridgeCallFinished, BridgeCallStarted, BudgetRefused, EventBus
+from rlm._traffic.budget import Budget
+from rlm._traffic.gate import Gate
 from rlm.errors import BudgetExceeded, RLMError
-from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers.base import CompletionRequest
+from rlm_sandbox.protocol import BridgeAnswer
 
 if TYPE_CHECKING:
-    from rlm._config import RunConfig
     from rlm._run.call import Call
-    from rlm._traffic.budget import Budget
 
-__all__ = ["Bridge", "BridgeHost"]
+__all__ = ["Bridge"]
 
 _MAX_ITEMS = 100_000
 
 
-class BridgeHost(Protocol):
-    config: RunConfig
-    events: EventBus
-    budget: Budget
-
-    async def complete(self, request: CompletionRequest) -> Completion: ...
-
-    async def run_child(self, parent: Call, query: str, context: str) -> str: ...
-
-    def abort(self, exc: RLMError) -> None: ...
-
-    def budget_view(self, call: Call) -> dict[str, Any]: ...
-
-
 class Bridge:
-    """Answers the bridge frames of every sandbox in a run."""
+    """Answers the bridge frames of every sandbox in a run.
 
-    def __init__(self, host: BridgeHost) -> None:
-        self._host = host
+    Sub-queries go to ``gate``; child calls run in the task of the batch item
+    that asked for them.  ``abort`` ends the run with an error that ends runs
+    (credentials, credit); ``deadline`` is the run's, for ``budget()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        events: EventBus,
+        gate: Gate,
+        budget: Budget,
+        abort: Callable[[RLMError], None],
+        deadline: Callable[[], float],
+    ) -> None:
+        self._config = config
+        self._events = events
+        self._gate = gate
+        self._budget = budget
+        self._abort = abort
+        self._deadline = deadline
         self._ids = 0
 
-    async def serve(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]:
-        """The reply fields (``ok``, ``value``, ``error``, ``kind``) for ``frame``."""
+    async def serve(self, call: Call, frame: dict[str, Any]) -> BridgeAnswer:
+        """The answer to ``frame``, a bridge frame as the sandbox sent it (unchecked)."""
         fn = frame.get("fn")
         if fn == "budget":
-            return {"ok": True, "value": self._host.budget_view(call), "error": "", "kind": ""}
+            return {"ok": True, "value": self._budget_view(call), "error": "", "kind": ""}
         if fn not in ("llm_query", "llm_query_batched"):
             return _refuse(f"unknown bridge function {fn!r}")
         prompts, contexts = frame.get("prompts"), frame.get("contexts")
@@ -77,15 +85,15 @@ class Bridge:
             "parent_id": call.parent_id,
             "depth": call.depth,
         }
-        mode = "child-call" if call.depth + 1 < self._host.config.max_depth else "sub-query"
-        events = self._host.events
+        mode = "child-call" if call.depth + 1 < self._config.max_depth else "sub-query"
+        events = self._events
         started = events.now()
         events.emit(
             BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
         )
         failed = len(items)
         try:
-            self._host.budget.check_batch(len(items))
+            self._budget.check_batch(len(items))
             results = await self._fan_out(call, items, children=mode == "child-call")
             failed = sum(1 for r in results if r.startswith("Error:"))
         except BudgetExceeded as exc:
@@ -95,7 +103,7 @@ class Bridge:
                     scope="batch",
                     items=len(items),
                     lane="sub",
-                    model=self._host.config.effective_sub_model,
+                    model=self._config.effective_sub_model,
                     reason=str(exc),
                 )
             )
@@ -125,7 +133,7 @@ class Bridge:
         sandbox, so at most ``max_concurrent`` of one batch are alive at a time.
         """
         results = [""] * len(items)
-        window = trio.Semaphore(self._host.config.max_concurrent if children else len(items))
+        window = trio.Semaphore(self._config.max_concurrent if children else len(items))
         exhausted: list[BudgetExceeded] = []
 
         async def run_item(index: int, prompt: str, context: str | None) -> None:
@@ -149,17 +157,17 @@ class Bridge:
         return results
 
     async def _one(self, call: Call, prompt: str, context: str | None) -> str:
-        host = self._host
+        config = self._config
         try:
-            if call.depth + 1 < host.config.max_depth:
-                return await host.run_child(call, prompt, prompt if context is None else context)
+            if call.depth + 1 < config.max_depth:
+                return await _run_child(call, prompt, prompt if context is None else context)
             content = prompt if context is None else f"{prompt}\n\n{context}"
-            completion = await host.complete(
+            completion = await self._gate.complete(
                 CompletionRequest(
                     messages=[{"role": "user", "content": content}],
-                    model=host.config.effective_sub_model,
+                    model=config.effective_sub_model,
                     lane="sub",
-                    max_tokens=host.config.max_tokens,
+                    max_tokens=config.max_tokens,
                     call_id=call.call_id,
                     depth=call.depth + 1,
                 )
@@ -169,11 +177,39 @@ class Bridge:
             raise  # the sandbox raises it in model code
         except RLMError as exc:
             if exc.ends_run:
-                host.abort(exc)
+                self._abort(exc)
             return f"Error: {type(exc).__name__}: {exc}"
 
+    def _budget_view(self, call: Call) -> dict[str, Any]:
+        """What remains for ``call`` to plan with (returned by ``budget()`` in the sandbox)."""
+        remaining = self._deadline() - trio.current_time()
+        return {
+            **self._budget.remaining(),
+            "time_remaining_s": None if remaining == float("inf") else round(remaining, 3),
+            "depth": call.depth,
+            "depth_remaining": self._config.max_depth - call.depth - 1,
+            "iterations_remaining": self._config.max_iterations - call.iteration,
+        }
 
-def _refuse(message: str) -> dict[str, Any]:
+
+async def _run_child(parent: Call, query: str, context: str) -> str:
+    """Run a child call in this task, to its end; its answer or an ``Error:`` string.
+
+    Raises BudgetExceeded when the child ran out of budget, so the parent's
+    code sees the exhaustion rather than a plain error string.
+    """
+    child = parent.child(query, context)
+    outcome = await child.run()
+    if outcome.answer is not None:
+        return outcome.answer
+    if outcome.status == "budget_exceeded":
+        raise BudgetExceeded(outcome.error or "the budget is exhausted")
+    if outcome.status == "iterations":
+        return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
+    return f"Error: child call {child.call_id} failed: {outcome.error}"
+
+
+def _refuse(message: str) -> BridgeAnswer:
     return {"ok": False, "value": None, "error": message, "kind": "usage"}
 
 

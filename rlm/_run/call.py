@@ -1,16 +1,24 @@
-"""One call: the RLM loop of a root or child call, driven by scheduler commands.
+"""One call: the RLM loop of a root or child call, top to bottom.
 
-start → generate → execute → code_executed → generate → … → finish (or fail).
+    start → generate → [execute] → generate → … → answered / iterations / error
+
+A call runs in the task that awaits :meth:`Call.run`, and nowhere else: that
+task is the call's partition.  Its steps run one after another in it (a call's
+commands are ordered), while every other call runs in a task of its own (the
+root in the runtime's, each child in the bridge task that asked for it), so a
+slow call never delays another.
+
 A call owns its history, its iteration count and its sandbox.  The sandbox is
-spawned while the first step is generated, so its start-up is off the critical
-path; after a crash or an execution timeout the next execution gets a fresh one.
+spawned while the first step is generated, so its start-up is off the
+critical path; after a crash or an execution timeout the next execution gets
+a fresh one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -20,41 +28,33 @@ from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepC
 from rlm._run.context import Context, context_chars, describe_context
 from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
-from rlm._run.scheduler import Command
-from rlm._sandbox.launcher import ExecResult, Sandbox, SandboxIdentity
+from rlm._sandbox.interface import Launcher
+from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
+from rlm._traffic.gate import Gate
 from rlm.errors import BudgetExceeded, RLMError
-from rlm.providers.base import Completion, CompletionRequest, Lane, Message
+from rlm.providers.base import CompletionRequest, Lane, Message
+from rlm_sandbox.protocol import BridgeAnswer
 
-__all__ = ["Call", "CallHost", "CallOutcome"]
+if TYPE_CHECKING:
+    from rlm._run.bridge import Bridge
 
+__all__ = ["Call", "CallOutcome", "CallParts", "CallStatus"]
 
-class CallHost(Protocol):
-    """What a call needs from the runtime around it."""
-
-    config: RunConfig
-    events: EventBus
-
-    async def complete(self, request: CompletionRequest) -> Completion: ...
-
-    async def open_sandbox(
-        self, nursery: trio.Nursery, *, context: Context, owner: SandboxIdentity
-    ) -> Sandbox: ...
-
-    async def serve_bridge(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]: ...
+#: How a call ended: ``stopped`` means the run ended around it.
+CallStatus = Literal["answered", "iterations", "budget_exceeded", "error", "stopped"]
 
 
 @dataclass(frozen=True)
 class CallOutcome:
     """How a call ended.
 
-    ``status`` is ``answered``, ``iterations``, ``budget_exceeded``, ``error``
-    or ``stopped`` (the run ended around it).  ``candidate`` is the best answer
-    it had without finishing (a FINAL before a later error, or its ``answer``
-    variable); ``last_output`` what its code printed last.
+    ``candidate`` is the best answer it had without finishing (a FINAL before a
+    later error, or its ``answer`` variable); ``last_output`` what its code
+    printed last.
     """
 
-    status: str
+    status: CallStatus
     answer: str | None
     iterations: int
     error: str | None = None
@@ -64,11 +64,40 @@ class CallOutcome:
 
 
 @dataclass(frozen=True)
+class CallParts:
+    """What every call of one run uses; the root and all its descendants share it.
+
+    ``abort`` ends the whole run with an error (the first one wins).
+    """
+
+    config: RunConfig
+    events: EventBus
+    gate: Gate
+    sandboxes: Launcher
+    bridge: Bridge
+    abort: Callable[[RLMError], None]
+
+
+@dataclass(frozen=True)
 class _Step:
     reply: str
     blocks: list[str]
     final: FinalDirective | None
     forced: bool
+
+    @property
+    def runs_code(self) -> bool:
+        """Code blocks to run, or a ``FINAL_VAR`` to look up in the sandbox."""
+        return bool(self.blocks) or (self.final is not None and self.final.variable is not None)
+
+
+@dataclass(frozen=True)
+class _Executed:
+    """What a step's code did: a final answer, feedback for the model, or a failure."""
+
+    final: str | None
+    feedback: list[str]
+    failure: str | None = None
 
 
 class Call:
@@ -76,7 +105,7 @@ class Call:
 
     def __init__(
         self,
-        host: CallHost,
+        parts: CallParts,
         *,
         call_id: str,
         parent_id: str | None,
@@ -84,7 +113,7 @@ class Call:
         query: str,
         context: Context,
     ) -> None:
-        self.host = host
+        self._parts = parts
         self.call_id = call_id
         self.parent_id = parent_id
         self.depth = depth
@@ -92,7 +121,6 @@ class Call:
         self.context = context
         self.iteration = 0
         self.children = 0
-        self.done = trio.Event()
         self.outcome: CallOutcome | None = None
         self.history: list[Message] = [
             {"role": "system", "content": prompts.load("system")},
@@ -100,13 +128,27 @@ class Call:
         ]
         self._started_at = 0.0
         self._slot = SandboxSlot(
-            lambda nursery, ctx, owner: host.open_sandbox(nursery, context=ctx, owner=owner),
-            context,
-            SandboxIdentity(call_id, parent_id, depth),
+            parts.sandboxes, context, SandboxIdentity(call_id, parent_id, depth)
         )
         self._last_reply: str | None = None
         self.candidate: str | None = None
         self.last_output: str | None = None
+
+    @classmethod
+    def root(cls, parts: CallParts, query: str, context: Context) -> Call:
+        return cls(parts, call_id="root", parent_id=None, depth=0, query=query, context=context)
+
+    def child(self, query: str, context: Context) -> Call:
+        """A new call one level down, started by this call's code (not yet running)."""
+        self.children += 1
+        return Call(
+            self._parts,
+            call_id=f"{self.call_id}.{self.children}",
+            parent_id=self.call_id,
+            depth=self.depth + 1,
+            query=query,
+            context=context,
+        )
 
     @property
     def lane(self) -> Lane:
@@ -114,40 +156,38 @@ class Call:
 
     @property
     def model(self) -> str:
-        config = self.host.config
+        config = self._parts.config
         return config.model if self.depth == 0 else config.effective_sub_model
 
-    def command(self, kind: Any, payload: Any = None) -> Command:
-        return Command(kind, self.call_id, payload)
+    # -- the loop --------------------------------------------------------------
 
-    # -- the command handlers -------------------------------------------------
+    async def run(self) -> CallOutcome:
+        """Run the call to its end in the calling task; return how it ended.
 
-    async def handle(self, command: Command, nursery: trio.Nursery) -> list[Command]:
-        handlers: dict[str, Callable[[Any, trio.Nursery], Awaitable[list[Command]]]] = {
-            "start": self._on_start,
-            "generate": self._on_generate,
-            "execute": self._on_execute,
-            "code_executed": self._on_code_executed,
-            "finish": self._on_finish,
-            "fail": self._on_fail,
-        }
-        try:
-            return await handlers[command.kind](command.payload, nursery)
-        except RLMError as exc:
-            # A root call's failure is the run's failure: let the scheduler abort
-            # with the exception itself.  A child's failure is its parent's data.
-            if command.kind in ("finish", "fail") or self.depth == 0:
-                raise
-            if isinstance(exc, BudgetExceeded):
-                return [self.command("fail", ("budget_exceeded", str(exc)))]
-            if exc.ends_run:
-                raise
-            return [self.command("fail", ("error", f"{type(exc).__name__}: {exc}"))]
+        An error that ends the run (any error of the root call, or one whose
+        ``ends_run`` is set) goes to ``abort``; a child's other errors are its
+        outcome, data for its parent.  On every exit path, cancellation
+        included, the sandbox is killed and reaped before this returns, and a
+        call that did not conclude concludes as ``stopped``.
+        """
+        async with trio.open_nursery() as nursery:  # the sandbox's helper tasks
+            try:
+                self._conclude(await self._loop(nursery))
+            except RLMError as exc:
+                outcome = self._outcome_of_error(exc)
+                if outcome is None:
+                    self._parts.abort(exc)
+                else:
+                    self._conclude(outcome)
+            finally:
+                await self._close()
+                nursery.cancel_scope.cancel()
+        assert self.outcome is not None
+        return self.outcome
 
-    async def _on_start(self, _: Any, nursery: trio.Nursery) -> list[Command]:
-        events = self.host.events
-        self._started_at = events.now()
-        events.emit(
+    async def _loop(self, nursery: trio.Nursery) -> CallOutcome:
+        self._started_at = self._parts.events.now()
+        self._parts.events.emit(
             CallStarted(
                 **self._ids(),
                 query=self.query[:500],
@@ -155,26 +195,46 @@ class Call:
                 context_chars=context_chars(self.context),
             )
         )
-        self._slot.spawn(nursery)
-        return [self.command("generate", False)]
+        self._slot.spawn(nursery)  # overlaps the first step
+        forced = False
+        while True:
+            step = await self._generate(forced)
+            if step.runs_code:
+                executed = await self._execute(step, nursery)
+                if executed.failure is not None:
+                    return self._outcome("error", error=executed.failure)
+                if executed.final is not None or forced:
+                    return self._finished(executed.final)
+                self.history.append({"role": "user", "content": "\n\n".join(executed.feedback)})
+            elif step.final is not None or forced:
+                return self._finished(step.final.answer if step.final else None)
+            else:
+                self.history.append({"role": "user", "content": REMINDER})
+            forced = self.iteration >= self._parts.config.max_iterations
+            if forced:
+                self.history.append(
+                    {"role": "user", "content": FORCE_FINAL.format(n=self.iteration)}
+                )
 
-    async def _on_generate(self, forced: bool, _: trio.Nursery) -> list[Command]:
+    async def _generate(self, forced: bool) -> _Step:
+        """One step: the model's next reply, parsed."""
         if not forced:
             self.iteration += 1
+        config = self._parts.config
         request = CompletionRequest(
             messages=list(self.history),
             model=self.model,
             lane=self.lane,
-            max_tokens=self.host.config.max_tokens,
+            max_tokens=config.max_tokens,
             call_id=self.call_id,
             depth=self.depth,
         )
-        completion = await self.host.complete(request)
+        completion = await self._parts.gate.complete(request)
         reply = completion.text
         self._last_reply = reply
         self.history.append({"role": "assistant", "content": reply})
         step = _Step(reply, find_code_blocks(reply), find_final(reply), forced)
-        self.host.events.emit(
+        self._parts.events.emit(
             StepCompleted(
                 **self._ids(),
                 iteration=self.iteration,
@@ -187,75 +247,66 @@ class Call:
                 reply_chars=len(reply),
             )
         )
-        if step.blocks or (step.final is not None and step.final.variable is not None):
-            return [self.command("execute", step)]
-        if step.final is not None:
-            return [self.command("finish", step.final.answer)]
-        if forced:
-            return [self.command("finish", None)]
-        self.history.append({"role": "user", "content": REMINDER})
-        return self._next_step()
+        return step
 
-    async def _on_execute(self, step: _Step, nursery: trio.Nursery) -> list[Command]:
+    async def _execute(self, step: _Step, nursery: trio.Nursery) -> _Executed:
+        """Run the step's code blocks in order, then its ``FINAL_VAR`` if it has one."""
         feedback: list[str] = []
-        final: str | None = None
-        blocks = list(step.blocks)
+        blocks = step.blocks
         for index, code in enumerate(blocks, start=1):
             losses = self._slot.losses
             result = await self._run_block(code, nursery)
             self._emit_executed(index, result)
             if result.output:
                 self.last_output = result.output
-            if result.final is not None:
-                self.candidate = result.final
             feedback.append(format_execution(code, result, index, len(blocks)))
             if result.final is not None:
-                final = result.final
-                break
+                self.candidate = result.final
+                return _Executed(result.final, feedback)
             if self._slot.losses > losses and index < len(blocks):
                 # Later blocks would run in a fresh sandbox without this one's variables.
                 feedback.append(skipped_blocks(len(blocks) - index))
                 break
-        if final is None and step.final is not None:
-            if step.final.variable is not None:
-                lookup = await self._run_block(f"FINAL_VAR({step.final.variable!r})", nursery)
-                self._emit_executed(len(blocks) + 1, lookup)
-                if lookup.final is not None:
-                    final = lookup.final
-                else:
-                    failure = f"FINAL_VAR({step.final.variable}) failed: {lookup.error}"
-                    if step.forced:
-                        return [self.command("fail", ("error", failure))]
-                    feedback.append(failure)
-            else:
-                final = step.final.answer
-        return [self.command("code_executed", (step, feedback, final))]
-
-    async def _on_code_executed(
-        self, payload: tuple[_Step, list[str], str | None], _: trio.Nursery
-    ) -> list[Command]:
-        step, feedback, final = payload
-        if final is not None:
-            return [self.command("finish", final)]
+        final = step.final
+        if final is None:
+            return _Executed(None, feedback)
+        if final.variable is None:
+            return _Executed(final.answer, feedback)
+        lookup = await self._run_block(f"FINAL_VAR({final.variable!r})", nursery)
+        self._emit_executed(len(blocks) + 1, lookup)
+        if lookup.final is not None:
+            return _Executed(lookup.final, feedback)
+        failure = f"FINAL_VAR({final.variable}) failed: {lookup.error}"
         if step.forced:
-            return [self.command("finish", None)]
-        self.history.append({"role": "user", "content": "\n\n".join(feedback)})
-        return self._next_step()
+            return _Executed(None, feedback, failure=failure)
+        return _Executed(None, [*feedback, failure])
 
-    async def _on_finish(self, answer: str | None, _: trio.Nursery) -> list[Command]:
-        if answer is not None:
-            self._conclude(self._outcome("answered", answer=answer))
-        else:
-            self._conclude(self._outcome("iterations"))
-        return []
+    async def _run_block(self, code: str, nursery: trio.Nursery) -> ExecResult:
+        async def on_bridge(frame: dict[str, Any]) -> BridgeAnswer:
+            return await self._parts.bridge.serve(self, frame)
 
-    async def _on_fail(self, payload: tuple[str, str], _: trio.Nursery) -> list[Command]:
-        status, error = payload
-        self._conclude(self._outcome(status, error=error))
-        return []
+        limit = self._parts.config.exec_timeout
+        return await self._slot.execute(code, nursery, on_bridge, limit)
+
+    # -- endings ---------------------------------------------------------------
+
+    def _finished(self, answer: str | None) -> CallOutcome:
+        if answer is None:
+            return self._outcome("iterations")
+        return self._outcome("answered", answer=answer)
+
+    def _outcome_of_error(self, exc: RLMError) -> CallOutcome | None:
+        """A child's failure as its outcome, or None when ``exc`` ends the run."""
+        if self.depth == 0:
+            return None
+        if isinstance(exc, BudgetExceeded):
+            return self._outcome("budget_exceeded", error=str(exc))
+        if exc.ends_run:
+            return None
+        return self._outcome("error", error=f"{type(exc).__name__}: {exc}")
 
     def _outcome(
-        self, status: str, *, answer: str | None = None, error: str | None = None
+        self, status: CallStatus, *, answer: str | None = None, error: str | None = None
     ) -> CallOutcome:
         return CallOutcome(
             status,
@@ -267,26 +318,36 @@ class Call:
             last_output=self.last_output,
         )
 
-    # -- helpers ---------------------------------------------------------------
+    def _conclude(self, outcome: CallOutcome) -> None:
+        self.outcome = outcome
+        events = self._parts.events
+        events.emit(
+            CallFinished(
+                **self._ids(),
+                status=outcome.status,
+                iterations=outcome.iterations,
+                answer=None if outcome.answer is None else outcome.answer[:2000],
+                error=outcome.error,
+                duration_s=round(events.now() - self._started_at, 6),
+            )
+        )
 
-    def _next_step(self) -> list[Command]:
-        if self.iteration >= self.host.config.max_iterations:
-            self.history.append({"role": "user", "content": FORCE_FINAL.format(n=self.iteration)})
-            return [self.command("generate", True)]
-        return [self.command("generate", False)]
+    async def _close(self) -> None:
+        """Kill the sandbox; if the call never concluded, conclude it as stopped.
 
-    def kill_sandbox(self) -> None:
-        """Kill this call's sandbox at once (synchronous; reaping happens in aclose)."""
-        self._slot.kill()
+        A root call stopped by a limit first looks for an ``answer`` variable in
+        its sandbox (if the sandbox is idle), so the run can report it.
+        """
+        if self.outcome is None and self.depth == 0 and not self.candidate:
+            self.candidate = await self._slot.peek("answer")
+        await self._slot.discard()
+        if self.outcome is None:
+            self._conclude(self._outcome("stopped", error="the run ended before this call did"))
 
-    async def _run_block(self, code: str, nursery: trio.Nursery) -> ExecResult:
-        async def on_bridge(frame: dict[str, Any]) -> dict[str, Any]:
-            return await self.host.serve_bridge(self, frame)
-
-        return await self._slot.execute(code, nursery, on_bridge, self.host.config.exec_timeout)
+    # -- events ----------------------------------------------------------------
 
     def _emit_executed(self, index: int, result: ExecResult) -> None:
-        self.host.events.emit(
+        self._parts.events.emit(
             CodeExecuted(
                 **self._ids(),
                 iteration=self.iteration,
@@ -300,31 +361,5 @@ class Call:
             )
         )
 
-    def _conclude(self, outcome: CallOutcome) -> None:
-        self.outcome = outcome
-        self.host.events.emit(
-            CallFinished(
-                **self._ids(),
-                status=outcome.status,
-                iterations=outcome.iterations,
-                answer=None if outcome.answer is None else outcome.answer[:2000],
-                error=outcome.error,
-                duration_s=round(self.host.events.now() - self._started_at, 6),
-            )
-        )
-        self.done.set()
-
     def _ids(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "parent_id": self.parent_id, "depth": self.depth}
-
-    async def aclose(self) -> None:
-        """Kill the sandbox; if the call never concluded, conclude it as stopped.
-
-        A root call stopped by a limit first looks for an ``answer`` variable in
-        its sandbox (if the sandbox is idle), so the run can report it.
-        """
-        if self.outcome is None and self.depth == 0 and not self.candidate:
-            self.candidate = await self._slot.peek("answer")
-        await self._slot.discard()
-        if self.outcome is None:
-            self._conclude(self._outcome("stopped", error="the run ended before this call did"))

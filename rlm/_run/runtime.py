@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
 from rlm._config import RunConfig
 from rlm._events import EventBus
 from rlm._run.bridge import Bridge
-from rlm._run.call import Call, CallOutcome
+from rlm._run.call import Call, CallOutcome, CallParts
 from rlm._run.context import Context
 from rlm._run.parsing import find_final
-from rlm._run.scheduler import Scheduler
-from rlm._sandbox.launcher import Sandbox, SandboxIdentity, SandboxLauncher
+from rlm._sandbox.interface import Launcher
+from rlm._sandbox.launcher import SandboxLauncher
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import CompletionCache, Gate
 from rlm._traffic.limiter import TieredLimiter
@@ -31,9 +30,9 @@ from rlm._traffic.prices import PriceTable
 from rlm._traffic.retry import RetryPolicy
 from rlm._traffic.usage import Usage
 from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, UsageError
-from rlm.providers.base import Completion, CompletionRequest, Lane, Provider
+from rlm.providers.base import CompletionRequest, Lane, Provider
 
-__all__ = ["RunOutcome", "Runtime"]
+__all__ = ["RunOutcome", "Runtime", "default_launcher"]
 
 # Short on purpose: the extract step must fit where a full step did not.
 _EXTRACT_SYSTEM = (
@@ -53,7 +52,13 @@ class RunOutcome:
 
 
 class Runtime:
-    """Runs one root call and everything it starts."""
+    """Runs one root call and everything it starts.
+
+    It makes the run's parts (budget ledger, gate, bridge) from ``config`` and
+    hands each call exactly those (:class:`CallParts`).  ``sandboxes`` is where
+    calls get their sandboxes: by default real sandbox processes
+    (:func:`default_launcher`); tests pass an in-process launcher.
+    """
 
     def __init__(
         self,
@@ -63,30 +68,32 @@ class Runtime:
         events: EventBus,
         prices: PriceTable | None = None,
         cache: CompletionCache | None = None,
+        sandboxes: Launcher | None = None,
     ) -> None:
         self.config = config
         self.events = events
-        self.limiter = TieredLimiter(config.max_concurrent, config.root_permits)
         self.budget = make_budget(config, prices)
         self.gate = Gate(
-            limiter=self.limiter,
+            limiter=TieredLimiter(config.max_concurrent, config.root_permits),
             providers=providers,
             events=events,
             pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
             retry=RetryPolicy(max_retries=config.max_retries),
             adaptive=config.adaptive,
-            deadline=lambda: self._deadline,
+            deadline=self._current_deadline,
             ledger=self.budget,
             cache=cache,
         )
-        self.bridge = Bridge(self)
-        self.sandboxes = SandboxLauncher(
+        self.sandboxes = sandboxes if sandboxes is not None else default_launcher(config, events)
+        bridge = Bridge(
+            config=config,
             events=events,
-            max_output_chars=config.max_output_chars,
-            require_isolation=config.require_isolation,
+            gate=self.gate,
+            budget=self.budget,
+            abort=self.abort,
+            deadline=self._current_deadline,
         )
-        self.calls: dict[str, Call] = {}
-        self._scheduler: Scheduler | None = None
+        self._parts = CallParts(config, events, self.gate, self.sandboxes, bridge, self.abort)
         self._run_scope: trio.CancelScope | None = None
         self._error: RLMError | None = None
         self._deadline = float("inf")
@@ -96,25 +103,19 @@ class Runtime:
         """What the run has spent so far, from its budget ledger."""
         return self.budget.usage()
 
-    @property
-    def scheduler(self) -> Scheduler:
-        if self._scheduler is None:
-            raise RuntimeError("the runtime is not running")
-        return self._scheduler
+    def _current_deadline(self) -> float:
+        return self._deadline
 
     async def run(self, query: str, context: Context) -> RunOutcome:
         """Run the root call to its end, or until an error or the timeout stops it."""
         timeout = self.config.timeout
         self._deadline = trio.current_time() + timeout if timeout else float("inf")
-        root: Call | None = None
+        root = Call.root(self._parts, query, context)
         with trio.CancelScope(deadline=self._deadline) as run_scope:
             self._run_scope = run_scope
-            async with self.sandboxes.serving(), trio.open_nursery() as nursery:
-                self._scheduler = Scheduler(nursery, self.abort)
-                root = self.start_call(query, context, parent=None)
-                await root.done.wait()
-                nursery.cancel_scope.cancel()
-        outcome = root.outcome if root else None
+            async with self.sandboxes.serving():
+                await root.run()
+        outcome = root.outcome
         answered = outcome is not None and outcome.status == "answered"
         if self._error is None and run_scope.cancelled_caught and not answered:
             self._error = RunTimeout(f"the run passed its {timeout:g} s --timeout")
@@ -164,8 +165,7 @@ class Runtime:
 
     def kill_sandboxes(self) -> None:
         """Kill every live sandbox's process group now, synchronously."""
-        for call in self.calls.values():
-            call.kill_sandbox()
+        self.sandboxes.kill_all()
 
     def interrupt(self) -> None:
         """Stop the run as if Ctrl-C was pressed: it ends with status ``interrupted``."""
@@ -178,60 +178,14 @@ class Runtime:
         if self._run_scope is not None:
             self._run_scope.cancel()
 
-    def start_call(self, query: str, context: Context, parent: Call | None) -> Call:
-        if parent is None:
-            call_id, depth, parent_id = "root", 0, None
-        else:
-            parent.children += 1
-            call_id = f"{parent.call_id}.{parent.children}"
-            depth, parent_id = parent.depth + 1, parent.call_id
-        call = Call(
-            self, call_id=call_id, parent_id=parent_id, depth=depth, query=query, context=context
-        )
-        self.calls[call_id] = call
-        self.scheduler.open(call_id, call)
-        self.scheduler.submit(call.command("start"))
-        return call
 
-    async def run_child(self, parent: Call, query: str, context: str) -> str:
-        """Run a child call to its end and return its answer (or an ``Error:`` string).
-
-        Raises BudgetExceeded when the child ran out of budget, so the parent's
-        code sees the exhaustion rather than a plain error string.
-        """
-        child = self.start_call(query, context, parent)
-        await child.done.wait()
-        outcome = child.outcome
-        assert outcome is not None
-        if outcome.answer is not None:
-            return outcome.answer
-        if outcome.status == "budget_exceeded":
-            raise BudgetExceeded(outcome.error or "the budget is exhausted")
-        if outcome.status == "iterations":
-            return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
-        return f"Error: child call {child.call_id} failed: {outcome.error}"
-
-    async def complete(self, request: CompletionRequest) -> Completion:
-        return await self.gate.complete(request)
-
-    async def open_sandbox(
-        self, nursery: trio.Nursery, *, context: Context, owner: SandboxIdentity
-    ) -> Sandbox:
-        return await self.sandboxes.open(nursery, context=context, owner=owner)
-
-    async def serve_bridge(self, call: Call, frame: dict[str, Any]) -> dict[str, Any]:
-        return await self.bridge.serve(call, frame)
-
-    def budget_view(self, call: Call) -> dict[str, Any]:
-        """What remains for ``call`` to plan with (returned by ``budget()`` in the sandbox)."""
-        remaining = self._deadline - trio.current_time()
-        return {
-            **self.budget.remaining(),
-            "time_remaining_s": None if remaining == float("inf") else round(remaining, 3),
-            "depth": call.depth,
-            "depth_remaining": self.config.max_depth - call.depth - 1,
-            "iterations_remaining": self.config.max_iterations - call.iteration,
-        }
+def default_launcher(config: RunConfig, events: EventBus) -> Launcher:
+    """Real sandbox processes, as ``config`` asks for them."""
+    return SandboxLauncher(
+        events=events,
+        max_output_chars=config.max_output_chars,
+        require_isolation=config.require_isolation,
+    )
 
 
 def load_prices(config: RunConfig) -> PriceTable:

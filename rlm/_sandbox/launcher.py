@@ -138,6 +138,11 @@ class SandboxLauncher:
             if context_fd is not None and self._nursery is None:
                 os.close(context_fd)  # not cached outside serving()
 
+    def kill_all(self) -> None:
+        """Kill every sandbox this launcher made, now (reaping happens when serving ends)."""
+        for box in self._created:
+            box.kill("interrupted")
+
     def _take_pooled(self) -> Sandbox | None:
         while self._pool:
             box = self._pool.popleft()

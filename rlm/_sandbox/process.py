@@ -19,28 +19,38 @@ from __future__ import annotations
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import trio
 
 from rlm._events import EventBus, SandboxExited, SandboxStarted
 from rlm._sandbox.isolation import HOST_LAYERS, active_layers
 from rlm.errors import ExecutionTimeout, SandboxCrashed
-from rlm_sandbox.protocol import FrameDecoder, FrameError, encode_frame
+from rlm_sandbox.protocol import (
+    CHILD_FRAME_MAX_BYTES,
+    HOST_FRAME_MAX_BYTES,
+    BridgeAnswer,
+    ExecFrame,
+    FrameDecoder,
+    FrameError,
+    InitFrame,
+    ReplyFrame,
+    ResultFrame,
+    encode_frame,
+)
 
 __all__ = [
     "BridgeHandler", "ChildProcess", "ExecResult", "HostEnds", "Sandbox", "SandboxIdentity",
 ]
 
-#: Cap on one child→host frame, and on everything one execution may send.
-MAX_CHILD_FRAME_BYTES = 16 * 1024 * 1024
+#: Cap on everything one execution may send (frame caps are the protocol's).
 MAX_EXEC_BYTES = 64 * 1024 * 1024
-#: Host→child frames carry the whole context in ``init`` when it is small.
-MAX_HOST_FRAME_BYTES = 1024 * 1024 * 1024
 _STDERR_TAIL = 4096
 _START_TIMEOUT = 30.0
 
-BridgeHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Answers one ``bridge`` frame.  The frame is as the child sent it: untrusted, checked by
+#: the handler.
+BridgeHandler = Callable[[dict[str, Any]], Awaitable[BridgeAnswer]]
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ class Sandbox:
         self._context_channel = ends.context
         self._events = events
         self._owner: SandboxIdentity | None = None
-        self._decoder = FrameDecoder(MAX_CHILD_FRAME_BYTES)
+        self._decoder = FrameDecoder(CHILD_FRAME_MAX_BYTES)
         self._pending: list[dict[str, Any]] = []
         self._stderr_tail = b""
         self._exec_ids = 0
@@ -150,7 +160,7 @@ class Sandbox:
         wait for ``ready``.  On failure or cancellation the sandbox is closed."""
         self._owner = owner
         self._max_output_chars = max_output_chars
-        init: dict[str, Any] = {"t": "init", "max_output_chars": max_output_chars}
+        init: InitFrame = {"t": "init", "max_output_chars": max_output_chars}
         try:
             with trio.fail_after(_START_TIMEOUT):
                 if context_fd is None:
@@ -161,7 +171,7 @@ class Sandbox:
                         socket.send_fds(self._context_channel, [b"c"], [context_fd])
                     except OSError as exc:
                         raise self._crashed("cannot pass the context to the sandbox") from exc
-                await self._send_frame(init, MAX_HOST_FRAME_BYTES)
+                await self._send_frame(init)
                 ready = await self._next_frame()
         except BaseException as exc:
             self.kill("start-failed")
@@ -201,7 +211,7 @@ class Sandbox:
         started = trio.current_time()
         deadline = started + limit
         read_limit = self._bytes_read + MAX_EXEC_BYTES
-        await self._send_frame({"t": "exec", "id": exec_id, "code": code}, MAX_CHILD_FRAME_BYTES)
+        await self._send_frame(ExecFrame(t="exec", id=exec_id, code=code))
         while True:
             frame: dict[str, Any] | None = None
             with trio.move_on_at(deadline):
@@ -220,11 +230,13 @@ class Sandbox:
                 return self._result(frame, round(trio.current_time() - started, 6))
             if kind == "bridge":
                 paused = trio.current_time()
-                reply = await on_bridge(frame)
+                request_id = frame.get("id")
+                if type(request_id) is not int:
+                    self.kill("protocol-error")
+                    raise SandboxCrashed("the sandbox sent a bridge frame without an int id")
+                answer = await on_bridge(frame)
                 deadline += trio.current_time() - paused
-                await self._send_frame(
-                    {"t": "reply", "id": frame.get("id"), **reply}, MAX_HOST_FRAME_BYTES
-                )
+                await self._send_frame(ReplyFrame(t="reply", id=request_id, **answer))
                 continue
             self.kill("protocol-error")
             raise SandboxCrashed(f"the sandbox sent an unexpected {kind!r} frame")
@@ -239,14 +251,15 @@ class Sandbox:
         if not _valid_result(frame):
             self.kill("protocol-error")
             raise SandboxCrashed("the sandbox sent a malformed 'result' frame")
+        result = cast(ResultFrame, frame)  # checked just above
         cap = self._max_output_chars
-        error = frame.get("error")
+        error = result["error"]
         return ExecResult(
-            ok=frame["ok"],
-            output=frame["output"][:cap],
-            output_chars=max(frame["output_chars"], len(frame["output"])),
+            ok=result["ok"],
+            output=result["output"][:cap],
+            output_chars=max(result["output_chars"], len(result["output"])),
             error=None if error is None else error[-cap:],
-            final=frame.get("final"),
+            final=result["final"],
             duration_s=duration_s,
         )
 
@@ -290,9 +303,9 @@ class Sandbox:
     def alive(self) -> bool:
         return not (self._closed or self._killed) and self._process.returncode is None
 
-    async def _send_frame(self, message: dict[str, Any], cap: int) -> None:
+    async def _send_frame(self, message: InitFrame | ExecFrame | ReplyFrame) -> None:
         try:
-            data = encode_frame(message, cap)
+            data = encode_frame(message, HOST_FRAME_MAX_BYTES)
         except FrameError as exc:
             raise SandboxCrashed(f"cannot send to the sandbox: {exc}") from exc
         try:
@@ -358,7 +371,3 @@ def _valid_result(frame: dict[str, Any]) -> bool:
         and isinstance(frame.get("ok"), bool)
         and all(value is None or isinstance(value, str) for value in optional)
     )
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)

@@ -9,30 +9,29 @@ After too many losses in one call the call fails instead of looping.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
 from rlm._run.context import Context
-from rlm._sandbox.launcher import BridgeHandler, ExecResult, Sandbox, SandboxIdentity
+from rlm._sandbox.interface import Launcher, ReplSandbox
+from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
 from rlm.errors import ExecutionTimeout, SandboxCrashed, SandboxError
+from rlm_sandbox.protocol import BridgeAnswer
 
-__all__ = ["OpenSandbox", "SandboxSlot"]
+__all__ = ["SandboxSlot"]
 
 MAX_SANDBOX_FAILURES = 3
-
-OpenSandbox = Callable[[trio.Nursery, Context, SandboxIdentity], Awaitable[Sandbox]]
 
 
 class SandboxSlot:
     """Holds at most one live sandbox for its call."""
 
-    def __init__(self, open_sandbox: OpenSandbox, context: Context, owner: SandboxIdentity):
-        self._open = open_sandbox
+    def __init__(self, launcher: Launcher, context: Context, owner: SandboxIdentity):
+        self._launcher = launcher
         self._context = context
         self._owner = owner
-        self._sandbox: Sandbox | None = None
+        self._sandbox: ReplSandbox | None = None
         self._ready: trio.Event | None = None
         self._error: SandboxError | None = None
         self._failures = 0
@@ -51,7 +50,9 @@ class SandboxSlot:
 
         async def spawn() -> None:
             try:
-                self._sandbox = await self._open(nursery, self._context, self._owner)
+                self._sandbox = await self._launcher.open(
+                    nursery, context=self._context, owner=self._owner
+                )
             except SandboxError as exc:
                 self._error = exc
             finally:
@@ -107,7 +108,7 @@ class SandboxSlot:
         if sandbox is None or not sandbox.alive or self.executing:
             return None
 
-        async def no_bridge(frame: dict[str, Any]) -> dict[str, Any]:
+        async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:
             return {"ok": False, "value": None, "error": "the run has ended", "kind": "budget"}
 
         with trio.CancelScope(shield=True), trio.move_on_after(1.0):

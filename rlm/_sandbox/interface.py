@@ -1,0 +1,58 @@
+"""What a call needs of sandboxes, as protocols: so a launcher can be injected.
+
+:class:`rlm._sandbox.launcher.SandboxLauncher` (real processes, a zygote, a
+warm pool) is the one the runtime makes by default; tests pass an in-process
+launcher through the same constructor argument (the way httpx takes a
+``transport=``) instead of patching anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+import trio
+
+from rlm._events import EventBus
+from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
+
+__all__ = ["Launcher", "LauncherFactory", "ReplSandbox"]
+
+
+class ReplSandbox(Protocol):
+    """One call's REPL: runs code blocks, serving their bridge calls meanwhile."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
+        """Run ``code``; raise ExecutionTimeout or SandboxCrashed when the sandbox is lost."""
+        ...
+
+    def kill(self, reason: str = "killed") -> None:
+        """Kill it at once (synchronous; safe to repeat)."""
+
+    async def aclose(self) -> None:
+        """Kill (if alive) and reap it; runs shielded, on every exit path."""
+
+
+class Launcher(Protocol):
+    """Where a run's calls get their sandboxes."""
+
+    def serving(self) -> AbstractAsyncContextManager[object]:
+        """Be ready for the body's duration; on exit every sandbox it made is gone."""
+        ...
+
+    async def open(
+        self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
+    ) -> ReplSandbox:
+        """A ready sandbox holding ``context``; the caller closes it."""
+        ...
+
+    def kill_all(self) -> None:
+        """Kill every sandbox it made, now (synchronous: for a second Ctrl-C)."""
+
+
+#: Makes one run's launcher; the run's event bus receives its sandbox events.
+LauncherFactory = Callable[[EventBus], Launcher]

@@ -1,0 +1,85 @@
+"""In-process sandboxes for virtual-time tests: a launcher to inject, no processes.
+
+Pass ``LineLauncher()`` where the runtime takes ``sandboxes=`` (or
+``RLM(sandboxes=lambda events: LineLauncher())``).  Its "code" is a line
+language, one instruction a line:
+
+- ``batch N``: ``llm_query_batched`` with N prompts (``item 0`` … ``item N-1``);
+- ``query``: one ``llm_query``;
+- ``sleep S``: S seconds on trio's clock (a slow execution);
+- ``final TEXT``: ``FINAL(TEXT)``.
+
+Output is one line per bridge call: the reply's value, or ``refused: …``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
+
+__all__ = ["LineLauncher", "LineSandbox"]
+
+
+class LineSandbox:
+    """One call's in-process sandbox (see the module docstring)."""
+
+    def __init__(self, owner: SandboxIdentity) -> None:
+        self.owner = owner
+        self.alive = True
+        self.executed: list[str] = []
+
+    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
+        started = trio.current_time()
+        self.executed.append(code)
+        output: list[str] = []
+        final: str | None = None
+        for line in code.strip().splitlines():
+            op, _, arg = line.strip().partition(" ")
+            if op in ("batch", "query"):
+                n = int(arg or 1)
+                fn = "llm_query_batched" if op == "batch" else "llm_query"
+                frame = {"t": "bridge", "id": 1, "fn": fn,
+                         "prompts": [f"item {i}" for i in range(n)], "contexts": None}
+                reply = await on_bridge(frame)
+                output.append(repr(reply["value"]) if reply["ok"] else f"refused: {reply['error']}")
+            elif op == "sleep":
+                await trio.sleep(float(arg))
+            elif op == "final":
+                final = arg
+        text = "\n".join(output)
+        return ExecResult(True, text, len(text), None, final, trio.current_time() - started)
+
+    def kill(self, reason: str = "killed") -> None:
+        self.alive = False
+
+    async def aclose(self) -> None:
+        self.alive = False
+
+
+class LineLauncher:
+    """Opens :class:`LineSandbox` es; ``opened`` keeps every one, in order."""
+
+    def __init__(self) -> None:
+        self.opened: list[LineSandbox] = []
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[LineLauncher]:
+        try:
+            yield self
+        finally:
+            self.kill_all()
+
+    async def open(
+        self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
+    ) -> LineSandbox:
+        await trio.lowlevel.checkpoint()
+        self.opened.append(LineSandbox(owner))
+        return self.opened[-1]
+
+    def kill_all(self) -> None:
+        for box in self.opened:
+            box.kill()
