@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Mapping
+import functools
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -20,12 +21,13 @@ from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.journal import ResponseCache, open_store, parse_cache_mode
-from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
-from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import FixtureProvider
-from rlm.providers.openai import OpenAIProvider, make_http_client
+from rlm.providers.open import open_providers
 from rlm.streaming.run import stream_run
+from rlm.volley.api import VolleyStream, make_volley, stream_volley
+from rlm.volley.engine import Volley
+from rlm.volley.records import VolleyResult
+from rlm.volley.tasks import TaskInput
 
 __all__ = ["RLM"]
 
@@ -37,7 +39,7 @@ class RLM:
     run`` flag with dashes as underscores: ``model``, ``base_url``,
     ``sub_model``, ``sub_base_url``, ``provider`` ("openai" or "fixture"),
     ``api_key``, ``max_depth``, ``max_iterations``, ``max_concurrent``,
-    ``root_permits``, ``rpm``, ``tpm``, ``burst``, ``max_retries``,
+    ``root_permits``, ``rpm``, ``tpm``, ``burst``, ``max_retries``, ``retry_delay``,
     ``adaptive``, ``max_llm_calls``, ``max_input_tokens``, ``max_output_tokens``,
     ``max_total_tokens``, ``max_cost``, ``prices_path``, ``timeout``,
     ``exec_timeout``, ``max_output_chars``, ``max_tokens``,
@@ -78,6 +80,7 @@ class RLM:
         self._providers = dict(providers) if providers is not None else None
         self._sinks = list(sinks or [])
         self._runtime: Runtime | None = None
+        self._volley: Volley | None = None
 
     def completion(self, query: str, context: Context = "") -> RunResult:
         """Run to the end in a fresh trio event loop and return the result.
@@ -166,6 +169,57 @@ class RLM:
         """
         if self._runtime is not None:
             self._runtime.interrupt()
+        if self._volley is not None:
+            self._volley.interrupt()
+
+    def volley(
+        self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
+    ) -> VolleyResult:
+        """Run independent ``tasks`` (prompts, or mappings with ``prompt``, ``timeout``,
+        ``model``, ``max_tokens``) over an optional shared ``context``, through one gate.
+
+        ``options``: ``timeout`` (per task, s), ``cache_warm`` (default True),
+        ``on_result`` (called with each TaskResult as it is accepted).  Returns
+        the VolleyResult, tasks in task order; it never raises for failed tasks.
+        """
+        return trio.run(functools.partial(self.avolley, tasks, context, **options))
+
+    async def avolley(
+        self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
+    ) -> VolleyResult:
+        """Like :meth:`volley`, inside a running trio loop."""
+        run = self._make_volley(tasks, context, **options)
+        self._volley = run
+        try:
+            return await run.run()
+        finally:
+            self._volley = None
+
+    @asynccontextmanager
+    async def iter_volley(
+        self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
+    ) -> AsyncIterator[VolleyStream]:
+        """Task results in completion order, as they are accepted::
+
+            async with model.iter_volley(prompts, context) as results:
+                async for task_result in results:
+                    ...
+            results.result  # the VolleyResult
+
+        Leaving the block early interrupts the volley.
+        """
+        async with stream_volley(
+            lambda on_result: self._make_volley(tasks, context, on_result=on_result, **options)
+        ) as stream:
+            yield stream
+
+    def _make_volley(
+        self, tasks: Iterable[TaskInput], context: Context | None, **options: Any
+    ) -> Volley:
+        return make_volley(
+            tasks, context, config=self.config, providers=self._providers, prices=self._prices,
+            sinks=self._sinks, trace_path=self.trace_path, **options,
+        )
 
     def kill_sandboxes(self) -> None:
         """Kill every sandbox of the run in progress at once (for a second Ctrl-C)."""
@@ -226,26 +280,8 @@ class RLM:
         if self._providers is not None:
             yield self._providers
             return
-        config = self.config
-        if config.provider == "fixture":
-            fixture = FixtureProvider(
-                root_latency=config.fixture_root_latency, sub_latency=config.fixture_sub_latency
-            )
-            yield {"root": fixture, "sub": fixture}
-            return
-        kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
-        base_url = config.base_url or ANTHROPIC_URL
-        urls = [base_url, config.sub_base_url or base_url]
-        async with make_http_client(
-            max_connections=config.max_concurrent,
-            request_timeout=config.request_timeout,
-            tls=any(url.startswith("https://") for url in urls),
-        ) as client:
-            idle = config.stream_idle_timeout
-            yield {
-                "root": kind(client, urls[0], config.api_key, stream_idle_timeout=idle),
-                "sub": kind(client, urls[1], config.api_key, stream_idle_timeout=idle),
-            }
+        async with open_providers(self.config) as providers:
+            yield providers
 
 
 def _emit_finished(

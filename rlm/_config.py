@@ -47,6 +47,7 @@ class RunConfig:
     tpm: float | None = None
     burst: int = 1
     max_retries: int = 3
+    retry_delay: float = 1.0  # base of the exponential back-off (s); Retry-After wins
     adaptive: bool = True
     fixture_root_latency: float = 0.0
     fixture_sub_latency: float = 0.0
@@ -93,6 +94,8 @@ class RunConfig:
             raise UsageError(f"--max-cost must be a positive amount of USD, got {self.max_cost:g}")
         if self.max_retries < 0:
             raise UsageError(f"--max-retries must be 0 or more, got {self.max_retries}")
+        if not self.retry_delay > 0:
+            raise UsageError(f"--retry-delay must be a positive duration, got {self.retry_delay:g}")
         if self.max_tokens is not None:
             _positive("--max-tokens", self.max_tokens)
         if self.cache_mode not in ("read-write", "read-only", "refresh"):

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import rlm._events as events_module
+import rlm.volley.events as volley_events
 from rlm._events import Event
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "events.md").read_text(encoding="utf-8")
@@ -15,7 +16,8 @@ DOC = (Path(__file__).resolve().parent.parent / "docs" / "events.md").read_text(
 def event_classes() -> list[type[Event]]:
     return [
         cls
-        for cls in vars(events_module).values()
+        for module in (events_module, volley_events)
+        for cls in vars(module).values()
         if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event
     ]
 

@@ -8,8 +8,9 @@ from rlm.cli.doctor_cmd import doctor
 from rlm.cli.fixture_cmds import fixture_group, fixture_server
 from rlm.cli.run_cmd import run
 from rlm.cli.view_cmd import view
+from rlm.cli.volley_cmd import volley
 
 __all__ = ["main"]
 
-for _command in (run, fixture_server, fixture_group, doctor, bench, view):
+for _command in (run, fixture_server, fixture_group, doctor, bench, view, volley):
     main.add_command(_command)

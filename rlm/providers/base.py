@@ -34,7 +34,10 @@ class CompletionRequest:
     everything else; the gate schedules by it.  ``max_tokens`` is optional; the
     provider's default applies when it is ``None``.  ``call_id``, ``depth``,
     ``parent_id`` and (in a volley) ``task``/``task_title`` only label the
-    events the request causes.
+    events the request causes.  ``cache_prefix`` is the number of leading
+    messages that are byte-identical across many requests (a volley's system
+    prompt and shared context): providers with explicit prompt caching mark
+    the end of that prefix as a cache breakpoint.
     """
 
     messages: list[Message]
@@ -50,6 +53,7 @@ class CompletionRequest:
     parent_id: str | None = None
     task: int | None = None
     task_title: str | None = None
+    cache_prefix: int = 0
 
 
 @dataclass(frozen=True)

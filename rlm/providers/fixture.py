@@ -9,6 +9,11 @@ offline.  Two roles, told apart by the conversation alone:
   conversation.  Step 1 writes real REPL code that chunks ``context`` and asks
   a sub-model about every chunk (batched or sequential, from the model name);
   later steps end the call with a ``FINAL(...)`` line.
+- **volley task** (the system message is the volley prompt): a question
+  ``What is the <key>?`` is answered from the shared context like a
+  sub-query; any other task gets a deterministic acknowledgement naming it.
+  A :class:`PrefixCache` reports the shared prefix as cached input once a
+  request with the same prefix has completed, as providers' prompt caches do.
 - **sub** (anything else): finds ``the <key> is <value>`` in the text it is
   given, where the key comes from a first line ``What is the <key>?``.
 
@@ -19,9 +24,11 @@ Model names: ``fixture`` / ``fixture-batched`` (batched fan-out),
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,19 +42,23 @@ __all__ = [
     "NOT_FOUND",
     "FixtureModel",
     "FixtureProvider",
+    "PrefixCache",
     "estimate_tokens",
     "fixture_reply",
     "is_root_request",
+    "is_volley_request",
     "parse_fixture_model",
     "root_reply",
     "step_one_code",
     "stream_pieces",
     "sub_reply",
+    "volley_reply",
 ]
 
 NOT_FOUND = "NOT FOUND"
 MAX_ROOT_STEPS = 3  # after this many assistant replies the root always answers
 _ROOT_MARKER = "llm_query_batched"
+_VOLLEY_MARKER = "one task of a volley"  # in rlm/prompts/volley.md
 _QUESTION_RE = re.compile(r"^\s*what\s+(?:is|was|are)\s+(?:the\s+)?(.+?)[\s?.!]*$", re.IGNORECASE)
 _ERROR_RE = re.compile(
     r"Traceback \(most recent call last\)|^\s*\w*(?:Error|Exception)\b", re.MULTILINE
@@ -94,6 +105,68 @@ def estimate_tokens(text: str) -> int:
 def is_root_request(messages: Sequence[Message]) -> bool:
     """A root step carries the RLM system prompt; a sub-query does not."""
     return any(m["role"] == "system" and _ROOT_MARKER in m["content"] for m in messages)
+
+
+def is_volley_request(messages: Sequence[Message]) -> bool:
+    """A volley task carries the volley system prompt."""
+    return any(m["role"] == "system" and _VOLLEY_MARKER in m["content"] for m in messages)
+
+
+def volley_reply(messages: Sequence[Message]) -> str:
+    """A volley task's answer: ``What is the <key>?`` from the shared context, else an ack."""
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    task = users[-1] if users else ""
+    shared = "\n".join(users[:-1])
+    first_line = task.strip().partition("\n")[0]
+    if _QUESTION_RE.match(first_line):
+        return sub_reply(f"{first_line}\n{shared or task}")
+    return (
+        f"Done: {first_line[:200]} ({len(task.split())} words of task, "
+        f"{len(shared):,} chars of shared context)"
+    )
+
+
+class PrefixCache:
+    """A provider's automatic prompt cache, simulated for volley requests.
+
+    A request's prefix (every message but the last) counts as cached input when
+    a request with the same prefix has *completed* before it arrived, and the
+    prefix is at least ``min_tokens`` long.  So a volley that warms the cache
+    with one task first reads it on every later task, and one that fans out at
+    once misses on its whole first wave — as with real providers.
+    """
+
+    def __init__(self, *, min_tokens: int = 1024, capacity: int = 256) -> None:
+        self.min_tokens = min_tokens
+        self._capacity = capacity
+        self._written: OrderedDict[bytes, None] = OrderedDict()
+
+    def _key(self, messages: Sequence[Message]) -> tuple[bytes, int] | None:
+        """The prefix's digest and tokens, or None when it cannot be cached."""
+        if len(messages) < 2 or not is_volley_request(messages):
+            return None
+        prefix = list(messages[:-1])
+        tokens = math.ceil(sum(len(m["content"]) for m in prefix) / 4)
+        if tokens < self.min_tokens:
+            return None
+        return hashlib.blake2b(json.dumps(prefix).encode(), digest_size=16).digest(), tokens
+
+    def lookup(self, messages: Sequence[Message]) -> int:
+        """Cached input tokens for a request arriving now (0 on a miss)."""
+        found = self._key(messages)
+        if found is None or found[0] not in self._written:
+            return 0
+        self._written.move_to_end(found[0])
+        return found[1]
+
+    def write(self, messages: Sequence[Message]) -> None:
+        """Remember a completed request's prefix."""
+        found = self._key(messages)
+        if found is not None:
+            self._written[found[0]] = None
+            self._written.move_to_end(found[0])
+            while len(self._written) > self._capacity:
+                self._written.popitem(last=False)
 
 
 def sub_reply(prompt: str) -> str:
@@ -244,6 +317,8 @@ def fixture_reply(
     if schema is not None:  # the question is the first user message, before any repair
         first = next((m["content"] for m in messages if m["role"] == "user"), "")
         return structured_reply(first, schema, repairing=_is_repair(messages))
+    if is_volley_request(messages):
+        return volley_reply(messages)
     prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     return sub_reply(prompt)
 
@@ -294,13 +369,15 @@ def stream_pieces(text: str, chunk_chars: int) -> list[str]:
 class FixtureProvider:
     """The fixture model in-process, with a latency slept on trio's clock.
 
-    Root steps sleep ``root_latency`` and sub-queries ``sub_latency`` seconds
-    (told apart by the messages, not by ``request.lane``), so under a mock
-    clock a run takes exactly the virtual time its critical path implies.
-    Cancellation during the sleep abandons the request, as with a real socket.
-    Streamed, the reply comes in pieces of ``chunk_chars`` characters with
-    ``chunk_delay`` seconds before each; the first ``cut_streams`` streams
-    fail half-way, as a dropped connection would.
+    Root steps sleep ``root_latency`` and sub-queries and volley tasks
+    ``sub_latency`` seconds (told apart by the messages, not by
+    ``request.lane``), so under a mock clock a run takes exactly the virtual
+    time its critical path implies.  Cancellation during the sleep abandons
+    the request, as with a real socket.  Volley tasks report cached input
+    tokens from a :class:`PrefixCache`.  Streamed, the reply comes in pieces
+    of ``chunk_chars`` characters with ``chunk_delay`` seconds before each;
+    the first ``cut_streams`` streams fail half-way, as a dropped connection
+    would.
     """
 
     name = "fixture"
@@ -325,11 +402,14 @@ class FixtureProvider:
         self.chunk_chars = chunk_chars
         self.chunk_delay = chunk_delay
         self.cuts_left = cut_streams
+        self.cache = PrefixCache()
 
     async def complete(self, request: CompletionRequest) -> Completion:
         root = is_root_request(request.messages)
+        cached = self.cache.lookup(request.messages)
         await trio.sleep(self.root_latency if root else self.sub_latency)
-        return self._reply(request)
+        self.cache.write(request.messages)
+        return self._reply(request, cached)
 
     async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
         completion = await self.complete(request)
@@ -343,7 +423,7 @@ class FixtureProvider:
             await on_text(piece)
         return completion
 
-    def _reply(self, request: CompletionRequest) -> Completion:
+    def _reply(self, request: CompletionRequest, cached: int = 0) -> Completion:
         try:
             text = fixture_reply(
                 request.messages, request.model, self.chunks, request.response_schema
@@ -357,7 +437,7 @@ class FixtureProvider:
             input_tokens=math.ceil(prompt_chars / 4),
             output_tokens=estimate_tokens(text),
             finish_reason="stop",
-            metadata={"fixture": True},
+            metadata={"fixture": True, **({"cached_tokens": cached} if cached else {})},
         )
 
     async def aclose(self) -> None:

@@ -3,8 +3,11 @@
 For loopback tests, demos and benchmarks: ``POST /v1/chat/completions`` answers
 with :func:`rlm.providers.fixture.fixture_reply` after a latency slept inside
 the handler (so concurrent requests overlap), optionally behind a bearer key,
-a concurrency cap and seeded fault injection.  ``GET /v1/models`` lists the
-fixture names; ``GET /stats`` reports what the server saw (and is not counted).
+a hidden concurrency cap, a requests-per-minute limit and seeded fault
+injection.  Volley tasks report cached prompt tokens
+(``usage.prompt_tokens_details.cached_tokens``) from a simulated prefix cache.
+``GET /v1/models`` lists the fixture names; ``GET /stats`` reports what the
+server saw (and is not counted).
 
 HTTP/1.1 keep-alive is served with h11, one task per connection inside
 ``trio.serve_listeners``; a client that disconnects or speaks garbage only
@@ -60,6 +63,13 @@ class FixtureServerOptions:
     (``model_chunk_delay`` sets it per model name, so one test can run fast and
     slow streams side by side).  The first ``cut_streams`` streamed replies stop
     half-way and the connection is closed, as if it had dropped.
+
+    ``max_concurrent`` (a hidden cap: requests over it get an immediate 429)
+    and ``rpm`` are enforced before any fault is drawn.  ``rpm`` is a GCRA
+    limit, like providers' token buckets: ``rpm_burst`` requests may arrive back
+    to back, after that one per ``60/rpm`` seconds; an arrival up to 10% of that
+    interval early is let through (network jitter of an evenly paced client).
+    Every 429 says ``retry-after: <retry_after>`` seconds.
     """
 
     root_latency: float = 0.0
@@ -77,6 +87,9 @@ class FixtureServerOptions:
     chunk_delay: float = 0.0
     model_chunk_delay: dict[str, float] = field(default_factory=dict)
     cut_streams: int = 0
+    rpm: float | None = None
+    rpm_burst: int = 1
+    retry_after: float = 1.0
 
     def __post_init__(self) -> None:
         rates = (self.rate_429, self.fail_500, self.fail_529, self.drop)
@@ -89,6 +102,8 @@ class FixtureServerOptions:
             raise ValueError("chunk_chars must be at least 1 and cut_streams at least 0")
         if self.chunks < 1 or (self.max_concurrent is not None and self.max_concurrent < 1):
             raise ValueError("chunks and max_concurrent must be at least 1")
+        if (self.rpm is not None and self.rpm <= 0) or self.rpm_burst < 1 or self.retry_after < 0:
+            raise ValueError("rpm must be positive, rpm_burst at least 1, retry_after >= 0")
 
 
 @dataclass
@@ -136,8 +151,8 @@ def _error(status: int, message: str, kind: str, code: str | None = None, **extr
     return _json_reply(status, body, **extra)
 
 
-def _rate_limited(message: str) -> _Reply:
-    headers = [(b"retry-after", b"1")]
+def _rate_limited(message: str, retry_after: float) -> _Reply:
+    headers = [(b"retry-after", f"{retry_after:g}".encode())]
     return _error(429, message, "rate_limit_exceeded", "rate_limit_exceeded", headers=headers)
 
 
@@ -205,6 +220,8 @@ class FixtureServer:
         self.options = options or FixtureServerOptions()
         self.stats = FixtureServerStats()
         self._random = random.Random(self.options.seed)
+        self._cache = scripted.PrefixCache()
+        self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -357,13 +374,29 @@ class FixtureServer:
             return _error(400, str(exc), "invalid_request_error")
         cap = self.options.max_concurrent
         if cap is not None and self.stats.in_flight >= cap:
-            return _rate_limited(f"more than {cap} requests in flight")
+            return _rate_limited(f"more than {cap} requests in flight", self.options.retry_after)
+        if not self._within_rpm():
+            return _rate_limited(f"more than {self.options.rpm:g} requests per minute",
+                                 self.options.retry_after)
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
         try:
             return await self._complete(chat)
         finally:
             self.stats.in_flight -= 1
+
+    def _within_rpm(self) -> bool:
+        """GCRA: admit the request and charge it, or refuse it (see the options)."""
+        rpm = self.options.rpm
+        if rpm is None:
+            return True
+        interval = 60.0 / rpm
+        now = trio.current_time()
+        tolerance = (self.options.rpm_burst - 1) * interval + 0.1 * interval
+        if now < self._rpm_tat - tolerance:
+            return False
+        self._rpm_tat = max(self._rpm_tat, now) + interval
+        return True
 
     def _authorized(self, head: h11.Request) -> bool:
         if self.options.api_key is None:
@@ -379,8 +412,9 @@ class FixtureServer:
         messages, model = chat.messages, chat.model
         draw = self._random.random()
         if draw < opts.rate_429:
-            return _rate_limited("Rate limit reached (fixture fault injection).")
+            return _rate_limited("Rate limit reached (fixture fault injection).", opts.retry_after)
         root = scripted.is_root_request(messages)
+        cached = self._cache.lookup(messages)
         await trio.sleep(opts.root_latency if root else opts.sub_latency)
         draw -= opts.rate_429
         if draw < opts.fail_500:
@@ -394,6 +428,7 @@ class FixtureServer:
             return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
         # The model name was checked when the request was parsed.
         text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
+        self._cache.write(messages)
         if root:
             self.stats.root_requests += 1
         else:
@@ -424,5 +459,6 @@ class FixtureServer:
             "system_fingerprint": "rlm-fixture",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": "stop"}],
-            "usage": usage,
+            "usage": {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
+            if cached else usage,
         })

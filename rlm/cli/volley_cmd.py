@@ -1,0 +1,236 @@
+"""``rlm volley``: many independent tasks through one gate, as fast as the provider allows."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+import click
+import trio
+from rich.console import Console
+
+from rlm._config import RunConfig
+from rlm._durations import parse_duration
+from rlm._run.runtime import load_prices
+from rlm.cli._context_input import read_context, read_text
+from rlm.errors import RLMError, UsageError
+from rlm.volley.engine import Volley, VolleyOptions
+from rlm.volley.estimate import estimate
+from rlm.volley.layout import RequestLayout
+from rlm.volley.output import OrderedWriter
+from rlm.volley.progress import ProgressLines, live_status
+from rlm.volley.records import VolleyResult, VolleyTask
+from rlm.volley.tasks import TaskFile, number_tasks, parse_lines, parse_task_file
+
+__all__ = ["volley"]
+
+DEFAULT_CONCURRENCY = 16
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value, "the value")
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.argument("tasks", nargs=-1)
+@click.option("-f", "--file", "task_file", metavar="FILE",
+              help="Tasks: one per line, a JSON object {context, max_concurrent, tasks}, or JSONL.")
+@click.option("--stdin", "from_stdin", is_flag=True, help="Read tasks from stdin, one per line.")
+@click.option("--context", "contexts", multiple=True, metavar="TEXT",
+              help="Shared context sent before every task (repeatable).")
+@click.option("--context-file", "context_files", multiple=True, metavar="PATH",
+              help="Shared context from a file (repeatable; - reads stdin).")
+@click.option("--encoding", default="utf-8", show_default=True, help="Encoding of context files.")
+@click.option("--provider", type=click.Choice(["openai", "anthropic", "fixture"]),
+              default="openai", show_default=True,
+              help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API; "
+              "fixture: the built-in scripted model, no key needed.")
+@click.option("--base-url", envvar="RLM_BASE_URL", help="Endpoint [env: RLM_BASE_URL].")
+@click.option("--model", envvar="RLM_MODEL", help="Model for every task [env: RLM_MODEL].")
+@click.option("--max-tokens", type=int, help="Output tokens per task (sent to the provider).")
+@click.option("--max-concurrent", type=int, default=None,
+              help=f"Requests in flight at once [default: {DEFAULT_CONCURRENCY}, or the file's].")
+@click.option("--rpm", type=float, help="Requests per minute the provider allows (paced evenly).")
+@click.option("--tpm", type=float, help="Tokens per minute the provider allows.")
+@click.option("--burst", type=int, default=1, show_default=True,
+              help="Requests that may go back to back before --rpm spacing applies.")
+@click.option("--max-retries", type=int, default=3, show_default=True,
+              help="Retries per request (429, 5xx, network); Retry-After is honoured.")
+@click.option("--retry-delay", default="1s", show_default=True, callback=_duration,
+              help="Base of the exponential back-off (with jitter).")
+@click.option("--adapt/--no-adapt", "adaptive", default=True, show_default=True,
+              help="Halve concurrency when the provider pushes back; grow it back after.")
+@click.option("--timeout", default=None, callback=_duration, metavar="DURATION",
+              help="Per-task limit, e.g. 90s or 5m (a task's own \"timeout\" wins).")
+@click.option("--max-llm-calls", type=int, help="Requests sent, retries included: a hard wall.")
+@click.option("--max-total-tokens", type=int, help="Input + output tokens: a hard wall.")
+@click.option("--max-cost", type=float, help="USD for the whole volley: a hard wall.")
+@click.option("--prices", "prices_path", metavar="PATH", help="JSON price table on top of ours.")
+@click.option("--no-cache-warm", is_flag=True,
+              help="Fan out at once instead of warming the prompt cache with one task first.")
+@click.option("--estimate", "estimate_only", is_flag=True,
+              help="Print the estimate (tokens, cost, time) and exit; nothing is sent.")
+@click.option("--no-estimate", is_flag=True, help="Never show the estimate before running.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask before a large volley.")
+@click.option("--output-format", type=click.Choice(["text", "json", "jsonl"]), default="text",
+              show_default=True, help="stdout: text blocks, one JSON object, or JSON lines.")
+@click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
+@click.option("--fixture-latency", default=None, callback=_duration, metavar="DURATION",
+              help="With --provider fixture: how long each task takes.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
+           contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
+           no_cache_warm: bool, estimate_only: bool, no_estimate: bool, yes: bool,
+           output_format: str, trace_path: str | None, quiet: bool,
+           fixture_latency: float | None, timeout: float | None, **settings: Any) -> None:
+    """Run many independent TASKs, optionally over one shared context, as fast as allowed.
+
+    Every request is [system prompt] + [shared context] + [task], the shared
+    part byte-identical so providers' prompt caches serve it; with a context
+    large enough to cache, the first task runs alone to warm the cache.  All
+    requests go through one gate: --max-concurrent, --rpm/--tpm pacing,
+    adaptive concurrency, retries with Retry-After, and budget walls.  stdout
+    is in task order whatever order tasks finish in; progress goes to stderr.
+    The key is read from RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY).
+
+    \b
+    Examples:
+      rlm fixture needle --chars 200000 > big.txt
+      rlm volley "What is the magic number?" "Summarise it" --context-file big.txt \\
+          --provider fixture
+      RLM_API_KEY=sk-... rlm volley -f tasks.txt --context-file api.md \\
+          --base-url https://api.openai.com/v1 --model gpt-4.1-mini --rpm 500
+
+    \b
+    Exit codes: 0 all succeeded · 1 a task failed · 2 usage error ·
+    3 a budget or limit stopped it · 4 credentials refused · 130 interrupted.
+    """
+    try:
+        parsed = _read_tasks(tasks, task_file, from_stdin, context_files)
+        context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
+        task_list = number_tasks(parsed.tasks)
+        config = _config(settings, parsed.max_concurrent, fixture_latency)
+        options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm)
+        if not _confirmed(task_list, context, config, options, estimate_only, no_estimate, yes):
+            return
+        err = Console(stderr=True, highlight=False)
+        writer = OrderedWriter(output_format, len(task_list), click.echo)  # type: ignore[arg-type]
+        prompts = {t.index: t.prompt for t in task_list}
+        sinks = [] if quiet else [ProgressLines(len(task_list), prompts.__getitem__, err)]
+        run = Volley(config, task_list, context=context, options=options, sinks=sinks,
+                     trace_path=trace_path, on_result=writer.add)
+        live = not quiet and err.is_terminal
+        result = trio.run(_main, run, err, live)
+    except RLMError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    writer.finish(result)
+    _report(result, quiet)
+    sys.exit(result.exit_code)
+
+
+def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
+                context_files: tuple[str, ...]) -> TaskFile:
+    if from_stdin and "-" in context_files:
+        raise UsageError("--stdin and --context-file - both want stdin; put one in a file")
+    if from_stdin and task_file == "-":
+        raise UsageError("use either --stdin or -f -, not both")
+    items = [{"prompt": a} for a in args]
+    parsed = TaskFile([])
+    if task_file is not None:
+        name = "stdin" if task_file == "-" else task_file
+        parsed = parse_task_file(read_text(task_file, "utf-8", "task file"), name)
+    stdin_tasks = parse_lines(sys.stdin.read()) if from_stdin else []
+    return TaskFile([*items, *parsed.tasks, *stdin_tasks], parsed.context, parsed.max_concurrent)
+
+
+def _context_list(paths: tuple[str, ...], encoding: str) -> list[str]:
+    context = read_context(paths, encoding)
+    if isinstance(context, str):
+        return [context] if paths else []
+    return context
+
+
+def _config(settings: dict[str, Any], file_cap: int | None, latency: float | None) -> RunConfig:
+    if settings["provider"] == "fixture":
+        settings["model"] = settings["model"] or "fixture"
+    vendor = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
+    settings["max_concurrent"] = settings["max_concurrent"] or file_cap or DEFAULT_CONCURRENCY
+    return RunConfig(
+        **settings,
+        api_key=os.environ.get("RLM_API_KEY") or os.environ.get(vendor),
+        root_permits=0,
+        fixture_sub_latency=latency or 0.0,
+    ).validate()
+
+
+def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
+               options: VolleyOptions, only: bool, skip: bool, yes: bool) -> bool:
+    """Show the estimate when asked or when the volley is large; ask on a TTY only."""
+    if skip and not only:
+        return True
+    layout = RequestLayout(context, model=config.model, max_tokens=config.max_tokens)
+    latency = config.fixture_sub_latency if config.provider == "fixture" else 2.0
+    est = estimate(tasks, layout, config, load_prices(config), cache_warm=options.cache_warm,
+                   latency=latency)
+    if only:
+        click.echo("\n".join(est.lines()))
+        return False
+    if not est.large:
+        return True
+    click.echo("\n".join(est.lines()), err=True)
+    if yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return True  # without a TTY nobody could answer: never wait for input
+    if click.confirm("Continue?", default=True, err=True):
+        return True
+    click.echo("Error: not confirmed; nothing was sent (pass -y to skip the question)", err=True)
+    sys.exit(1)
+
+
+async def _main(run: Volley, console: Console, live: bool) -> VolleyResult:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_signals, run)
+        if live:
+            nursery.start_soon(live_status, run, console)
+        try:
+            return await run.run()
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _watch_signals(run: Volley) -> None:
+    """First Ctrl-C/SIGTERM: stop and print what completed; a second one exits at once."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        count = 0
+        async for _ in signals:
+            count += 1
+            if count > 1:
+                os._exit(130)
+            run.interrupt()
+
+
+def _report(result: VolleyResult, quiet: bool) -> None:
+    s = result.summary
+    if result.status == "interrupted":
+        running = sum(1 for t in result.tasks if t.error == "cancelled while running")
+        click.echo(
+            f"Error: interrupted: {s.succeeded + s.failed} completed, {running} in progress "
+            f"(cancelled), {s.cancelled - running} not started",
+            err=True,
+        )
+    elif result.error:
+        click.echo(f"Error: {result.error}", err=True)
+    elif s.failed and not quiet:
+        click.echo(f"Error: {s.failed} of {s.total_tasks} tasks failed", err=True)
+    if result.fixture and not quiet:
+        click.echo(
+            "note: answered by the built-in fixture model (scripted, not a language model)",
+            err=True,
+        )

@@ -1,0 +1,39 @@
+"""Opening the providers a configuration names, over one shared HTTP client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from rlm._config import RunConfig
+from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
+from rlm.providers.anthropic import AnthropicProvider
+from rlm.providers.base import Lane, Provider
+from rlm.providers.fixture import FixtureProvider
+from rlm.providers.openai import OpenAIProvider, make_http_client
+
+__all__ = ["open_providers"]
+
+
+@asynccontextmanager
+async def open_providers(config: RunConfig) -> AsyncIterator[Mapping[Lane, Provider]]:
+    """The root and sub providers of ``config``; the HTTP client closes on exit."""
+    if config.provider == "fixture":
+        fixture = FixtureProvider(
+            root_latency=config.fixture_root_latency, sub_latency=config.fixture_sub_latency
+        )
+        yield {"root": fixture, "sub": fixture}
+        return
+    kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
+    base_url = config.base_url or ANTHROPIC_URL
+    urls = [base_url, config.sub_base_url or base_url]
+    async with make_http_client(
+        max_connections=config.max_concurrent,
+        request_timeout=config.request_timeout,
+        tls=any(url.startswith("https://") for url in urls),
+    ) as client:
+        idle = config.stream_idle_timeout
+        yield {
+            "root": kind(client, urls[0], config.api_key, stream_idle_timeout=idle),
+            "sub": kind(client, urls[1], config.api_key, stream_idle_timeout=idle),
+        }

@@ -1,0 +1,304 @@
+"""One volley, assembled: providers → the gate → the runner → a VolleyResult.
+
+:class:`Volley` builds the run's one gate from the configuration (permits,
+pacer, retry policy, adaptive capacity, budget ledger) exactly as ``rlm run``
+does, and runs every task through it.  Tasks come from a
+:class:`~rlm.volley.store.TaskSource` and verdicts go to a
+:class:`~rlm.volley.store.ResultSink` (a :class:`MemoryStore` unless a journal
+is given).  ``earlier`` results (a resumed volley's finished tasks) are part
+of the result but are not run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import trio
+
+from rlm._config import RunConfig
+from rlm._events import Event, EventBus
+from rlm._run.runtime import load_prices, make_budget
+from rlm._trace import TraceWriter
+from rlm._traffic.budget import Budget
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.pacer import Pacer
+from rlm._traffic.prices import PriceTable
+from rlm._traffic.retry import RetryPolicy
+from rlm.errors import BudgetExceeded, UsageError
+from rlm.providers.base import Lane, Provider
+from rlm.providers.open import open_providers
+from rlm.volley.events import VolleyFinished, VolleyStarted
+from rlm.volley.layout import RequestLayout
+from rlm.volley.records import (
+    TaskResult,
+    VolleyResult,
+    VolleyStatus,
+    VolleySummary,
+    VolleyTask,
+    new_volley_id,
+)
+from rlm.volley.runner import VolleyRunner
+from rlm.volley.store import MemoryStore, ResultSink, TaskSource
+from rlm.volley.tally import TaskTally
+
+__all__ = ["Volley", "VolleyOptions", "VolleyProgress"]
+
+Mode = Literal["completion", "rlm"]
+
+
+@dataclass(frozen=True)
+class VolleyOptions:
+    """Volley settings that are not run settings (those live in RunConfig).
+
+    ``timeout`` is the default per-task limit (seconds); ``cache_warm`` sends
+    the first task alone when the shared prefix is long enough to be cached;
+    ``window`` caps tasks claimed at once (default: twice ``max_concurrent``).
+    """
+
+    timeout: float | None = None
+    cache_warm: bool = True
+    window: int | None = None
+    mode: Mode = "completion"
+
+
+@dataclass(frozen=True)
+class VolleyProgress:
+    """A snapshot for progress displays."""
+
+    total: int
+    succeeded: int
+    failed: int
+    running: int
+    concurrency: int
+    retries: int
+    rate_limited: int
+    tokens: int
+    cost: float
+    elapsed: float
+
+
+class Volley:
+    """Runs ``tasks`` (over an optional shared ``context``) under ``config``'s gate."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        tasks: Sequence[VolleyTask],
+        *,
+        context: Sequence[str] = (),
+        options: VolleyOptions | None = None,
+        volley_id: str | None = None,
+        providers: Mapping[Lane, Provider] | None = None,
+        prices: PriceTable | None = None,
+        sinks: Sequence[Callable[[Event], None]] = (),
+        trace_path: str | None = None,
+        source: TaskSource | None = None,
+        sink: ResultSink | None = None,
+        earlier: Sequence[TaskResult] = (),
+        on_result: Callable[[TaskResult], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.tasks = tuple(tasks)
+        self.context = tuple(context)
+        self.options = options or VolleyOptions()
+        self.volley_id = volley_id or new_volley_id()
+        self._providers = providers
+        self._prices = prices if prices is not None else load_prices(config)
+        self._budget = _checked_budget(config, self._prices, self.tasks)
+        self._sinks = list(sinks)
+        self._trace_path = trace_path
+        self._results: dict[int, TaskResult] = {r.index: r for r in earlier}
+        store = MemoryStore(t for t in self.tasks if t.index not in self._results)
+        self._source: TaskSource = source or store
+        self._sink: ResultSink = sink or store
+        self._on_result = on_result
+        self._layout = RequestLayout(self.context, model=config.model, max_tokens=config.max_tokens)
+        self._tally = TaskTally()
+        self._runner: VolleyRunner | None = None
+        self._gate: Gate | None = None
+        self._started = 0.0
+        self._interrupted = False
+
+    # -- control -----------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Stop launching, cancel in-flight tasks; ``run`` returns an ``interrupted`` result."""
+        self._interrupted = True
+        if self._runner is not None:
+            self._runner.interrupt()
+
+    def progress(self) -> VolleyProgress:
+        runner, gate = self._runner, self._gate
+        done = list(self._results.values())
+        spent = self._budget.spent
+        return VolleyProgress(
+            total=len(self.tasks),
+            succeeded=sum(1 for r in done if r.status == "succeeded"),
+            failed=sum(1 for r in done if r.status == "failed"),
+            running=runner.in_flight if runner else 0,
+            concurrency=gate.limiter.sub_limit if gate else self.config.max_concurrent,
+            retries=self._tally.retries,
+            rate_limited=self._tally.rate_limited,
+            tokens=spent.input_tokens + spent.output_tokens,
+            cost=spent.cost,
+            elapsed=trio.current_time() - self._started if self._started else 0.0,
+        )
+
+    # -- running -----------------------------------------------------------------
+
+    async def run(self) -> VolleyResult:
+        """Run every task not in ``earlier`` and return the whole volley's result."""
+        events = EventBus(keep=False)
+        trace = TraceWriter(self._trace_path) if self._trace_path else None
+        events.add_sink(self._tally)
+        if trace is not None:
+            events.add_sink(trace)
+        for sink in self._sinks:
+            events.add_sink(sink)
+        self._started = trio.current_time()
+        try:
+            events.emit(
+                VolleyStarted(
+                    volley_id=self.volley_id,
+                    tasks=len(self.tasks),
+                    context_chars=self._layout.context_chars,
+                    mode=self.options.mode,
+                    cache_warm=self._warm(),
+                )
+            )
+            async with self._open() as providers:
+                self._gate = self._make_gate(providers, events)
+                self._runner = VolleyRunner(
+                    source=self._source,
+                    sink=self._sink,
+                    execute=self._complete,
+                    events=events,
+                    tally=self._tally,
+                    window=self.options.window or 2 * self.config.max_concurrent,
+                    warm_first=self._warm(),
+                    timeout=self.options.timeout,
+                    on_result=self._accepted,
+                )
+                if self._interrupted:
+                    self._runner.interrupt()
+                await self._runner.run()
+            result = self._result(events.now())
+            events.emit(
+                VolleyFinished(
+                    volley_id=self.volley_id,
+                    status=result.status,
+                    error=result.error,
+                    summary=result.summary.to_dict(),
+                )
+            )
+            return result
+        finally:
+            if trace is not None:
+                trace.close()
+
+    def _warm(self) -> bool:
+        return (
+            self.options.cache_warm
+            and self.options.mode == "completion"
+            and self._layout.cacheable
+            and len(self.tasks) - len(self._results) > 1
+        )
+
+    @asynccontextmanager
+    async def _open(self) -> AsyncIterator[Mapping[Lane, Provider]]:
+        if self._providers is not None:
+            yield self._providers
+        else:
+            async with open_providers(self.config) as providers:
+                yield providers
+
+    def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus) -> Gate:
+        config = self.config
+        return Gate(
+            limiter=TieredLimiter(config.max_concurrent, 0),
+            providers=providers,
+            events=events,
+            pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
+            retry=RetryPolicy(max_retries=config.max_retries, base_s=config.retry_delay),
+            adaptive=config.adaptive,
+            ledger=self._budget,
+        )
+
+    async def _complete(self, task: VolleyTask, call_id: str) -> str:
+        assert self._gate is not None
+        completion = await self._gate.complete(self._layout.request(task, call_id))
+        return completion.text
+
+    def _accepted(self, result: TaskResult) -> None:
+        self._results[result.index] = result
+        if self._on_result is not None:
+            self._on_result(result)
+
+    # -- the result ----------------------------------------------------------------
+
+    def _result(self, duration: float) -> VolleyResult:
+        runner = self._runner
+        cut_short = runner.cut_short if runner else set()
+        tasks = tuple(
+            self._results.get(t.index)
+            or TaskResult(
+                index=t.index,
+                prompt=t.prompt,
+                status="cancelled",
+                error="cancelled while running" if t.index in cut_short else "not started",
+            )
+            for t in self.tasks
+        )
+        stop = runner.stop if runner else None
+        status: VolleyStatus
+        if stop is not None:
+            status = stop.status
+        elif self._interrupted:
+            status = "interrupted"
+        else:
+            status = "failed" if any(t.status != "succeeded" for t in tasks) else "succeeded"
+        spent = self._budget.spent
+        priced = spent.cost > 0 or not self._budget.unpriced_calls
+        summary = VolleySummary(
+            total_tasks=len(tasks),
+            succeeded=sum(1 for t in tasks if t.status == "succeeded"),
+            failed=sum(1 for t in tasks if t.status == "failed"),
+            cancelled=sum(1 for t in tasks if t.status == "cancelled"),
+            duration_sec=duration,
+            tokens_input=spent.input_tokens,
+            tokens_output=spent.output_tokens,
+            tokens_cached=self._tally.cached_tokens,
+            total_cost=spent.cost if priced else None,
+            max_concurrent_used=self._tally.max_in_flight,
+            total_retries=self._tally.retries,
+            rate_limited=self._tally.rate_limited,
+        )
+        return VolleyResult(
+            volley_id=self.volley_id,
+            status=status,
+            summary=summary,
+            tasks=tasks,
+            error=stop.message if stop is not None else None,
+            fixture=self._tally.fixture,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The volley's settings as recorded (never the API key)."""
+        public = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "api_key"}
+        return {**public, **dataclasses.asdict(self.options)}
+
+
+def _checked_budget(config: RunConfig, prices: PriceTable, tasks: Sequence[VolleyTask]) -> Budget:
+    """The volley's ledger; a task model without a price under --max-cost is a usage error."""
+    budget = make_budget(config, prices)
+    for model in sorted({t.model for t in tasks if t.model}):
+        try:
+            budget.check_priced(model)
+        except BudgetExceeded as exc:
+            raise UsageError(str(exc)) from exc
+    return budget

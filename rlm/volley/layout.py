@@ -1,0 +1,71 @@
+"""How a completion task becomes a request: ``[system] + [shared context] + [task]``.
+
+The shared part comes first and is built once, so every request of a volley
+starts with the very same message objects — byte-identical, which is what
+providers' prompt caches match on (OpenAI-compatible servers cache identical
+prefixes automatically; Anthropic is told where the prefix ends through
+``CompletionRequest.cache_prefix``).  Building it once also means a large
+context is held once, not copied per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlm import prompts
+from rlm.providers.base import CompletionRequest, Lane, Message
+from rlm.volley.records import VolleyTask
+
+__all__ = ["CACHE_MIN_TOKENS", "RequestLayout", "context_block"]
+
+#: Below this many prefix tokens providers do not cache (OpenAI and Anthropic: 1,024).
+CACHE_MIN_TOKENS = 1024
+
+
+def context_block(documents: Sequence[str]) -> str:
+    """The shared context as one message: each document in its own tag."""
+    if len(documents) == 1:
+        return f"<context>\n{documents[0]}\n</context>"
+    return "\n".join(
+        f'<context document="{i}">\n{doc}\n</context>' for i, doc in enumerate(documents, 1)
+    )
+
+
+class RequestLayout:
+    """Builds every task's request over one shared prefix."""
+
+    def __init__(
+        self,
+        context: Sequence[str],
+        *,
+        model: str,
+        max_tokens: int | None = None,
+        lane: Lane = "sub",
+    ) -> None:
+        self.prefix: tuple[Message, ...] = (
+            Message(role="system", content=prompts.load("volley")),
+            *([Message(role="user", content=context_block(context))] if context else []),
+        )
+        self.context_chars = sum(len(doc) for doc in context)
+        self.model = model
+        self.max_tokens = max_tokens
+        self.lane = lane
+
+    @property
+    def prefix_chars(self) -> int:
+        return sum(len(m["content"]) for m in self.prefix)
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether the shared prefix is long enough for providers to cache it."""
+        return self.context_chars > 0 and self.prefix_chars // 4 >= CACHE_MIN_TOKENS
+
+    def request(self, task: VolleyTask, call_id: str) -> CompletionRequest:
+        return CompletionRequest(
+            messages=[*self.prefix, Message(role="user", content=task.prompt)],
+            model=task.model or self.model,
+            lane=self.lane,
+            max_tokens=task.max_tokens or self.max_tokens,
+            call_id=call_id,
+            cache_prefix=len(self.prefix) if self.cacheable else 0,
+        )

@@ -1,0 +1,92 @@
+"""stdout for a volley: task order, whatever order tasks finished in.
+
+``text`` and ``jsonl`` stream: a task is written as soon as it and every task
+before it have a verdict, so stdout is always in task order and a long volley
+shows results as they come.  At the end (or on Ctrl-C) the finished tasks not
+yet written are flushed in order, then the summary.  ``json`` writes one object
+at the end.  Only results the sink has accepted ever reach this writer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Literal
+
+from rlm._durations import format_duration
+from rlm.volley.records import TaskResult, VolleyResult
+
+__all__ = ["OrderedWriter", "OutputFormat", "format_summary", "task_label"]
+
+OutputFormat = Literal["text", "json", "jsonl"]
+
+
+def task_label(prompt: str, width: int = 60) -> str:
+    """The first line of a prompt, cut to ``width`` characters."""
+    line = prompt.strip().splitlines()[0] if prompt.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class OrderedWriter:
+    """Writes accepted results in task order through ``write`` (one call per line/block).
+
+    ``first`` is the index of the first task to write (1, or where earlier
+    results end when they were written already).
+    """
+
+    def __init__(self, fmt: OutputFormat, total: int, write: Callable[[str], None]) -> None:
+        self.format = fmt
+        self.total = total
+        self._write = write
+        self._pending: dict[int, TaskResult] = {}
+        self._next = 1
+
+    def add(self, result: TaskResult) -> None:
+        """A task's accepted result: written now if every earlier task is written."""
+        if self.format == "json":
+            return
+        self._pending[result.index] = result
+        while self._next in self._pending:
+            self._emit(self._pending.pop(self._next))
+            self._next += 1
+
+    def finish(self, result: VolleyResult) -> None:
+        """Flush what is left in order (skipping tasks that got no verdict), then the summary."""
+        if self.format == "json":
+            self._write(json.dumps(result.to_dict(), ensure_ascii=False))
+            return
+        done = {r.index: r for r in result.tasks if r.status != "cancelled"}
+        for index in sorted(i for i in done if i >= self._next):
+            self._emit(done[index])
+        if self.format == "jsonl":
+            summary = {k: v for k, v in result.to_dict().items() if k != "tasks"}
+            self._write(json.dumps(summary, ensure_ascii=False))
+        else:
+            self._write(format_summary(result))
+
+    def _emit(self, result: TaskResult) -> None:
+        if self.format == "jsonl":
+            self._write(json.dumps(result.to_dict(), ensure_ascii=False))
+            return
+        mark = "✓" if result.status == "succeeded" else "✗"
+        header = f"=== [{result.index}/{self.total}] {mark} {task_label(result.prompt)} ==="
+        body = result.output if result.status == "succeeded" else f"Error: {result.error}"
+        self._write(f"{header}\n{body or ''}\n")
+
+
+def format_summary(result: VolleyResult) -> str:
+    """The text format's closing block."""
+    s = result.summary
+    cost = "unpriced" if s.total_cost is None else f"${s.total_cost:.4f}"
+    lines = [
+        f"=== volley {result.volley_id}: {result.status} ===",
+        f"tasks: {s.succeeded} succeeded, {s.failed} failed, {s.cancelled} cancelled "
+        f"of {s.total_tasks} in {format_duration(s.duration_sec)}",
+        f"tokens: {s.tokens_input:,} in ({s.tokens_cached:,} cached), {s.tokens_output:,} out; "
+        f"cost {cost}",
+        f"traffic: peak {s.max_concurrent_used} in flight, {s.total_retries} retries, "
+        f"{s.rate_limited} rate limited",
+    ]
+    if result.error:
+        lines.append(f"stopped: {result.error}")
+    return "\n".join(lines)

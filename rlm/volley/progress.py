@@ -1,0 +1,96 @@
+"""Volley progress on stderr: one line per event worth knowing, plus a live bar on a TTY.
+
+Lines come from events (``task_finished`` after the sink accepted the result,
+``llm_retry``, ``capacity_changed``), e.g.::
+
+    [3/5] ✓ api.go (16.2s, 3.9k tokens, $0.01)
+    [3/5] ⚠ rate limited, retrying in 2s
+
+On a TTY a status bar under them is redrawn a few times a second: counters,
+in flight, current concurrency, retries, 429s, tokens, cost so far, ETA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.text import Text
+
+from rlm._durations import format_duration
+from rlm._events import CapacityChanged, Event, LLMRetry
+from rlm.volley.engine import Volley, VolleyProgress
+from rlm.volley.events import TaskFinished
+from rlm.volley.output import task_label
+
+__all__ = ["ProgressLines", "live_status", "status_line"]
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+class ProgressLines:
+    """An event sink printing the volley's progress lines to ``console``."""
+
+    def __init__(self, total: int, prompt_of: Callable[[int], str], console: Console) -> None:
+        self.total = total
+        self.done = 0
+        self._prompt_of = prompt_of
+        self.console = console
+
+    def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if line is not None:
+            self.console.print(line, highlight=False)
+
+    def _line(self, event: Event) -> str | None:
+        if isinstance(event, TaskFinished):
+            self.done += 1
+            where = f"[{self.done}/{self.total}]"
+            label = escape(task_label(self._prompt_of(event.index), 50))
+            tokens = _tokens(event.input_tokens + event.output_tokens)
+            cost = "" if event.cost is None else f", ${event.cost:.2f}"
+            if event.status == "succeeded":
+                took = f"{event.duration_s:.1f}s, {tokens} tokens{cost}"
+                return f"{where} [green]✓[/green] {label} ({took})"
+            return f"{where} [red]✗[/red] {label}: {escape((event.error or '')[:200])}"
+        if isinstance(event, LLMRetry):
+            why = "rate limited" if event.reason.startswith("RateLimitError") else escape(
+                event.reason.split(":", 1)[0]
+            )
+            return (
+                f"[{self.done}/{self.total}] [yellow]⚠[/yellow] {why}, retrying in "
+                f"{format_duration(event.delay_s)}"
+            )
+        if isinstance(event, CapacityChanged) and event.reason == "overload":
+            return (
+                f"[{self.done}/{self.total}] [yellow]⚠[/yellow] provider pushed back: "
+                f"concurrency {event.old} → {event.new}"
+            )
+        return None
+
+
+def status_line(p: VolleyProgress) -> str:
+    """The live bar's text."""
+    done = p.succeeded + p.failed
+    eta = ""
+    if 0 < done < p.total and p.elapsed > 0:
+        eta = f" · ETA {format_duration(p.elapsed / done * (p.total - done))}"
+    failed = f", {p.failed} failed" if p.failed else ""
+    return (
+        f"{done}/{p.total} done{failed} · {p.running} running · concurrency {p.concurrency} · "
+        f"{p.retries} retries · {p.rate_limited} × 429 · {_tokens(p.tokens)} tokens · "
+        f"${p.cost:.4f} · {format_duration(max(p.elapsed, 0.001))}{eta}"
+    )
+
+
+async def live_status(volley: Volley, console: Console, *, period: float = 0.25) -> None:
+    """Redraw the status bar under the progress lines until cancelled (then it vanishes)."""
+    with Live(Text(""), console=console, transient=True, auto_refresh=False) as live:
+        while True:
+            live.update(Text(status_line(volley.progress())), refresh=True)
+            await trio.sleep(period)

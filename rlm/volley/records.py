@@ -1,0 +1,154 @@
+"""What a volley is made of and what it produces: plain, frozen, JSON-able records.
+
+These are the records the journal stores as they are: a :class:`VolleyTask`
+goes in, a :class:`TaskResult` comes out, and ``to_dict``/``from_dict`` round
+trip both through JSON.  :class:`VolleyResult` is the whole volley's outcome in
+the ``--output-format json`` shape.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
+
+__all__ = [
+    "EXIT_CODES",
+    "TaskResult",
+    "TaskStatus",
+    "VolleyResult",
+    "VolleyStatus",
+    "VolleySummary",
+    "VolleyTask",
+    "new_volley_id",
+]
+
+#: ``cancelled``: the task did not run to a verdict (interrupted, stopped by a
+#: budget or by refused credentials before or while it ran).
+TaskStatus = Literal["succeeded", "failed", "cancelled"]
+
+#: How a whole volley ended; each maps to an exit code (EXIT_CODES).
+VolleyStatus = Literal[
+    "succeeded",  # every task succeeded
+    "failed",  # at least one task failed after its retries
+    "budget_exceeded",  # a budget flag (or the account's credit) stopped it
+    "credentials_refused",  # 401/403: nothing more was sent
+    "interrupted",  # Ctrl-C / SIGTERM / interrupt()
+]
+
+EXIT_CODES: dict[VolleyStatus, int] = {
+    "succeeded": 0,
+    "failed": 1,
+    "budget_exceeded": 3,
+    "credentials_refused": 4,
+    "interrupted": 130,
+}
+
+
+def new_volley_id() -> str:
+    """A fresh volley id: short, random, safe in file names and URLs."""
+    return "v" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class VolleyTask:
+    """One task: a prompt, run independently of every other task.
+
+    ``index`` is 1-based and fixes the task's place in the output.
+    ``timeout`` (seconds), ``model`` and ``max_tokens`` override the volley's.
+    """
+
+    index: int
+    prompt: str
+    timeout: float | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VolleyTask:
+        return cls(**{k: data.get(k) for k in ("timeout", "model", "max_tokens")},
+                   index=int(data["index"]), prompt=str(data["prompt"]))
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The verdict on one task.  ``cost`` is USD, ``None`` when the model has no price."""
+
+    index: int
+    prompt: str
+    status: TaskStatus
+    duration_sec: float = 0.0
+    tokens_input: int = 0
+    tokens_output: int = 0
+    tokens_cached: int = 0
+    cost: float | None = 0.0
+    retries: int = 0
+    output: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["duration_sec"] = round(self.duration_sec, 3)
+        data["cost"] = None if self.cost is None else round(self.cost, 8)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskResult:
+        status = data["status"]
+        if status not in get_args(TaskStatus):
+            raise ValueError(f"unknown task status {status!r}")
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class VolleySummary:
+    """Totals over a volley (the ``summary`` object of the JSON output)."""
+
+    total_tasks: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    duration_sec: float
+    tokens_input: int
+    tokens_output: int
+    tokens_cached: int
+    total_cost: float | None
+    max_concurrent_used: int
+    total_retries: int
+    rate_limited: int
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["duration_sec"] = round(self.duration_sec, 3)
+        data["total_cost"] = None if self.total_cost is None else round(self.total_cost, 8)
+        return data
+
+
+@dataclass(frozen=True)
+class VolleyResult:
+    """A whole volley: every task in task order (those that never ran are ``cancelled``)."""
+
+    volley_id: str
+    status: VolleyStatus
+    summary: VolleySummary
+    tasks: tuple[TaskResult, ...] = field(repr=False)
+    error: str | None = None  # why the volley stopped early, when it did
+    fixture: bool = False  # answers came from the built-in fixture model
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--output-format json`` shape."""
+        return {
+            "volley_id": self.volley_id,
+            "status": self.status,
+            "error": self.error,
+            "summary": self.summary.to_dict(),
+            "tasks": [t.to_dict() for t in self.tasks],
+        }

@@ -1,0 +1,241 @@
+"""The volley runner: claim tasks, run each through the one gate, hand verdicts to a sink.
+
+Scheduling is the gate's (permits, pacing, adaptive concurrency, retries,
+budget); the runner only decides *which* task runs next and when a volley
+stops.  It keeps at most ``window`` tasks claimed and unfinished — more than
+the gate's permits, so a task backing off from a 429 never idles a permit,
+few enough that claims stay close to when the work happens (the journal's
+heartbeat has little to cover).
+
+Stopping, first reason wins:
+
+- ``interrupt()`` and refused credentials (401/403) are *hard* stops: nothing
+  more is launched and every running task is cancelled at once;
+- out of credit is hard too (every further request would fail the same way);
+- a budget wall (``BudgetExceeded``) is *soft*: nothing new starts, tasks that
+  have not sent anything yet are cancelled, requests already in flight finish.
+
+A task that gets no verdict is released back to the source.  A verdict goes to
+the sink inside a shielded scope and is reported (``on_result``, the
+``task_finished`` event) only after the sink accepted it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import trio
+
+from rlm._durations import format_duration
+from rlm._events import EventBus
+from rlm.errors import AuthenticationError, BudgetExceeded, LimitExceeded, RLMError
+from rlm.volley.events import TaskFinished, task_call_id
+from rlm.volley.records import TaskResult, TaskStatus, VolleyStatus, VolleyTask
+from rlm.volley.store import ResultSink, TaskSource
+from rlm.volley.tally import TaskTally
+
+__all__ = ["Stop", "TaskExecutor", "VolleyRunner"]
+
+#: Runs one task to its output text (raises an RLMError when it fails).
+#: The second argument is the task's call id, to stamp on its requests.
+TaskExecutor = Callable[[VolleyTask, str], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a volley stopped before running every task."""
+
+    status: VolleyStatus
+    message: str
+    hard: bool
+
+
+@dataclass
+class _Running:
+    task: VolleyTask
+    scope: trio.CancelScope
+    started: float
+
+
+class VolleyRunner:
+    """Runs the tasks of ``source`` with ``execute``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        source: TaskSource,
+        sink: ResultSink,
+        execute: TaskExecutor,
+        events: EventBus,
+        tally: TaskTally,
+        window: int,
+        warm_first: bool = False,
+        timeout: float | None = None,
+        on_result: Callable[[TaskResult], None] | None = None,
+    ) -> None:
+        if window < 1:
+            raise ValueError("the window must hold at least one task")
+        self._source = source
+        self._sink = sink
+        self._execute = execute
+        self._events = events
+        self._tally = tally
+        self._window = window
+        self._warm_first = warm_first
+        self._timeout = timeout
+        self._on_result = on_result
+        self._running: dict[str, _Running] = {}
+        self._launch_scope: trio.CancelScope | None = None
+        self.stop: Stop | None = None
+        self.finished = 0  # verdicts accepted by the sink
+        self.cut_short: set[int] = set()  # tasks cancelled after sending something
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks claimed and not finished (waiting for a permit, sending, backing off)."""
+        return len(self._running)
+
+    async def run(self) -> None:
+        """Run until the source is empty or a stop; returns when every task has ended."""
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as self._launch_scope:
+                if self.stop is None:
+                    await self._launch(nursery)
+
+    async def _launch(self, nursery: trio.Nursery) -> None:
+        window = trio.Semaphore(self._window)
+        warm = self._warm_first
+        while True:
+            await window.acquire()
+            task = await self._source.claim()
+            if task is None:
+                window.release()
+                return
+            if self.stop is not None:  # stopped while claiming: give it back untouched
+                with trio.CancelScope(shield=True):
+                    await self._source.release(task)
+                window.release()
+                return
+            done = trio.Event()
+            # start(), not start_soon(): the task takes its place in the gate's FIFO
+            # queue before the next one is claimed, so tasks are sent in task order.
+            await nursery.start(self._run_one, task, window, done)
+            if warm:
+                # Warm the provider's prompt cache: the first task alone, the rest after it.
+                warm = False
+                await done.wait()
+
+    def interrupt(self) -> None:
+        """Stop launching and cancel every running task (Ctrl-C)."""
+        self._stop(Stop("interrupted", "interrupted", hard=True))
+
+    def _stop(self, stop: Stop) -> None:
+        if self.stop is None:
+            self.stop = stop
+        if self._launch_scope is not None:
+            self._launch_scope.cancel()
+        for call_id, running in self._running.items():
+            if stop.hard or not self._tally.sent(call_id):
+                running.scope.cancel()
+
+    async def _run_one(
+        self,
+        task: VolleyTask,
+        window: trio.Semaphore,
+        done: trio.Event,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        call_id = task_call_id(task.index)
+        running = _Running(task, trio.CancelScope(), trio.current_time())
+        self._running[call_id] = running
+        result: TaskResult | None = None
+        try:
+            task_status.started()  # no checkpoint from here to the gate's queue
+            with running.scope:
+                result = await self._verdict(task, call_id, running.started)
+        finally:
+            del self._running[call_id]
+            if result is None:
+                if self._tally.sent(call_id):
+                    self.cut_short.add(task.index)
+                self._tally.pop(call_id)  # what it spent stays in the ledger's totals
+            with trio.CancelScope(shield=True):
+                if result is None:
+                    await self._source.release(task)
+                else:
+                    await self._sink.accept(result)
+            window.release()
+            done.set()
+            if result is not None:
+                self.finished += 1
+                self._report(result)
+
+    async def _verdict(self, task: VolleyTask, call_id: str, started: float) -> TaskResult | None:
+        """Run the task to a result, or None when it got no verdict (stopped, refused)."""
+        timeout = task.timeout or self._timeout
+        status: TaskStatus = "succeeded"
+        output: str | None = None
+        error: str | None = None
+        try:
+            with trio.fail_after(timeout) if timeout else nullcontext():
+                output = await self._execute(task, call_id)
+        except trio.TooSlowError:
+            status, error = "failed", f"timed out after {format_duration(timeout or 0)}"
+        except BudgetExceeded as exc:
+            self._stop(Stop("budget_exceeded", str(exc), hard=False))
+            if not self._tally.sent(call_id):
+                return None  # refused before anything was sent: the task did not run
+            status, error = "failed", str(exc)
+        except RLMError as exc:
+            if isinstance(exc, AuthenticationError):
+                self._stop(Stop("credentials_refused", str(exc), hard=True))
+            elif exc.ends_run:
+                hard = not isinstance(exc, LimitExceeded)
+                self._stop(Stop("budget_exceeded", str(exc), hard=hard))
+            status, error = "failed", str(exc)
+        return self._result(task, call_id, started, status, output, error)
+
+    def _result(
+        self,
+        task: VolleyTask,
+        call_id: str,
+        started: float,
+        status: TaskStatus,
+        output: str | None,
+        error: str | None,
+    ) -> TaskResult:
+        usage = self._tally.pop(call_id)
+        return TaskResult(
+            index=task.index,
+            prompt=task.prompt,
+            status=status,
+            duration_sec=trio.current_time() - started,
+            tokens_input=usage.input_tokens,
+            tokens_output=usage.output_tokens,
+            tokens_cached=usage.cached_tokens,
+            cost=usage.priced_cost,
+            retries=usage.retries,
+            output=output,
+            error=error,
+        )
+
+    def _report(self, result: TaskResult) -> None:
+        self._events.emit(
+            TaskFinished(
+                call_id=task_call_id(result.index),
+                index=result.index,
+                status=result.status,
+                duration_s=round(result.duration_sec, 6),
+                input_tokens=result.tokens_input,
+                output_tokens=result.tokens_output,
+                cached_tokens=result.tokens_cached,
+                cost=result.cost,
+                retries=result.retries,
+                error=result.error,
+            )
+        )
+        if self._on_result is not None:
+            self._on_result(result)

@@ -1,0 +1,190 @@
+"""Reading tasks: arguments, ``-f FILE`` (lines, JSON or JSONL) and ``--stdin``.
+
+A task file is one of:
+
+- plain text, one task per line;
+- a JSON object ``{"context": ..., "max_concurrent": ..., "tasks": [...]}``
+  whose tasks are strings or objects ``{"prompt", "timeout", "model", "max_tokens"}``;
+- JSONL: one task object per line.
+
+Blank lines are skipped everywhere.  Every mistake is a UsageError naming the
+file and line, and an empty task list is one too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm._durations import parse_duration
+from rlm.errors import UsageError
+from rlm.volley.records import VolleyTask
+
+__all__ = [
+    "TaskFile",
+    "TaskInput",
+    "number_tasks",
+    "parse_lines",
+    "parse_task_file",
+    "task_models",
+]
+
+_TASK_KEYS = ("prompt", "timeout", "model", "max_tokens")
+_FILE_KEYS = ("context", "max_concurrent", "tasks")
+
+#: A task as callers give it: a prompt, or a mapping with ``prompt`` and overrides.
+TaskInput = str | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """What a task file held: tasks (not yet numbered), and the JSON form's extras."""
+
+    tasks: list[dict[str, Any]]
+    context: list[str] = field(default_factory=list)
+    max_concurrent: int | None = None
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """One task per non-blank line."""
+    return [{"prompt": line} for line in text.splitlines() if line.strip()]
+
+
+def parse_task_file(text: str, name: str) -> TaskFile:
+    """Parse a task file's text (its format is detected; see the module docstring)."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            whole = json.loads(stripped)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict) and "tasks" in whole:
+            return _json_file(whole, name)
+        if isinstance(whole, dict):  # a one-line JSONL file
+            return TaskFile([_task_object(whole, f"{name}, line 1")])
+        return TaskFile(_jsonl(text, name))
+    return TaskFile(parse_lines(text))
+
+
+def _json_file(data: dict[str, Any], name: str) -> TaskFile:
+    unknown = sorted(set(data) - set(_FILE_KEYS))
+    if unknown:
+        raise UsageError(
+            f"{name}: unknown key(s) {', '.join(unknown)}; a task file object may have "
+            f"{', '.join(_FILE_KEYS)}"
+        )
+    raw_tasks = data["tasks"]
+    if not isinstance(raw_tasks, list):
+        raise UsageError(f"{name}: 'tasks' must be a list of prompts or task objects")
+    tasks = []
+    for i, item in enumerate(raw_tasks, 1):
+        where = f"{name}, task {i}"
+        if isinstance(item, str):
+            if item.strip():
+                tasks.append({"prompt": item})
+        elif isinstance(item, dict):
+            tasks.append(_task_object(item, where))
+        else:
+            raise UsageError(f"{where}: a task must be a string or an object with a 'prompt'")
+    context = data.get("context")
+    if context is None:
+        docs: list[str] = []
+    elif isinstance(context, str):
+        docs = [context]
+    elif isinstance(context, list) and all(isinstance(d, str) for d in context):
+        docs = list(context)
+    else:
+        raise UsageError(f"{name}: 'context' must be a string or a list of strings")
+    cap = data.get("max_concurrent")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise UsageError(f"{name}: 'max_concurrent' must be a positive integer, got {cap!r}")
+    return TaskFile(tasks, docs, cap)
+
+
+def _jsonl(text: str, name: str) -> list[dict[str, Any]]:
+    tasks = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{name}, line {lineno}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"{where} is not valid JSON ({exc.msg}); a JSONL task file needs one task "
+                "object per line"
+            ) from exc
+        if not isinstance(item, dict):
+            raise UsageError(f"{where}: each line must be a task object with a 'prompt'")
+        tasks.append(_task_object(item, where))
+    return tasks
+
+
+def _task_object(item: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(item) - set(_TASK_KEYS))
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; a task may have "
+            f"{', '.join(_TASK_KEYS)}"
+        )
+    return dict(item)
+
+
+def number_tasks(items: Iterable[TaskInput], where: str = "task") -> list[VolleyTask]:
+    """Validate tasks and number them 1, 2, …; blank prompts are skipped.
+
+    Raises UsageError for a bad field, and for an empty list.
+    """
+    tasks: list[VolleyTask] = []
+    for position, item in enumerate(items, 1):
+        data = {"prompt": item} if isinstance(item, str) else item
+        if not isinstance(data, dict):
+            raise UsageError(f"{where} {position}: give a prompt string or a mapping")
+        label = f"{where} {position}"
+        prompt = data.get("prompt")
+        if not isinstance(prompt, str):
+            raise UsageError(f"{label}: 'prompt' must be a string")
+        if not prompt.strip():
+            continue
+        tasks.append(
+            VolleyTask(
+                index=len(tasks) + 1,
+                prompt=prompt,
+                timeout=_timeout(data.get("timeout"), label),
+                model=_model(data.get("model"), label),
+                max_tokens=_max_tokens(data.get("max_tokens"), label),
+            )
+        )
+    if not tasks:
+        raise UsageError(
+            "no tasks: give them as arguments, with -f FILE (one per line, JSON or JSONL) "
+            "or with --stdin (one per line)"
+        )
+    return tasks
+
+
+def _timeout(value: Any, label: str) -> float | None:
+    return None if value is None else parse_duration(value, f"{label}: 'timeout'")
+
+
+def _model(value: Any, label: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{label}: 'model' must be a non-empty string")
+    return value
+
+
+def _max_tokens(value: Any, label: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{label}: 'max_tokens' must be a positive integer, got {value!r}")
+    return value
+
+
+def task_models(tasks: Sequence[VolleyTask], default: str) -> set[str]:
+    """Every model the tasks will use."""
+    return {task.model or default for task in tasks}
