@@ -67,5 +67,7 @@ class RequestLayout:
             lane=self.lane,
             max_tokens=task.max_tokens or self.max_tokens,
             call_id=call_id,
+            task=task.index,
+            task_title=task.prompt.strip().partition("\n")[0][:80],
             cache_prefix=len(self.prefix) if self.cacheable else 0,
         )
