@@ -45,11 +45,12 @@ def events(trace: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines() if line]
 
 
-def rlm_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+def rlm_in_process(*args: str,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The CLI run in this process (no interpreter start-up): for commands that spawn nothing."""
     from click.testing import CliRunner
 
     from rlm.cli import main
 
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    result = CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
     return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)

@@ -13,6 +13,7 @@ from rlm._api import RLM
 from rlm._result import STATUS_EXIT_CODES, RunResult
 from rlm._sandbox.isolation import parse_layers
 from rlm.cli._context_input import read_context
+from rlm.cli._history import RunKeeper
 from rlm.cli._live import JSONLines, LiveDisplay
 from rlm.cli._progress import ProgressPrinter, format_traffic
 from rlm.cli._signals import run_with_signals
@@ -162,6 +163,14 @@ __all__ = ["run"]
     show_default=True,
     help="A streamed reply with no bytes for this long fails its attempt (s).",
 )
+@click.option(
+    "--history/--no-history",
+    default=True,
+    show_default=True,
+    help="Keep this run's trace and summary in the run history (`rlm runs`; "
+    "RLM_HISTORY=off turns it off for good).",
+)
+@click.option("--view", is_flag=True, help="At the end, write the run's page next to its trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def run(
     query: str,
@@ -171,6 +180,8 @@ def run(
     quiet: bool,
     trace_path: str | None,
     stream: bool,
+    history: bool,
+    view: bool,
     **settings: Any,
 ) -> None:
     """Answer QUERY over a large context with a recursive language model.
@@ -204,21 +215,27 @@ def run(
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     if settings["require_isolation"]:
         require_isolation(settings["require_isolation"])
+    keeper = RunKeeper(keep=history, view=view, trace_path=trace_path, query=query)
     try:
         context = read_context(context_files, encoding)
         on_event = (JSONLines() if as_json else LiveDisplay()) if stream else None
         sinks = [] if quiet or stream else [ProgressPrinter()]
         model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
+        keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
+        keeper.close(getattr(exc, "result", None), str(exc), page=False)
         _fail(str(exc), exc.exit_code)
     except RLMError as exc:
         partial: RunResult | None = getattr(exc, "result", None)
+        keeper.close(partial, str(exc))
         if as_json and not stream and partial is not None:
             click.echo(json.dumps(partial.to_dict(), ensure_ascii=False))
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
+        keeper.close(None, "interrupted")
         _fail("interrupted", 130)
+    keeper.close(result)
     _report(result, as_json=as_json and not stream, quiet=quiet, events=as_json and stream)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
 

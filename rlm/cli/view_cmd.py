@@ -14,12 +14,16 @@ __all__ = ["view"]
 
 
 @click.command()
-@click.argument("trace", metavar="TRACE")
+@click.argument("trace", metavar="TRACE|last|ID")
 @click.option("-o", "--output", "output", metavar="PATH",
               help="Where to write the page (default: the trace's path with .html).")
 @click.option("--open", "open_page", is_flag=True, help="Open the page in your browser.")
 def view(trace: str, output: str | None, open_page: bool) -> None:
-    """Write a page that shows the run recorded in TRACE (a `--trace` JSONL file).
+    """Write a page that shows a run: a `--trace` JSONL file, or a run from the history.
+
+    `last` is the newest run in the history (`last~1` the one before), an ID or
+    the start of one names any run `rlm runs` lists; its page is written next
+    to its trace in the history unless -o says where.
 
     The page is one HTML file with everything inline (no network, no server):
     the overview (query, answer, usage, cost, settings, isolation), the call
@@ -32,13 +36,14 @@ def view(trace: str, output: str | None, open_page: bool) -> None:
       rlm run "What is the magic number?" --context-file big.txt --provider fixture \\
           --trace run.jsonl && rlm view run.jsonl --open
       rlm view run.jsonl -o /tmp/run.html
+      rlm view last --open
     """
     from rlm.view import load_trace, write_page  # the page assets load only for this command
 
     try:
-        source = Path(trace)
+        source = _resolve(trace)
         loaded = load_trace(source)
-        target = Path(output) if output else source.with_suffix(".html")
+        target = Path(output) if output else _page_beside(source)
         if target.resolve() == source.resolve():
             raise UsageError(f"the page would overwrite the trace {source}: pass -o PATH")
         page = write_page(loaded, target)
@@ -50,3 +55,24 @@ def view(trace: str, output: str | None, open_page: bool) -> None:
     click.echo(str(page))
     if open_page and not webbrowser.open(page.resolve().as_uri()):
         click.echo(f"note: no browser could be opened; open {page} yourself", err=True)
+
+
+def _resolve(ref: str) -> Path:
+    """A trace file's path: ``ref`` itself, or the trace of the history's run ``ref`` names."""
+    path = Path(ref)
+    if path.exists() or path.suffix or "/" in ref:
+        return path
+    from rlm.history import RunHistory
+
+    entry = RunHistory().find(ref)
+    trace = entry.trace_file()
+    if trace is None:
+        raise UsageError(f"run {entry.id} has no trace (it was killed before writing one)")
+    return trace
+
+
+def _page_beside(trace: Path) -> Path:
+    """``run.jsonl`` → ``run.html``; a killed run's ``.trace.jsonl.PID.part`` → ``trace.html``."""
+    if trace.name.startswith(".") and trace.name.endswith(".part"):
+        return trace.with_name(trace.name[1:].split(".")[0] + ".html")
+    return trace.with_suffix(".html")

@@ -15,17 +15,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm._events import Event
 from rlm.errors import UsageError
 
 __all__ = ["KNOWN_KINDS", "LoadedTrace", "load_trace", "parse_trace"]
 
-#: The event kinds this version of the viewer understands (rlm._events, plus volley's).
-KNOWN_KINDS = frozenset({
-    "run_started", "run_finished", "call_started", "call_finished", "step_completed",
-    "code_executed", "bridge_call_started", "bridge_call_finished", "llm_request",
-    "llm_response", "llm_retry", "budget_refused", "capacity_changed", "rate_limit_learned",
-    "sandbox_started", "sandbox_exited",
-})
+
+
+def _kinds(cls: type[Event]) -> set[str]:
+    found = set()
+    for sub in cls.__subclasses__():
+        found.add(sub.kind)
+        found |= _kinds(sub)
+    return found
+
+
+#: The event kinds this version of rlm writes: anything else comes from a newer rlm.
+KNOWN_KINDS = frozenset(_kinds(Event))
 
 
 @dataclass

@@ -65,6 +65,7 @@ class _Builder:
         self.learned: list[dict[str, Any]] = []
         self.isolation: list[str] = []
         self.cached_tokens = 0
+        self.cached_requests: list[int] = []
         self.end = 0.0
 
     # -- one handler per event kind ------------------------------------------------
@@ -201,7 +202,7 @@ class _Builder:
                   lane=0 if e.get("lane") == "root" else 1, call_id=call_id,
                   step=1 if step else 0, queued=sent - queue - pace, paced=sent - pace,
                   sent=sent, end=None, status=-1, http=None, input_tokens=0, output_tokens=0,
-                  cost=None, prompt_chars=e.get("prompt_chars"), error=None)
+                  cost=None, prompt_chars=e.get("prompt_chars"), error=None, ttft=None)
         self.in_flight.append((sent, int(e.get("in_flight") or 0)))
 
     def _on_llm_response(self, e: dict[str, Any]) -> None:
@@ -218,6 +219,7 @@ class _Builder:
         a["output_tokens"][row] = int(e.get("output_tokens") or 0)
         a["cost"][row] = e.get("cost")
         a["error"][row] = e.get("error")
+        a["ttft"][row] = e.get("ttft_s")
         self.cached_tokens += int((e.get("metadata") or {}).get("cached_tokens") or 0)
         self.in_flight.append((float(e["t"]), len(self.open_attempts)))
         # A call's usage counts its own steps and the sub-queries its code asked for.
@@ -227,6 +229,15 @@ class _Builder:
             call.input_tokens += a["input_tokens"][row]
             call.output_tokens += a["output_tokens"][row]
             call.cost += float(e.get("cost") or 0.0)
+
+    def _on_llm_cached(self, e: dict[str, Any]) -> None:
+        """Answered from the response cache: nothing sent, so no bar; counted and listed."""
+        call_id = str(e.get("call_id"))
+        call = self.calls.get(call_id)
+        request_id = int(e.get("request_id", 0))
+        self.cached_requests.append(request_id)
+        if call is not None and int(e.get("depth", 0)) != call.depth and call.open_bridge:
+            call.open_bridge["requests"].append(request_id)
 
     def _on_llm_retry(self, e: dict[str, Any]) -> None:
         call_id, _ = self.request_owner.get(int(e.get("request_id", 0)), ("", False))
@@ -273,8 +284,9 @@ class _Builder:
                           output_tokens=call.output_tokens, cost=round(call.cost, 8))
             calls.append(record)
         self.run.setdefault("status", "unfinished")
-        self.run.update(cached_tokens=self.cached_tokens, isolation=self.isolation,
-                        calls=len(calls), end=end, requests=len(self.request_owner),
+        self.run.update(cached_tokens=self.cached_tokens, cached_requests=self.cached_requests,
+                        isolation=self.isolation, calls=len(calls), end=end,
+                        requests=len(self.request_owner),
                         attempts=len(a.get("request_id", [])))
         if self.run.get("llm_calls") is None:  # no run_finished: count what the trace shows
             self.run.update(llm_calls=len(a.get("request_id", [])),

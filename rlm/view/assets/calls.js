@@ -53,7 +53,8 @@
       el("div", {class: "grid"},
         stat("Status", badge(status)),
         stat("Duration", secs(run.duration_s === undefined || run.duration_s === null ? data.timeline.end : run.duration_s)),
-        stat("LLM calls", num(run.llm_calls), num(run.requests) + " requests · " + num(run.attempts) + " attempts"),
+        stat("LLM calls", num(run.llm_calls), num(run.requests) + " requests · " + num(run.attempts) + " attempts" +
+          ((run.cached_requests || []).length ? " · " + num(run.cached_requests.length) + " from cache" : "")),
         stat("Tokens", tokens, num(run.cached_tokens) + " cached input"),
         stat("Cost", usd(run.cost), run.unpriced_calls ? num(run.unpriced_calls) + " unpriced calls" : null),
         stat("Calls", num(run.calls), "deepest at depth " + calls.reduce((m, c) => Math.max(m, c.depth), 0)),
@@ -183,9 +184,10 @@
       block.error ? textView(block.error, {cls: "err"}) : null);
   }
 
+  const cached = new Set(run.cached_requests || []);
   function attemptSummary(rid) {
     const rows = attemptsOf.get(rid) || [];
-    if (!rows.length) return ["—", "—", "—"];
+    if (!rows.length) return ["—", "—", cached.has(rid) ? "from cache" : "—"];
     const last = rows[rows.length - 1];
     const statusNames = {"-1": "no answer", 0: "ok", 1: "error", 2: "cancelled", 3: "429"};
     const status = statusNames[attempts.status[last]] + (rows.length > 1 ? " after " + rows.length + " attempts" : "");

@@ -298,7 +298,8 @@
     const lines = ["request " + A.request_id[i] + " · attempt " + A.attempt[i] + " · " + (A.lane[i] ? "sub" : "root") + " lane",
       "call " + A.call_id[i] + (A.step[i] ? " (a step)" : " (a sub-query it asked for)"),
       "queued " + secs(A.paced[i] - A.queued[i]) + " · pacing " + secs(A.sent[i] - A.paced[i]) + " · in flight " + secs(A.end[i] - A.sent[i]),
-      "sent at " + secs(A.sent[i]) + " · " + statusNames[A.status[i]] + (A.http[i] ? " (HTTP " + A.http[i] + ")" : ""),
+      "sent at " + secs(A.sent[i]) + " · " + statusNames[A.status[i]] + (A.http[i] ? " (HTTP " + A.http[i] + ")" : "") +
+        (A.ttft && A.ttft[i] !== null && A.ttft[i] !== undefined ? " · first token after " + secs(A.ttft[i]) : ""),
       num(A.input_tokens[i]) + " in / " + num(A.output_tokens[i]) + " out tokens · " + usd(A.cost[i])];
     if (A.error[i]) lines.push(String(A.error[i]).slice(0, 300));
     return lines.join("\n");

@@ -1,0 +1,86 @@
+"""``rlm run``'s side of the run history and of ``--view``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rlm._api import RLM
+from rlm._result import RunResult
+from rlm.errors import RLMError, UsageError
+from rlm.history import RunEntry, RunHistory, history_enabled, summary_of
+from rlm.history.record import keep_trace
+
+__all__ = ["RunKeeper"]
+
+
+class RunKeeper:
+    """Keeps one run in the history and writes its page (``--view``) when it ends.
+
+    ``attach`` is called once the run's settings are valid (a usage error
+    leaves no entry behind); ``close`` once the run is over, whatever the
+    outcome, after the trace file is in place.
+    """
+
+    def __init__(self, *, keep: bool, view: bool, trace_path: str | None, query: str) -> None:
+        self.keep = history_enabled(keep)
+        self.view = view
+        self.user_trace = str(Path(trace_path).resolve()) if trace_path else None
+        self.query = query
+        self.entry: RunEntry | None = None
+        self.history: RunHistory | None = None
+
+    def attach(self, model: RLM) -> None:
+        """Open the run's history entry; its trace goes there unless --trace says elsewhere."""
+        if self.view and self.user_trace is None and not self.keep:
+            raise UsageError("--view writes the page next to the trace: pass --trace PATH, "
+                             "or keep the run history on")
+        if not self.keep:
+            return
+        self.history = RunHistory()
+        config = model.config
+        self.entry = self.history.begin({
+            "kind": "run", "query": self.query[:500], "model": config.model,
+            "sub_model": config.effective_sub_model, "provider": config.provider,
+            "max_depth": config.max_depth, "user_trace": self.user_trace})
+        if model.trace_path is None:
+            model.trace_path = str(self.entry.trace_path)
+
+    def close(self, result: RunResult | None, error: str | None = None, *,
+              page: bool = True) -> None:
+        """Record how the run ended; write the page if asked.  Never hides the run's outcome."""
+        if self.entry is not None and self.history is not None:
+            try:
+                self._record(self.entry, self.history, result, error)
+            except OSError as exc:
+                click.echo(f"note: the run history could not be updated: {exc}", err=True)
+        if self.view and page:
+            self._write_page()
+
+    def _record(self, entry: RunEntry, history: RunHistory, result: RunResult | None,
+                error: str | None) -> None:
+        summary = entry.summary()
+        summary.pop("trace", None)
+        summary.update(status="error", error=error, pid=None)
+        if result is not None:
+            summary.update(summary_of(result))
+        if self.user_trace and Path(self.user_trace).exists():
+            keep_trace(Path(self.user_trace), entry.trace_path)
+        entry.write_summary(summary)
+        history.prune(keep=entry)
+
+    def _write_page(self) -> None:
+        from rlm.view import load_trace, write_page  # only when --view asks for it
+
+        trace = Path(self.user_trace) if self.user_trace else (
+            self.entry.trace_path if self.entry is not None else None)
+        if trace is None or not trace.exists():
+            click.echo("note: no trace was written, so there is no page to write", err=True)
+            return
+        try:
+            page = write_page(load_trace(trace), trace.with_suffix(".html"))
+        except RLMError as exc:
+            click.echo(f"note: the page could not be written: {exc}", err=True)
+            return
+        click.echo(f"page: {page}  (open it in a browser; `rlm view --help`)", err=True)

@@ -1,0 +1,193 @@
+"""The run history: every run's trace and summary, kept where a person can find them later.
+
+Each run gets a directory ``<state>/runs/<ID>/`` holding ``trace.jsonl`` and
+``summary.json``.  ``<state>`` is the platform's user state directory
+(platformdirs: ``$XDG_STATE_HOME/rlm`` on Linux, the same place the journal
+uses).  IDs sort by start time (``20261123-091502-417301-3fa9``: UTC date, time,
+microseconds and 4 random hex digits), so the newest run is the last one and a unique prefix of
+an ID names a run.
+
+The summary is written when the run starts (status ``running``, with the
+process id) and replaced when it ends, each time through a temporary file
+renamed into place; a run killed with ``kill -9`` keeps its first summary, is
+listed as ``killed``, and its half-written trace can still be viewed.  When
+the history passes its size cap the oldest runs are removed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from rlm.errors import UsageError
+
+__all__ = ["DEFAULT_CAP_BYTES", "HISTORY_ENV", "RunEntry", "RunHistory", "history_enabled"]
+
+DEFAULT_CAP_BYTES = 256 * 2**20
+#: ``RLM_HISTORY=off`` (or 0/no/false) turns the history off, like ``--no-history``.
+HISTORY_ENV = "RLM_HISTORY"
+#: ``RLM_HISTORY_MAX_MB=N`` sets the size cap.
+CAP_ENV = "RLM_HISTORY_MAX_MB"
+
+
+def history_enabled(flag: bool) -> bool:
+    """Whether this run keeps history: the flag, unless the environment turns it off."""
+    return flag and os.environ.get(HISTORY_ENV, "").strip().lower() not in (
+        "0", "off", "no", "false")
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run's directory in the history."""
+
+    id: str
+    path: Path
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def trace_path(self) -> Path:
+        return self.path / "trace.jsonl"
+
+    def trace_file(self) -> Path | None:
+        """The trace, or the half-written one a killed run left behind, or None."""
+        if self.trace_path.exists():
+            return self.trace_path
+        parts = sorted(self.path.glob(".trace.jsonl.*.part"), key=lambda p: p.stat().st_mtime)
+        return parts[-1] if parts else None
+
+    def summary(self) -> dict[str, Any]:
+        """The stored summary (``status`` ``killed`` when its process died mid-run)."""
+        try:
+            data = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {"status": "unknown"}
+        if not isinstance(data, dict):
+            data = {"status": "unknown"}
+        data["id"] = self.id
+        if data.get("status") == "running" and not _alive(data.get("pid")):
+            data["status"] = "killed"
+        trace = self.trace_file()
+        data["trace"] = str(trace) if trace is not None else None
+        return data
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        tmp = self.path / f".summary.{os.getpid()}.part"
+        tmp.write_text(json.dumps(dict(summary), ensure_ascii=False, indent=1), encoding="utf-8")
+        os.replace(tmp, self.summary_path)
+
+
+class RunHistory:
+    """The directory of past runs (``root``: default ``<user state dir>/runs``)."""
+
+    def __init__(self, root: Path | None = None, *, cap_bytes: int | None = None) -> None:
+        self.root = root if root is not None else platformdirs.user_state_path("rlm") / "runs"
+        self.cap_bytes = cap_bytes if cap_bytes is not None else _cap_from_env()
+
+    def begin(self, summary: Mapping[str, Any]) -> RunEntry:
+        """Make a new entry for a run that starts now; its first summary says ``running``."""
+        now = datetime.datetime.now(datetime.UTC)
+        # Microseconds keep runs started in the same second in order; the hex keeps IDs unique.
+        run_id = f"{now:%Y%m%d-%H%M%S-%f}-{secrets.token_hex(2)}"
+        entry = RunEntry(run_id, self.root / run_id)
+        try:
+            entry.path.mkdir(parents=True, exist_ok=False)
+            entry.write_summary({"status": "running", "pid": os.getpid(),
+                                 "started": now.isoformat(timespec="seconds"), **summary})
+        except OSError as exc:
+            raise UsageError(f"cannot keep this run in the history at {self.root}: "
+                             f"{exc.strerror}; pass --no-history or set {HISTORY_ENV}=off") from exc
+        return entry
+
+    def entries(self) -> list[RunEntry]:
+        """Every run, oldest first."""
+        try:
+            names = sorted(p.name for p in self.root.iterdir() if p.is_dir()
+                           and not p.name.startswith("."))
+        except FileNotFoundError:
+            return []
+        return [RunEntry(name, self.root / name) for name in names]
+
+    def find(self, ref: str) -> RunEntry:
+        """The run ``ref`` names: ``last``, ``last~N`` (N runs before it), an ID or its prefix."""
+        entries = self.entries()
+        if not entries:
+            raise UsageError(f"no runs in the history yet ({self.root}): `rlm run` keeps each "
+                             "run there unless --no-history is given")
+        if ref == "last" or ref.startswith("last~"):
+            back = ref[5:]
+            if back and not back.isdigit():
+                raise UsageError(f"{ref!r}: use last, last~1, last~2, ...")
+            index = len(entries) - 1 - int(back or 0)
+            if index < 0:
+                raise UsageError(f"the history holds only {len(entries)} run(s)")
+            return entries[index]
+        matches = [e for e in entries if e.id.startswith(ref)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise UsageError(f"no run {ref!r} in the history: `rlm runs` lists them")
+        raise UsageError(f"{ref!r} names {len(matches)} runs: give more of the ID")
+
+    def prune(self, keep: RunEntry | None = None) -> list[str]:
+        """Remove the oldest runs until the history fits its cap; the IDs removed."""
+        entries = self.entries()
+        sizes = {e.id: _size(e.path) for e in entries}
+        total = sum(sizes.values())
+        removed = []
+        for entry in entries:
+            if total <= self.cap_bytes:
+                break
+            if keep is not None and entry.id == keep.id:
+                continue
+            # Another run may be pruning the same entry at the same moment: missing is fine.
+            shutil.rmtree(entry.path, ignore_errors=True)
+            total -= sizes[entry.id]
+            removed.append(entry.id)
+        return removed
+
+
+def _cap_from_env() -> int:
+    raw = os.environ.get(CAP_ENV)
+    if not raw:
+        return DEFAULT_CAP_BYTES
+    try:
+        megabytes = float(raw)
+    except ValueError:
+        raise UsageError(f"{CAP_ENV} must be a number of MB, got {raw!r}") from None
+    if megabytes <= 0:
+        raise UsageError(f"{CAP_ENV} must be positive, got {raw!r}")
+    return int(megabytes * 2**20)
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for item in path.rglob("*"):
+        try:
+            total += item.stat().st_size
+        except FileNotFoundError:
+            continue  # removed while we looked (a trace renamed into place)
+    return total
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

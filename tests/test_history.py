@@ -1,0 +1,138 @@
+"""The run history: `rlm run` keeps every run, `rlm runs` lists them, `rlm view last` draws one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlm.history import HISTORY_ENV, RunHistory, history_enabled
+from tests.view_helpers import events, fixture_run, rlm, rlm_in_process
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
+    """Three fixture runs kept in a private state directory; the third with --trace and --view."""
+    tmp = tmp_path_factory.mktemp("history")
+    env = {"XDG_STATE_HOME": str(tmp / "state")}
+    context = tmp / "F.txt"
+    from rlm.fixtures.needle import generate_needle
+    context.write_text(generate_needle(30_000, seed=5).text, encoding="utf-8")
+    for query in ("What is the magic number?", "What was the magic number?"):
+        done = rlm("run", query, "--context-file", str(context), "--provider", "fixture",
+                   "--model", "fixture:2", "-q", env=env)
+        assert done.returncode == 0, done.stderr
+    trace = fixture_run(tmp, "--view", env=env)
+    return tmp, env, trace
+
+
+def listed(env: dict[str, str]) -> list[dict[str, object]]:
+    done = rlm_in_process("runs", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    value: list[dict[str, object]] = json.loads(done.stdout)
+    return value
+
+
+def test_runs_lists_the_last_runs_newest_first(state: tuple[Path, dict[str, str], Path]) -> None:
+    _, env, trace = state
+    runs = listed(env)
+    assert len(runs) == 3
+    assert [r["status"] for r in runs] == ["answered"] * 3
+    assert [r["query"] for r in runs][1:] == ["What was the magic number?",
+                                              "What is the magic number?"]
+    newest = runs[0]
+    finished = next(e for e in events(trace) if e["event"] == "run_finished")
+    assert newest["llm_calls"] == finished["llm_calls"]
+    assert abs(float(str(newest["duration_s"])) - finished["duration_s"]) < 0.01
+    assert newest["calls"] == 5 and newest["cost"] == finished["usage_detail"]["cost"]
+    # The history keeps its own copy of the trace, identical to the one --trace wrote.
+    assert Path(str(newest["trace"])).read_bytes() == trace.read_bytes()
+    table = rlm_in_process("runs", env=env)
+    assert table.returncode == 0
+    for run in runs:
+        assert str(run["id"]) in table.stdout
+    assert "What was the magic number?" in table.stdout
+
+
+def test_runs_show_prints_one_summary(state: tuple[Path, dict[str, str], Path]) -> None:
+    _, env, _ = state
+    newest = listed(env)[0]
+    for ref in ("last", str(newest["id"])[:-2]):
+        done = rlm_in_process("runs", "show", ref, env=env)
+        assert done.returncode == 0, done.stderr
+        assert str(newest["id"]) in done.stdout and "answered" in done.stdout
+    missing = rlm_in_process("runs", "show", "19990101", env=env)
+    assert missing.returncode == 2 and missing.stderr.startswith("Error: no run")
+
+
+def test_view_last_draws_the_newest_run(state: tuple[Path, dict[str, str], Path]) -> None:
+    tmp, env, trace = state
+    done = rlm_in_process("view", "last", "-o", str(tmp / "last.html"), env=env)
+    assert done.returncode == 0, done.stderr
+    html = (tmp / "last.html").read_text(encoding="utf-8")
+    run_id = next(e for e in events(trace) if e["event"] == "run_started")["wall_time"]
+    assert run_id.replace("<", "\\u003c") in html
+    older = rlm_in_process("view", "last~2", env=env)
+    assert older.returncode == 0, older.stderr
+    assert "What is the magic number?" in Path(older.stdout.strip()).read_text(encoding="utf-8")
+
+
+def test_run_view_writes_the_page_next_to_the_trace(
+        state: tuple[Path, dict[str, str], Path]) -> None:
+    _, _, trace = state
+    assert trace.with_suffix(".html").exists()
+    assert "rlm-data" in trace.with_suffix(".html").read_text(encoding="utf-8")
+
+
+def test_no_history_keeps_nothing(state: tuple[Path, dict[str, str], Path]) -> None:
+    tmp, env, _ = state
+    before = len(listed(env))
+    done = rlm("run", "What is the magic number?", "--context-file", str(tmp / "F.txt"),
+               "--provider", "fixture", "--model", "fixture:2", "-q", "--no-history", env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(listed(env)) == before
+    for value, kept in (("off", False), ("0", False), ("1", True), ("", True)):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(HISTORY_ENV, value)
+            assert history_enabled(True) is kept
+    assert history_enabled(False) is False
+    refused = rlm_in_process("run", "What is the magic number?", "--context-file",
+                             str(tmp / "F.txt"), "--provider", "fixture", "--no-history",
+                             "--view", env=env)
+    assert refused.returncode == 2 and "--view" in refused.stderr
+    assert len(listed(env)) == before
+
+
+def test_the_size_cap_removes_the_oldest_runs(tmp_path: Path) -> None:
+    history = RunHistory(tmp_path / "runs", cap_bytes=10_000)
+    entries = []
+    for _ in range(4):
+        entry = history.begin({"kind": "run", "query": "q"})
+        entry.trace_path.write_bytes(b"x" * 4_000)
+        entries.append(entry)
+    removed = history.prune(keep=entries[-1])
+    assert removed == [entries[0].id, entries[1].id]
+    assert [e.id for e in history.entries()] == [e.id for e in entries[2:]]
+
+
+def test_a_killed_run_is_listed_as_killed_and_its_cut_trace_can_be_viewed(
+        state: tuple[Path, dict[str, str], Path], tmp_path: Path) -> None:
+    _, _, trace = state
+    history = RunHistory(tmp_path / "state" / "rlm" / "runs")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    entry = history.begin({"kind": "run", "query": "killed mid-run"})
+    summary = json.loads(entry.summary_path.read_text(encoding="utf-8"))
+    entry.write_summary({**summary, "pid": int(dead.stdout)})
+    text = trace.read_text(encoding="utf-8")
+    (entry.path / f".trace.jsonl.{dead.stdout.strip()}.part").write_text(text[: len(text) // 2])
+    assert entry.summary()["status"] == "killed"
+    done = rlm_in_process("view", "last", env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert done.returncode == 0, done.stderr
+    assert "cut" in done.stderr
+    assert Path(done.stdout.strip()) == entry.path / "trace.html"
