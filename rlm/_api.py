@@ -47,7 +47,10 @@ class RLM:
     ``stream_idle_timeout`` (a stream with no bytes this long fails, s),
     ``cache_path`` (a journal that stores and replays responses: a file, or a
     postgresql:// URL) with ``cache_mode`` ("read-write", "read-only",
-    "refresh"), and ``fixture_root_latency`` / ``fixture_sub_latency``.  Bad values raise
+    "refresh"), ``fixture_root_latency`` / ``fixture_sub_latency``,
+    ``fixture_chunk_chars`` / ``fixture_chunk_delay`` (the fixture model's
+    generation pace), and ``stream`` (stream every step and run its code
+    blocks as they close, even with no live consumer).  Bad values raise
     :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL
     trace; ``providers`` replaces the providers by lane (for tests and custom
     back ends); ``sinks`` receive every event as it happens.

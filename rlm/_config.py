@@ -37,6 +37,7 @@ class RunConfig:
     max_tokens: int | None = None
     request_timeout: float = 600.0
     stream_idle_timeout: float = 60.0
+    stream: bool = False
     max_llm_calls: int | None = None
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
@@ -51,6 +52,8 @@ class RunConfig:
     adaptive: bool = True
     fixture_root_latency: float = 0.0
     fixture_sub_latency: float = 0.0
+    fixture_chunk_chars: int = 16
+    fixture_chunk_delay: float = 0.0
     require_isolation: tuple[str, ...] = ()
     cache_path: str | None = None
     cache_mode: str = "read-write"
@@ -78,6 +81,10 @@ class RunConfig:
         if self.stream_idle_timeout <= 0:
             raise UsageError("--stream-idle-timeout must be a positive number of seconds")
         _positive("--max-output-chars", self.max_output_chars)
+        _positive("fixture_chunk_chars", self.fixture_chunk_chars)
+        latencies = (self.fixture_root_latency, self.fixture_sub_latency, self.fixture_chunk_delay)
+        if min(latencies) < 0:
+            raise UsageError("the fixture model's latencies and chunk delay must not be negative")
         for flag, rate in (("--rpm", self.rpm), ("--tpm", self.tpm)):
             if rate is not None and rate <= 0:
                 raise UsageError(f"{flag} must be a positive rate per minute, got {rate:g}")

@@ -129,6 +129,7 @@ class CodeExecuted(Event):
     error: str | None
     final: bool
     duration_s: float
+    pipelined: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,11 @@ A call owns its history, its iteration count and its sandbox.  The sandbox is
 spawned while the first step is generated, so its start-up is off the
 critical path; after a crash or an execution timeout the next execution gets
 a fresh one.
+
+When the run streams (a live consumer, or ``config.stream``), a step's code
+blocks run while its reply is still being written, each as soon as its fence
+closes (:mod:`rlm._run.pipeline`); the step's execution then starts from what
+already ran.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepC
 from rlm._run.context import Context, context_chars, describe_context
 from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
+from rlm._run.pipeline import BlockPipeline, Ran
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
@@ -84,6 +90,7 @@ class _Step:
     blocks: list[str]
     final: FinalDirective | None
     forced: bool
+    ran: tuple[Ran, ...] = ()  # its first blocks, run while the reply streamed
 
     @property
     def runs_code(self) -> bool:
@@ -198,7 +205,7 @@ class Call:
         self._slot.spawn(nursery)  # overlaps the first step
         forced = False
         while True:
-            step = await self._generate(forced)
+            step = await self._generate(forced, nursery)
             if step.runs_code:
                 executed = await self._execute(step, nursery)
                 if executed.failure is not None:
@@ -216,8 +223,8 @@ class Call:
                     {"role": "user", "content": FORCE_FINAL.format(n=self.iteration)}
                 )
 
-    async def _generate(self, forced: bool) -> _Step:
-        """One step: the model's next reply, parsed."""
+    async def _generate(self, forced: bool, nursery: trio.Nursery) -> _Step:
+        """One step: the model's next reply, parsed (its blocks run as they close)."""
         if not forced:
             self.iteration += 1
         config = self._parts.config
@@ -229,41 +236,73 @@ class Call:
             call_id=self.call_id,
             depth=self.depth,
         )
-        completion = await self._parts.gate.complete(request)
+        pipeline = self._pipeline(nursery)
+        try:
+            completion = await self._parts.gate.complete(
+                request, None if pipeline is None else pipeline.on_text
+            )
+        except BaseException:
+            if pipeline is not None:
+                pipeline.cancel()
+            raise
         reply = completion.text
         self._last_reply = reply
         self.history.append({"role": "assistant", "content": reply})
-        step = _Step(reply, find_code_blocks(reply), find_final(reply), forced)
+        blocks, final = find_code_blocks(reply), find_final(reply)
         self._parts.events.emit(
             StepCompleted(
                 **self._ids(),
                 iteration=self.iteration,
                 model=completion.model or self.model,
-                code_blocks=len(step.blocks),
-                has_final=step.final is not None,
+                code_blocks=len(blocks),
+                has_final=final is not None,
                 forced_final=forced,
                 input_tokens=completion.input_tokens,
                 output_tokens=completion.output_tokens,
                 reply_chars=len(reply),
             )
         )
-        return step
+        ran = await pipeline.finish() if pipeline is not None else []
+        # What ran are the reply's first blocks (a cut attempt may have run others).
+        matched = 0
+        while matched < min(len(ran), len(blocks)) and ran[matched].code == blocks[matched]:
+            matched += 1
+        return _Step(reply, blocks, final, forced, tuple(ran[:matched]))
+
+    def _pipeline(self, nursery: trio.Nursery) -> BlockPipeline | None:
+        """A pipeline for this step's blocks when the run streams, else None."""
+        if not (self._parts.events.streaming or self._parts.config.stream):
+            return None
+
+        async def run(index: int, code: str) -> tuple[ExecResult, bool]:
+            losses = self._slot.losses
+            result = await self._run_block(code, nursery)
+            self._emit_executed(index, result, pipelined=True)
+            return result, self._slot.losses > losses
+
+        pipeline = BlockPipeline(run)
+        pipeline.start(nursery)
+        return pipeline
 
     async def _execute(self, step: _Step, nursery: trio.Nursery) -> _Executed:
         """Run the step's code blocks in order, then its ``FINAL_VAR`` if it has one."""
         feedback: list[str] = []
         blocks = step.blocks
         for index, code in enumerate(blocks, start=1):
-            losses = self._slot.losses
-            result = await self._run_block(code, nursery)
-            self._emit_executed(index, result)
+            if index <= len(step.ran):  # it ran while the reply streamed
+                result, lost = step.ran[index - 1].result, step.ran[index - 1].lost
+            else:
+                losses = self._slot.losses
+                result = await self._run_block(code, nursery)
+                self._emit_executed(index, result)
+                lost = self._slot.losses > losses
             if result.output:
                 self.last_output = result.output
             feedback.append(format_execution(code, result, index, len(blocks)))
             if result.final is not None:
                 self.candidate = result.final
                 return _Executed(result.final, feedback)
-            if self._slot.losses > losses and index < len(blocks):
+            if lost and index < len(blocks):
                 # Later blocks would run in a fresh sandbox without this one's variables.
                 feedback.append(skipped_blocks(len(blocks) - index))
                 break
@@ -346,7 +385,7 @@ class Call:
 
     # -- events ----------------------------------------------------------------
 
-    def _emit_executed(self, index: int, result: ExecResult) -> None:
+    def _emit_executed(self, index: int, result: ExecResult, *, pipelined: bool = False) -> None:
         self._parts.events.emit(
             CodeExecuted(
                 **self._ids(),
@@ -358,6 +397,7 @@ class Call:
                 error=result.error,
                 final=result.final is not None,
                 duration_s=result.duration_s,
+                pipelined=pipelined,
             )
         )
 

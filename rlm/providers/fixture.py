@@ -285,6 +285,8 @@ def root_reply(messages: Sequence[Message], model: FixtureModel) -> str:
             "The context is too long to read at once, so I will split it into about "
             f"{model.chunks} overlapping chunks and ask a sub-model about each, {how}.\n\n"
             + _repl(step_one_code(question, model))
+            + "\n\nThe code prints how many chunks had a value and answers with the most "
+            "common one; if none did, I will look again."
         )
     last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     asks_final = "final answer" in last_user.lower()
@@ -374,10 +376,11 @@ class FixtureProvider:
     ``request.lane``), so under a mock clock a run takes exactly the virtual
     time its critical path implies.  Cancellation during the sleep abandons
     the request, as with a real socket.  Volley tasks report cached input
-    tokens from a :class:`PrefixCache`.  Streamed, the reply comes in pieces
-    of ``chunk_chars`` characters with ``chunk_delay`` seconds before each;
-    the first ``cut_streams`` streams fail half-way, as a dropped connection
-    would.
+    tokens from a :class:`PrefixCache`.  The reply is generated at
+    ``chunk_delay`` seconds per ``chunk_chars`` characters: streamed, each
+    piece arrives after its delay; read whole, the answer comes after all of
+    them (a slow model is slow either way).  The first ``cut_streams``
+    streams fail half-way, as a dropped connection would.
     """
 
     name = "fixture"
@@ -405,6 +408,11 @@ class FixtureProvider:
         self.cache = PrefixCache()
 
     async def complete(self, request: CompletionRequest) -> Completion:
+        completion = await self._first_token(request)
+        await trio.sleep(self.chunk_delay * len(stream_pieces(completion.text, self.chunk_chars)))
+        return completion
+
+    async def _first_token(self, request: CompletionRequest) -> Completion:
         root = is_root_request(request.messages)
         cached = self.cache.lookup(request.messages)
         await trio.sleep(self.root_latency if root else self.sub_latency)
@@ -412,7 +420,7 @@ class FixtureProvider:
         return self._reply(request, cached)
 
     async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
-        completion = await self.complete(request)
+        completion = await self._first_token(request)
         pieces = stream_pieces(completion.text, self.chunk_chars)
         cut_at = len(pieces) // 2 if self.cuts_left > 0 and pieces else None
         self.cuts_left -= cut_at is not None

@@ -20,7 +20,10 @@ async def open_providers(config: RunConfig) -> AsyncIterator[Mapping[Lane, Provi
     """The root and sub providers of ``config``; the HTTP client closes on exit."""
     if config.provider == "fixture":
         fixture = FixtureProvider(
-            root_latency=config.fixture_root_latency, sub_latency=config.fixture_sub_latency
+            root_latency=config.fixture_root_latency,
+            sub_latency=config.fixture_sub_latency,
+            chunk_chars=config.fixture_chunk_chars,
+            chunk_delay=config.fixture_chunk_delay,
         )
         yield {"root": fixture, "sub": fixture}
         return

@@ -61,7 +61,8 @@ class FixtureServerOptions:
     A request with ``"stream": true`` is answered with Server-Sent Events:
     ``chunk_chars`` characters per event, ``chunk_delay`` seconds before each
     (``model_chunk_delay`` sets it per model name, so one test can run fast and
-    slow streams side by side).  The first ``cut_streams`` streamed replies stop
+    slow streams side by side); a request that does not stream waits for all
+    its pieces' delays, then gets the whole answer.  The first ``cut_streams`` streamed replies stop
     half-way and the connection is closed, as if it had dropped.
 
     ``max_concurrent`` (a hidden cap: requests over it get an immediate 429)
@@ -437,6 +438,9 @@ class FixtureServer:
         completion_tokens = scripted.estimate_tokens(text)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
+        chunk_delay = opts.model_chunk_delay.get(model, opts.chunk_delay)
+        if not chat.stream or chat.dialect == "anthropic":  # generated at that pace, sent whole
+            await trio.sleep(chunk_delay * len(scripted.stream_pieces(text, opts.chunk_chars)))
         if chat.dialect == "anthropic":
             return _json_reply(200, anthropic_message(
                 text, model=model, reply_id=f"fixture-{self.stats.total_requests}",
@@ -449,7 +453,7 @@ class FixtureServer:
             return stream_reply(
                 text, model=model, reply_id=f"chatcmpl-fixture-{self.stats.total_requests}",
                 usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
-                chunk_delay=opts.model_chunk_delay.get(model, opts.chunk_delay), cut=cut,
+                chunk_delay=chunk_delay, cut=cut,
             )
         return _json_reply(200, {
             "id": f"chatcmpl-fixture-{self.stats.total_requests}",
