@@ -35,7 +35,8 @@ async def test_stream_shows_the_root_reply_live_and_the_answer_on_stdout(tmp_pat
 
 async def test_stream_json_writes_attributed_events_one_per_line(tmp_path: Path) -> None:
     path, answer = needle(tmp_path)
-    async with serving(chunk_chars=24) as (url, _):
+    # The first streamed reply (the root's first step) is cut half-way and retried.
+    async with serving(chunk_chars=24, cut_streams=1) as (url, server):
         done = await rlm(
             "run",
             QUESTION,
@@ -49,13 +50,22 @@ async def test_stream_json_writes_attributed_events_one_per_line(tmp_path: Path)
             "--json",
         )
     assert done.returncode == 0, done.stderr
+    assert server.stats.cut_streams == 1
     events = [json.loads(line) for line in done.stdout.decode().splitlines()]
     assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
     assert events[-1]["answer"] == answer
     assert all({"event", "t", "call_id", "parent_id", "depth"} <= set(e) for e in events)
     deltas = [e for e in events if e["event"] == "text_delta"]
-    root = "".join(e["text"] for e in deltas if e["lane"] == "root")
-    assert root.startswith("The context is too long") and "```repl" in root
+    cut = [e for e in events if e["event"] == "stream_discarded"]
+    assert len(cut) == 1 and cut[0]["lane"] == "root" and cut[0]["attempt"] == 1
+    first = [e["text"] for e in deltas if e["request_id"] == cut[0]["request_id"]]
+    retried = [
+        e["text"] for e in deltas if e["request_id"] == cut[0]["request_id"] and e["attempt"] == 2
+    ]
+    assert sum(map(len, first)) - sum(map(len, retried)) == cut[0]["chars"]
+    step = next(e for e in events if e["event"] == "step_completed")
+    assert step["reply_chars"] == sum(map(len, retried))  # the cut text is in no reply
+    assert "".join(retried).startswith("The context is too long")
     subs = {e["request_id"] for e in deltas if e["lane"] == "sub"}
     assert len(subs) == 4 and {e["depth"] for e in deltas if e["lane"] == "sub"} == {1}
 
