@@ -29,7 +29,7 @@ async def test_astream_yields_attributed_deltas_that_add_up_to_each_reply() -> N
     assert "```repl" in root
     subs = {e.request_id for e in deltas if e.lane == "sub"}
     assert len(subs) >= 4 and all(
-        e.depth == 1 and e.call_id == "root" for e in deltas if e.lane == "sub"
+        (e.call_id, e.parent_id, e.depth) == ("root", "root", 1) for e in deltas if e.lane == "sub"
     )
     # every step's reply came as deltas, attributed to the root call
     assert {(e.parent_id, e.depth) for e in deltas if e.lane == "root"} == {(None, 0)}

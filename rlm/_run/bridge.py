@@ -170,6 +170,7 @@ class Bridge:
                     max_tokens=config.max_tokens,
                     call_id=call.call_id,
                     depth=call.depth + 1,
+                    parent_id=call.call_id,  # streamed text: a sub-query is the asker's child
                 )
             )
             return completion.text

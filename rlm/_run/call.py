@@ -235,6 +235,7 @@ class Call:
             max_tokens=config.max_tokens,
             call_id=self.call_id,
             depth=self.depth,
+            parent_id=self.parent_id,
         )
         pipeline = self._pipeline(nursery)
         try:
