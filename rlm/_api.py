@@ -121,8 +121,11 @@ class RLM:
         Cancellation is trio cancellation: every sandbox is killed and the
         trace is flushed before the Cancelled exception propagates.  With a
         live ``stream`` (a :class:`rlm.streaming.StreamMerger`) every event
-        also goes there, and requests stream their text into it.
+        also goes there, and requests stream their text into it.  It needs
+        trio; under asyncio, run the blocking :meth:`completion` in a thread:
+        ``await asyncio.to_thread(model.completion, query, context)``.
         """
+        _require_trio()
         _check_inputs(query, context)
         events = EventBus()
         if stream is not None:
@@ -327,6 +330,18 @@ def _status(root: CallOutcome | None, error: RLMError | None) -> str:
 
 def _saw_fixture(events: list[Event]) -> bool:
     return any(isinstance(e, LLMResponse) and e.metadata.get("fixture") for e in events)
+
+
+def _require_trio() -> None:
+    """UsageError, not a trio-internal RuntimeError, when awaited outside trio (asyncio)."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        raise UsageError(
+            "RLM.acompletion runs under trio, not asyncio or another event loop: call it "
+            "inside trio.run(...), or from asyncio use "
+            "`await asyncio.to_thread(model.completion, query, context)`"
+        ) from None
 
 
 def _check_inputs(query: str, context: Context) -> None:

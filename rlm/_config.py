@@ -122,11 +122,6 @@ class RunConfig:
         caller that brings its own providers needs no endpoint.
         """
         if self.provider in ("openai", "anthropic"):
-            if not self.base_url and self.provider == "openai":
-                raise UsageError(
-                    "no endpoint: pass --base-url URL (or set RLM_BASE_URL), "
-                    "or use --provider fixture for the built-in fixture model"
-                )
             if self.base_url and not self.base_url.startswith(("http://", "https://")):
                 raise UsageError(
                     f"--base-url must start with http:// or https://, got {self.base_url!r}"
@@ -136,7 +131,10 @@ class RunConfig:
                     f"--sub-base-url must start with http:// or https://, got {self.sub_base_url!r}"
                 )
             if not self.model:
-                raise UsageError("no model: pass --model M (or set RLM_MODEL)")
+                raise UsageError(
+                    "no model: pass --model M (or set RLM_MODEL), or use --provider fixture "
+                    "for the built-in fixture model"
+                )
         elif self.provider != "fixture":
             raise UsageError(
                 f"--provider must be 'openai', 'anthropic' or 'fixture', got {self.provider!r}"

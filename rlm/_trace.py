@@ -15,14 +15,38 @@ from typing import IO, Any
 from rlm._events import Event, TextDelta
 from rlm.errors import UsageError
 
-__all__ = ["TraceWriter"]
+__all__ = ["TraceWriter", "check_trace_path"]
+
+
+def check_trace_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path, or UsageError when a trace file cannot be written there.
+
+    Checked before a run starts, so a bad path never costs a finished run its
+    answer, and nothing is written beside a path the user did not give.
+    """
+    target = Path(path)
+    if str(path) == "-":
+        raise UsageError(
+            "--trace - is not supported: stdout carries the answer; give a file path "
+            "(e.g. --trace run.jsonl)"
+        )
+    if target.is_dir():
+        raise UsageError(
+            f"trace path {path} is a directory; give a file path (e.g. {target / 'run.jsonl'})"
+        )
+    parent = target.parent
+    if not parent.is_dir():
+        raise UsageError(f"cannot write trace file {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write trace file {path}: directory {parent} is not writable")
+    return target
 
 
 class TraceWriter:
     """A sink that appends each event as one JSON line (``text_delta`` excepted)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = check_trace_path(path)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
         try:
             self._file: IO[str] | None = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115

@@ -80,10 +80,13 @@ class ProviderError(RLMError):
 
 
 class ProviderConnectionError(ProviderError):
-    """The endpoint could not be reached, reset the connection, or timed out."""
+    """The endpoint could not be reached, reset the connection, or timed out.
 
-    def __init__(self, message: str, *, url: str = "") -> None:
-        super().__init__(message, url=url, retryable=True)
+    Retryable, except when the host name does not exist (no retry can fix that).
+    """
+
+    def __init__(self, message: str, *, url: str = "", retryable: bool = True) -> None:
+        super().__init__(message, url=url, retryable=retryable)
 
 
 class ProviderResponseError(ProviderError):

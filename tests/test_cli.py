@@ -234,7 +234,7 @@ async def test_the_right_key_is_sent_from_the_environment(needle_file: tuple[Pat
         (["--root-permits", "8", "--max-concurrent", "8"], b"--root-permits"),
         (["--max-concurrent", "0"], b"--max-concurrent"),
         (["--exec-timeout", "-1"], b"--exec-timeout"),
-        (["--provider", "openai"], b"--base-url"),
+        (["--provider", "openai"], b"--model"),
         (["--max-llm-calls", "0"], b"--max-llm-calls"),
         (["--max-total-tokens", "-5"], b"--max-total-tokens"),
         (["--max-cost", "0"], b"--max-cost"),

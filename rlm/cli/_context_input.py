@@ -1,37 +1,186 @@
-"""Reading ``--context-file`` arguments into the run's ``context``."""
+"""Reading ``--context-file`` arguments into the run's ``context``.
+
+A path is a file, ``-`` (stdin, once) or a directory, whose files become one
+document each (sorted by path, filtered by ``--glob``, hidden entries and
+binary files skipped, within a cap on files and bytes).  Several paths make
+``context`` a list.  An empty context is allowed but never silent: the person
+is told, and told about data waiting on stdin that was not asked for.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import fnmatch
+import os
+import select
+import stat
 import sys
+import termios
 from pathlib import Path
 
 from rlm._run.context import Context
+from rlm.cli._terminal import plural, say
 from rlm.errors import UsageError
 
-__all__ = ["read_context", "read_text"]
+__all__ = ["MAX_DIR_BYTES", "MAX_DIR_FILES", "context_paths", "read_context", "read_text"]
+
+MAX_DIR_FILES = 10_000
+MAX_DIR_BYTES = 512 * 1024 * 1024
 
 
-def read_context(paths: tuple[str, ...], encoding: str) -> Context:
-    """One file → a str; several → a list of str; ``-`` reads stdin (once)."""
+def context_paths(flagged: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The paths to read: ``--context-file`` values plus the paths a shell glob spread after one.
+
+    ``--context-file *.txt`` arrives as one flagged path and the rest as extra
+    arguments; extra arguments are accepted only as existing paths after a
+    ``--context-file``, so an unquoted query still gets a clear message.
+    """
+    strays = [arg for arg in extra if arg == "-" or not os.path.exists(arg)]
+    if extra and (not flagged or strays):
+        shown = " ".join(strays or extra)
+        raise UsageError(
+            f"unexpected argument(s): {shown}. Quote the whole query "
+            '(rlm run "what is ...?"), and put input files after --context-file'
+        )
+    return (*flagged, *extra)
+
+
+def read_context(
+    paths: tuple[str, ...],
+    encoding: str,
+    glob: str = "*",
+    *,
+    max_files: int = MAX_DIR_FILES,
+    max_bytes: int = MAX_DIR_BYTES,
+) -> Context:
+    """One file → a str; several files or a directory → a list of str; ``-`` reads stdin.
+
+    A directory holding more than ``max_files`` matching files or
+    ``max_bytes`` in all is refused before anything is read.
+    """
     if sum(1 for p in paths if p == "-") > 1:
         raise UsageError("--context-file - (stdin) can be given only once")
-    texts = [read_text(path, encoding) for path in paths]
+    texts: list[str] = []
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            files = _directory_files(Path(path), glob, max_files, max_bytes)
+            texts.extend(_read_directory(Path(path), files, encoding, glob))
+        else:
+            texts.append(read_text(path, encoding))
+    _warn_if_empty(paths, texts)
     if not texts:
         return ""
-    return texts[0] if len(texts) == 1 else texts
+    single = len(texts) == 1 and not any(p != "-" and os.path.isdir(p) for p in paths)
+    return texts[0] if single else texts
 
 
-def read_text(path: str, encoding: str, what: str = "context file") -> str:
-    """The text of ``path`` (``-``: stdin); every failure is a UsageError naming ``what``."""
-    name = "stdin" if path == "-" else path
+def _warn_if_empty(paths: tuple[str, ...], texts: list[str]) -> None:
+    if not paths:
+        if _stdin_has_data():
+            say(
+                "Warning: stdin has data, but no context was given, so it is not read; "
+                "pass --context-file - to use it"
+            )
+        else:
+            say(
+                "Warning: no context given: the model has nothing to search; "
+                "pass --context-file PATH (or - for stdin)"
+            )
+    elif not any(texts):
+        where = ", ".join("stdin" if p == "-" else p for p in paths)
+        say(f"Warning: the context is empty ({where}): the model has nothing to search")
+
+
+def _stdin_has_data() -> bool:
+    """Whether bytes are waiting on stdin, found without reading (and so without stealing) any."""
     try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        if sys.stdin is None or sys.stdin.isatty():
+            return False
+        fd = sys.stdin.fileno()
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return os.fstat(fd).st_size > os.lseek(fd, 0, os.SEEK_CUR)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            readable, _, _ = select.select([fd], [], [], 0.05)  # a writer just starting
+            if not readable:
+                return False
+            waiting = bytearray(4)
+            fcntl.ioctl(fd, termios.FIONREAD, waiting)
+            return int.from_bytes(waiting, sys.byteorder) > 0
+    except (OSError, ValueError):  # no usable stdin: nothing is waiting
+        return False
+    return False
+
+
+def _directory_files(root: Path, glob: str, max_files: int, max_bytes: int) -> list[Path]:
+    """Every file under ``root`` matching ``glob`` (by name or relative path), sorted."""
+    files: list[Path] = []
+    total = 0
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            if name.startswith(".") or not (
+                fnmatch.fnmatch(name, glob) or fnmatch.fnmatch(relative, glob)
+            ):
+                continue
+            files.append(path)
+            total += path.stat().st_size if path.is_file() else 0
+            if len(files) > max_files or total > max_bytes:
+                raise UsageError(
+                    f"{root} holds more than {max_files:,} files or "
+                    f"{max_bytes / 2**20:,.0f} MiB matching {glob!r}; narrow it with "
+                    "--glob (e.g. --glob '*.log') or pass a subdirectory"
+                )
+    return files
+
+
+def _read_directory(root: Path, files: list[Path], encoding: str, glob: str) -> list[str]:
+    """Each of ``files`` as one document; binary or undecodable files are skipped, and said."""
+    texts: list[str] = []
+    skipped: list[str] = []
+    for path in files:
+        data = _read_bytes(str(path))
+        try:
+            if b"\0" in data[:8192]:
+                raise UnicodeDecodeError(encoding, data, 0, 1, "binary")
+            texts.append(data.decode(encoding))
+        except UnicodeDecodeError:
+            skipped.append(path.relative_to(root).as_posix())
+        except LookupError as exc:
+            raise UsageError(f"unknown --encoding {encoding!r}") from exc
+    if skipped:
+        say(
+            f"Warning: skipped {plural(len(skipped), 'file')} in {root} that "
+            f"{'is' if len(skipped) == 1 else 'are'} not {encoding} text: "
+            f"{', '.join(skipped[:5])}{' …' if len(skipped) > 5 else ''}"
+        )
+    if not texts:
+        raise UsageError(
+            f"{root} has no readable text files matching {glob!r}; check the path or --glob"
+        )
+    return texts
+
+
+def _read_bytes(path: str, what: str = "context file") -> bytes:
+    name = "stdin" if path == "-" else path
+    if path == "-" and sys.stdin.isatty():
+        say(f"reading the {what} from stdin (this terminal): type or paste it, then Ctrl-D")
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except FileNotFoundError as exc:
         raise UsageError(f"{what} {name} does not exist") from exc
     except IsADirectoryError as exc:
         raise UsageError(f"{what} {name} is a directory; pass a file") from exc
     except OSError as exc:
         raise UsageError(f"cannot read {what} {name}: {exc.strerror}") from exc
+
+
+def read_text(path: str, encoding: str, what: str = "context file") -> str:
+    """The text of ``path`` (``-``: stdin); every failure is a UsageError naming ``what``."""
+    name = "stdin" if path == "-" else path
+    data = _read_bytes(path, what)
     try:
         return data.decode(encoding)
     except LookupError as exc:

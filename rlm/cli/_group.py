@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import click
 
+from rlm.cli._errors import RLMGroup
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="rlm")
+
+@click.group(cls=RLMGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(None, "-V", "--version", package_name="rlm")
+@click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    help="Show the traceback when a command fails (or set RLM_DEBUG=1).",
+)
 def main() -> None:
     """rlm: run recursive language models fast, bounded and sandboxed.
 

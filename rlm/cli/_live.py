@@ -11,6 +11,7 @@ concurrent streams never interleave their text with the root's.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, TextIO
 
@@ -25,6 +26,7 @@ from rlm._events import (
     StreamDiscarded,
     TextDelta,
 )
+from rlm.cli._terminal import safe_text, silence
 
 __all__ = ["JSONLines", "LiveDisplay"]
 
@@ -49,6 +51,8 @@ class LiveDisplay:
     def __init__(self, out: TextIO | None = None, *, tty: bool | None = None) -> None:
         self.out = out or sys.stderr
         self.tty = self.out.isatty() if tty is None else tty
+        self._colour = self.tty and not os.environ.get("NO_COLOR")
+        self._broken = False
         self._in_code = False
         self._held = ""  # trailing backticks that may be the start of a fence
         self._at_line_start = True
@@ -91,7 +95,7 @@ class LiveDisplay:
         if event.request_id != self._root_request:
             self._root_request = event.request_id
             self._line(self._paint(_DIM, f"── root step (request {event.request_id}) ──"))
-        text = self._held + event.text
+        text = self._held + safe_text(event.text)  # model text: no escapes reach the terminal
         keep = len(text) - len(text.rstrip("`"))
         self._held = text[len(text) - keep :] if keep < 3 else ""
         text = text[: len(text) - len(self._held)]
@@ -121,11 +125,11 @@ class LiveDisplay:
         self._line(self._paint(_DIM, title))
         lines = event.output.rstrip("\n").splitlines()
         for line in lines[:_OUTPUT_LINES]:
-            self._line(line)
+            self._line(safe_text(line))
         if len(lines) > _OUTPUT_LINES or event.output_chars > len(event.output):
             self._line(self._paint(_DIM, f"[… {event.output_chars:,} chars in all]"))
         if event.error:
-            last = event.error.strip().splitlines()[-1:] or ["error"]
+            last = safe_text(event.error).strip().splitlines()[-1:] or ["error"]
             self._line(self._paint(_RED, f"error: {last[0]}"))
 
     # -- the status line for everything but the root's text ----------------------------
@@ -144,13 +148,14 @@ class LiveDisplay:
 
     def _clear_status(self) -> None:
         if self._status_shown:
-            self.out.write(_CLEAR_LINE)
+            self._status_shown = False
+            self._write(_CLEAR_LINE, status=True)
             self._status_shown = False
 
     # -- writing -----------------------------------------------------------------------
 
     def _paint(self, color: str, text: str) -> str:
-        return f"{color}{text}{_RESET}" if self.tty else text
+        return f"{color}{text}{_RESET}" if self._colour else text
 
     def _line(self, text: str) -> None:
         if not self._at_line_start:
@@ -162,5 +167,11 @@ class LiveDisplay:
             self._clear_status()
             self._at_line_start = text.removesuffix(_RESET).endswith("\n")
         self._status_shown = status
-        self.out.write(text)
-        self.out.flush()
+        if self._broken:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except OSError:  # stderr closed or its reader gone: the run goes on without it
+            self._broken = True
+            silence()

@@ -14,6 +14,7 @@ import trio
 from rlm._events import EventBus
 from rlm._sandbox.isolation import ALL_LAYERS, HOST_LAYERS, parse_layers
 from rlm._sandbox.launcher import SandboxLauncher
+from rlm.cli._errors import debug_wanted, fail, leaf_error
 from rlm.errors import RLMError
 
 __all__ = ["doctor", "isolation_report", "require_isolation"]
@@ -47,8 +48,21 @@ async def _probe() -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def isolation_report() -> tuple[dict[str, str], dict[str, Any]]:
-    """Start one real sandbox and return ``({layer: status}, facts)`` for every layer."""
-    layers, facts = trio.run(_probe)
+    """Start one real sandbox and return ``({layer: status}, facts)`` for every layer.
+
+    Exits 1 with one ``Error:`` line (no traceback) when no sandbox can start.
+    """
+    try:
+        layers, facts = trio.run(_probe)
+    except Exception as exc:  # a trio nursery wraps the launcher's error in a group
+        inner = leaf_error(exc)
+        if not isinstance(inner, RLMError | OSError) or debug_wanted(sys.argv):
+            raise
+        fail(
+            f"cannot start a sandbox: {inner}. This is a problem of this machine or user, "
+            "not of the run: see docs/sandbox.md, or run `rlm --debug doctor` for details",
+            1,
+        )
     report = {layer: "active" for layer in HOST_LAYERS}
     report.update(
         {
@@ -62,11 +76,7 @@ def isolation_report() -> tuple[dict[str, str], dict[str, Any]]:
 
 def require_isolation(layers: tuple[str, ...]) -> None:
     """Exit 1 with the reason unless every layer in ``layers`` is active here."""
-    try:
-        report, _ = isolation_report()
-    except RLMError as exc:
-        click.echo(f"Error: cannot start a sandbox: {exc}", err=True)
-        sys.exit(1)
+    report, _ = isolation_report()
     missing = [
         f"{layer} ({report.get(layer)})" for layer in layers if report.get(layer) != "active"
     ]
@@ -107,11 +117,7 @@ def doctor(as_json: bool, required: str) -> None:
     except ValueError as exc:
         click.echo(f"Error: --require-isolation: {exc}", err=True)
         sys.exit(2)
-    try:
-        report, facts = isolation_report()
-    except RLMError as exc:
-        click.echo(f"Error: cannot start a sandbox: {exc}", err=True)
-        sys.exit(1)
+    report, facts = isolation_report()
     missing = [layer for layer in wanted if report.get(layer) != "active"]
     system = {
         "kernel": platform.release(),

@@ -1,4 +1,4 @@
-"""``rlm fixture-server`` and ``rlm fixture needle``: the built-in fixture model's tools."""
+"""``rlm fixture-server`` and the ``rlm fixture`` generators: the built-in fixture model's tools."""
 
 from __future__ import annotations
 
@@ -6,13 +6,11 @@ import errno
 import os
 import signal
 import sys
-import tempfile
-from pathlib import Path
 
 import click
 import trio
 
-from rlm.fixtures.needle import MIN_CHARS, generate_needle
+from rlm.cli.fixture_generators import fixture_group
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 __all__ = ["fixture_group", "fixture_server"]
@@ -160,76 +158,3 @@ def fixture_server(
         if not _only_interrupts(exc):
             raise
         click.echo("fixture server stopped", err=True)
-
-
-@click.group("fixture")
-def fixture_group() -> None:
-    """Deterministic inputs for demos, tests and benchmarks.
-
-    \b
-    Example:
-      rlm fixture needle --chars 2000000 --seed 7 > big.txt
-    """
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(temp_name, path)
-    except BaseException:
-        # Leave no half-written temporary file behind, then report the failure.
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-
-
-@fixture_group.command("needle")
-@click.option(
-    "--chars",
-    type=click.IntRange(min=MIN_CHARS),
-    default=2_000_000,
-    show_default=True,
-    help="Exact length of the text.",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Seed: the same seed gives the same text.",
-)
-@click.option(
-    "--depth",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.5,
-    show_default=True,
-    help="Where the needle goes: 0 = start, 1 = end.",
-)
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    default=None,
-    help="Write here (atomically) instead of stdout.",
-)
-def needle(chars: int, seed: int, depth: float, output: Path | None) -> None:
-    """Generate a long text with one planted "The magic number is N." sentence.
-
-    Ask for it with the question "What is the magic number?".  The text is
-    exactly --chars characters; where the needle landed goes to stderr.
-
-    \b
-    Example:
-      rlm fixture needle --chars 5000000 --depth 0.9 --output big.txt
-    """
-    fixture = generate_needle(chars, seed=seed, depth=depth)
-    if output is None:
-        click.echo(fixture.text, nl=False)
-    else:
-        try:
-            _write_atomically(output, fixture.text)
-        except OSError as exc:
-            raise click.UsageError(f"cannot write {output}: {exc.strerror or exc}") from exc
-    click.echo(f'planted: "{fixture.needle}" at char {fixture.position} (seed {seed})', err=True)

@@ -12,29 +12,46 @@ import click
 from rlm._api import RLM
 from rlm._result import STATUS_EXIT_CODES, RunResult
 from rlm._sandbox.isolation import parse_layers
-from rlm.cli._context_input import read_context
+from rlm._trace import check_trace_path
+from rlm.cli._context_input import context_paths, read_context
+from rlm.cli._errors import fail
 from rlm.cli._history import RunKeeper
 from rlm.cli._live import JSONLines, LiveDisplay
-from rlm.cli._progress import ProgressPrinter, format_traffic
+from rlm.cli._profile_option import profile_only_settings, profile_option
+from rlm.cli._progress import ProgressPrinter, format_cost, format_traffic
 from rlm.cli._signals import run_with_signals
+from rlm.cli._terminal import answer_for_stdout, plural, say
 from rlm.cli.doctor_cmd import require_isolation
 from rlm.errors import RLMError, UsageError
+from rlm.providers.keys import missing_key_message
 
 __all__ = ["run"]
 
 
 @click.command()
 @click.argument("query")
+@click.argument("more_paths", nargs=-1, metavar="[PATH]...")
 @click.option(
     "--context-file",
     "context_files",
     multiple=True,
     metavar="PATH",
-    help="The input. Repeat for several documents (context becomes a list); - reads stdin.",
+    help="The input: a file, a directory (each file a document) or - for stdin. Several "
+    "paths (--context-file *.txt, or the flag repeated) make context a list.",
+)
+@click.option(
+    "--glob",
+    "glob_pattern",
+    default="*",
+    show_default=True,
+    metavar="PATTERN",
+    help="Which files of a --context-file directory to read, e.g. '*.log' or '**/*.md'.",
 )
 @click.option("--encoding", default="utf-8", show_default=True, help="Encoding of context files.")
 @click.option(
-    "--base-url", envvar="RLM_BASE_URL", help="OpenAI-compatible endpoint [env: RLM_BASE_URL]."
+    "--base-url",
+    envvar="RLM_BASE_URL",
+    help="Endpoint (default: OpenAI's or Anthropic's, by --provider) [env: RLM_BASE_URL].",
 )
 @click.option("--model", envvar="RLM_MODEL", help="Root model [env: RLM_MODEL].")
 @click.option("--sub-model", help="Model for sub-queries and child calls (default: --model).")
@@ -44,8 +61,9 @@ __all__ = ["run"]
     type=click.Choice(["openai", "anthropic", "fixture"]),
     default="openai",
     show_default=True,
-    help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API "
-    "(--base-url optional); fixture: the built-in scripted model, no key needed.",
+    envvar="RLM_PROVIDER",
+    help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API; fixture: "
+    "the built-in scripted model, no key needed [env: RLM_PROVIDER].",
 )
 @click.option(
     "--max-depth",
@@ -172,9 +190,12 @@ __all__ = ["run"]
 )
 @click.option("--view", is_flag=True, help="At the end, write the run's page next to its trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@profile_option
 def run(
     query: str,
+    more_paths: tuple[str, ...],
     context_files: tuple[str, ...],
+    glob_pattern: str,
     encoding: str,
     as_json: bool,
     quiet: bool,
@@ -198,7 +219,9 @@ def run(
       rlm fixture needle --chars 2000000 | rlm run "What is the magic number?" \\
           --context-file - --provider fixture
       RLM_API_KEY=sk-... rlm run "Which service fails most?" --context-file app.log \\
-          --base-url https://api.openai.com/v1 --model gpt-4.1 --sub-model gpt-4.1-mini
+          --model gpt-4.1 --sub-model gpt-4.1-mini
+      rlm run "Which file mentions the outage?" --context-file notes/ --glob '*.md' \\
+          --profile fast-local
 
     \b
     Streaming:
@@ -209,32 +232,45 @@ def run(
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
     3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
     """
+    settings.update(profile_only_settings())
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
-    if settings["require_isolation"]:
-        require_isolation(settings["require_isolation"])
+    printer = None if quiet or stream else ProgressPrinter()
     keeper = RunKeeper(keep=history, view=view, trace_path=trace_path, query=query)
     try:
-        context = read_context(context_files, encoding)
-        on_event = (JSONLines() if as_json else LiveDisplay()) if stream else None
-        sinks = [] if quiet or stream else [ProgressPrinter()]
+        if trace_path is not None:
+            check_trace_path(trace_path)
+        sinks = [] if printer is None else [printer]
         model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
+        if not api_key:
+            problem = missing_key_message(model.config)
+            if problem:
+                fail(problem, 4, as_json=as_json)
+        if settings["require_isolation"]:
+            require_isolation(settings["require_isolation"])
+        paths = context_paths(context_files, more_paths)
+        context = read_context(paths, encoding, glob_pattern)
+        on_event = (JSONLines() if as_json else LiveDisplay()) if stream else None
         keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
         keeper.close(getattr(exc, "result", None), str(exc), page=False)
-        _fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code, as_json=as_json and not stream)
     except RLMError as exc:
         partial: RunResult | None = getattr(exc, "result", None)
         keeper.close(partial, str(exc))
         if as_json and not stream and partial is not None:
             click.echo(json.dumps(partial.to_dict(), ensure_ascii=False))
-        _fail(str(exc), exc.exit_code)
+            as_json = False  # the object on stdout already holds the error
+        fail(str(exc), exc.exit_code, as_json=as_json and not stream)
     except KeyboardInterrupt:
         keeper.close(None, "interrupted")
-        _fail("interrupted", 130)
+        fail("interrupted", 130, as_json=as_json and not stream)
+    finally:
+        if printer is not None:
+            printer.close()
     keeper.close(result)
     _report(result, as_json=as_json and not stream, quiet=quiet, events=as_json and stream)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
@@ -246,28 +282,25 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
     elif events:
         pass  # stdout carried the events; run_finished holds the answer
     elif result.answer is not None:
-        click.echo(result.answer)
+        click.echo(answer_for_stdout(result.answer))
     if not quiet and result.traffic:
         summary = format_traffic(result.traffic)
         if summary:
-            click.echo(summary, err=True)
+            say(summary)
     if result.fixture and not quiet:
-        click.echo(
-            "note: answered by the built-in fixture model (scripted, not a language model)",
-            err=True,
-        )
+        say("note: answered by the built-in fixture model (scripted, not a language model)")
     if result.status != "answered":
         reason = result.error or {
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
-        click.echo(f"Error: {reason}", err=True)
+        say(f"Error: {reason}")
         usage = result.usage
         partial = "a partial answer is on stdout" if result.answer else "no answer candidate"
-        click.echo(
+        say(
             f"run {result.status} after {result.duration_s:.2f}s: {partial}; "
-            f"{usage.llm_calls} LLM calls, {usage.input_tokens:,} in / "
-            f"{usage.output_tokens:,} out tokens",
-            err=True,
+            f"{plural(usage.llm_calls, 'LLM call')}, {usage.input_tokens:,} in / "
+            f"{usage.output_tokens:,} out tokens, "
+            f"{format_cost(result.usage_detail, usage.llm_calls)}"
         )
 
 
@@ -276,8 +309,3 @@ def _isolation_option(value: str) -> tuple[str, ...]:
         return parse_layers(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(code)

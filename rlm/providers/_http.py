@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
 from typing import Any
 
 import httpx2
@@ -33,11 +34,13 @@ __all__ = [
     "clean_text",
     "count_tokens",
     "error_detail",
+    "key_sent",
     "make_http_client",
     "parse_rate_limit_headers",
     "parse_retry_after",
     "post_json",
     "status_error",
+    "unknown_host_error",
 ]
 
 #: What parsing a reply of the wrong shape raises (turned into ``bad_reply``).
@@ -102,12 +105,47 @@ async def post_json(
     except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.TransportError as exc:
-        raise ProviderConnectionError(
+        raise unknown_host_error(url, exc) or ProviderConnectionError(
             f"cannot reach {url}: {exc or type(exc).__name__}", url=url
         ) from exc
     if response.status_code >= 400:
-        raise status_error(url, response)
+        raise status_error(url, response, key_sent=key_sent(headers))
     return response
+
+
+def key_sent(headers: dict[str, str]) -> bool:
+    """Whether request ``headers`` carry an API key (so a 401 means it was refused)."""
+    return any(name in headers for name in ("Authorization", "x-api-key"))
+
+
+def unknown_host_error(url: str, exc: BaseException) -> ProviderConnectionError | None:
+    """A not-retryable error when ``exc`` says the host name does not exist, else None."""
+    if not _unknown_host(exc):
+        return None
+    return ProviderConnectionError(
+        f"cannot reach {url}: the host name {httpx2.URL(url).host!r} does not resolve; "
+        "check --base-url (or RLM_BASE_URL)",
+        url=url,
+        retryable=False,
+    )
+# getaddrinfo's "this name does not exist" (EAI_NONAME, and EAI_NODATA where
+# defined); EAI_AGAIN, a resolver that did not answer in time, stays retryable.
+_UNKNOWN_HOST_ERRNOS = frozenset(
+    code for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
+    if code is not None
+)
+
+
+def _unknown_host(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a DNS answer that the name does not exist."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror) and current.errno in _UNKNOWN_HOST_ERRNOS:
+            return True
+        current = current.__cause__ or current.__context__
+    return "Name or service not known" in str(exc) or "nodename nor servname" in str(exc)
 
 
 def bad_reply(url: str, response: httpx2.Response) -> ProviderResponseError:
@@ -127,18 +165,29 @@ def status_error(
     status: int | None = None,
     detail: str | None = None,
     where: str | None = None,
+    key_sent: bool = True,
 ) -> ProviderStatusError:
-    """The error for an HTTP error status (or ``status`` found inside a 200 body)."""
+    """The error for an HTTP error status (or ``status`` found inside a 200 body).
+
+    ``key_sent`` says whether the request carried a key, so a 401 says either
+    "set a key" or "the key was refused".
+    """
     status = status or response.status_code
     detail = error_detail(response) if detail is None else detail
     where = where or f"{url} answered HTTP {status}"
-    message = f"{where}: {detail}" if detail else where
+    message = (f"{where}: {detail}" if detail else where).rstrip(". ")
     retry_after = parse_retry_after(response.headers)
-    return classify_status(url, status, message, response.text, retry_after)
+    return classify_status(url, status, message, response.text, retry_after, key_sent=key_sent)
 
 
 def classify_status(
-    url: str, status: int, message: str, body: str, retry_after: float | None = None
+    url: str,
+    status: int,
+    message: str,
+    body: str,
+    retry_after: float | None = None,
+    *,
+    key_sent: bool = True,
 ) -> ProviderStatusError:
     """The error type for ``status`` (``body`` is searched for out-of-credit wording).
 
@@ -146,11 +195,13 @@ def classify_status(
     response body to read, only the error event's text.
     """
     if status in (401, 403):
-        return AuthenticationError(
-            f"{message}. The provider refused the credentials: check RLM_API_KEY",
-            url=url,
-            status=status,
+        advice = (
+            "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
+            "ANTHROPIC_API_KEY) and that it is valid for this endpoint"
+            if key_sent
+            else "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
         )
+        return AuthenticationError(f"{message}. {advice}", url=url, status=status)
     if status == 402 or (status in (400, 429) and _OUT_OF_CREDIT.search(body)):
         return QuotaExceededError(
             f"{message}. The account is out of credit", url=url, status=status

@@ -24,7 +24,14 @@ from typing import Any, cast
 import httpx2
 
 from rlm.errors import ProviderConnectionError, ProviderResponseError
-from rlm.providers._http import BAD_SHAPE, JSONProvider, clean_text, status_error
+from rlm.providers._http import (
+    BAD_SHAPE,
+    JSONProvider,
+    clean_text,
+    key_sent,
+    status_error,
+    unknown_host_error,
+)
 from rlm.providers.base import Completion, TextSink
 
 __all__ = ["JSONEventReader", "StreamingJSONProvider", "stream_completion"]
@@ -136,7 +143,7 @@ async def stream_completion(
         ) as response:
             if response.status_code >= 400:
                 await response.aread()
-                raise status_error(url, response)
+                raise status_error(url, response, key_sent=key_sent(headers))
             kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
             if kind != "text/event-stream":
                 await response.aread()
@@ -175,7 +182,7 @@ async def stream_completion(
         raise ProviderResponseError(f"{url} sent a bad event stream: {exc}", url=url) from exc
     except httpx2.TransportError as exc:
         what = "dropped the stream" if received else "could not be read"
-        raise ProviderConnectionError(
+        raise (None if received else unknown_host_error(url, exc)) or ProviderConnectionError(
             f"{url} {what} ({exc or type(exc).__name__}; {received} chars received, discarded)",
             url=url,
         ) from exc

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from rlm._config import RunConfig
-from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider
+from rlm.providers.keys import default_base_url
 from rlm.providers.openai import OpenAIProvider, make_http_client
 
 __all__ = ["open_providers"]
@@ -28,7 +28,7 @@ async def open_providers(config: RunConfig) -> AsyncIterator[Mapping[Lane, Provi
         yield {"root": fixture, "sub": fixture}
         return
     kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
-    base_url = config.base_url or ANTHROPIC_URL
+    base_url = config.base_url or default_base_url(config.provider) or ""
     urls = [base_url, config.sub_base_url or base_url]
     async with make_http_client(
         max_connections=config.max_concurrent,

@@ -1,0 +1,76 @@
+"""What the CLI shows a person: text made safe for a terminal, stderr that never costs a run.
+
+Model replies and model code's output are untrusted: an answer or an error
+message may carry escape sequences that set the terminal's title, clear the
+screen or move the cursor over earlier lines.  Everything the CLI shows a
+person passes :func:`safe_text`; data outputs (``--json``, the answer on a
+pipe, the trace) keep the exact text.
+
+stderr is a side channel: when it is closed or its reader went away
+(``rlm run ... 2>&1 | head -3``), :func:`say` silences it for the rest of the
+process instead of letting a ``BrokenPipeError`` end the run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import click
+
+__all__ = ["answer_for_stdout", "plural", "safe_text", "say", "silence"]
+
+# Whole sequences first (their parameters would otherwise be left behind as
+# text), then any control character that is left.
+_SEQUENCES = re.compile(
+    r"""
+      \x1b\[ [0-?]* [ -/]* [@-~]?               # CSI: cursor moves, colours, clear screen
+    | \x1b[\]PX^_] .*? (?: \x07 | \x1b\\ | $ )  # OSC (title, hyperlink), DCS, SOS, PM, APC
+    | \x1b [ -/]* [0-~]?                        # other escapes (charset, keypad, reset)
+    | \x9b [0-?]* [ -/]* [@-~]?                 # 8-bit CSI
+    | [\x9d\x90\x98\x9e\x9f] .*? (?: \x07 | \x9c | \x1b\\ | $ )  # 8-bit OSC, DCS, SOS, PM, APC
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+# C0 and C1 controls but tab and newline; DEL; bidirectional overrides, which
+# can make text read differently from what it is.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` without escape sequences and control characters (tab and newline kept).
+
+    >>> safe_text("\\x1b]0;PWNED\\x07done\\x1b[2J")
+    'done'
+    """
+    return _CONTROLS.sub("", _SEQUENCES.sub("", text.replace("\r\n", "\n")))
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``1,024 LLM calls``."""
+    word = noun if count == 1 else plural_form or f"{noun}s"
+    return f"{count:,} {word}"
+
+
+def silence(fd: int = 2) -> None:
+    """Point ``fd`` (stderr by default) at /dev/null: its reader is gone for good."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:  # no /dev/null (a very bare container): leave fd 2 alone
+        return
+
+
+def say(message: str) -> None:
+    """One line on stderr, made terminal-safe; a closed stderr silences it, never fails."""
+    try:
+        click.echo(safe_text(message), err=True)
+    except OSError:  # BrokenPipeError, or EBADF when stderr was closed (2>&-)
+        silence()
+
+
+def answer_for_stdout(answer: str) -> str:
+    """The answer as printed: exact on a pipe or in a file, terminal-safe on a terminal."""
+    return safe_text(answer) if sys.stdout.isatty() else answer

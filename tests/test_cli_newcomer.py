@@ -1,0 +1,227 @@
+"""A newcomer's first hour (issue 11): each defect, silence and habit, through the real CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rlm import RLM
+from rlm.cli import main
+from rlm.cli._context_input import read_context
+from rlm.errors import UsageError
+from rlm.fixtures import __all__ as fixture_names
+
+RLM_CMD = [sys.executable, "-m", "rlm"]
+QUESTION = "What is the magic number?"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def cli(
+    *args: str,
+    stdin: bytes | None = b"",
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    **streams: object,
+) -> subprocess.CompletedProcess[bytes]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    full_env.update(env or {})
+    kwargs: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    kwargs.update(streams)
+    return subprocess.run(
+        [*RLM_CMD, *args],
+        input=stdin,
+        env=full_env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+@pytest.fixture
+def needle(tmp_path: Path) -> Path:
+    path = tmp_path / "needle.txt"
+    path.write_text("filler. " * 300 + "The magic number is 4711. " + "more. " * 100)
+    return path
+
+
+# 1. --trace checked before the run --------------------------------------------------------
+
+
+@pytest.mark.parametrize("trace", ["logs/", "logs", "-", "missing/run.jsonl"])
+def test_a_bad_trace_path_is_refused_before_the_run(
+    tmp_path: Path, needle: Path, trace: str
+) -> None:
+    (tmp_path / "logs").mkdir()
+    done = cli("run", QUESTION, "--context-file", str(needle), "--provider", "fixture",
+               "--trace", trace, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == b""
+    assert b"Error: " in done.stderr and b"Traceback" not in done.stderr
+    assert b"step 1" not in done.stderr  # the run never started
+    assert not [p.name for p in tmp_path.rglob("*.part")]
+    assert not (tmp_path / "-").exists()
+
+
+# 2. No traceback for an environment problem -----------------------------------------------
+
+
+def test_doctor_with_too_few_file_descriptors_says_one_line() -> None:
+    script = 'ulimit -n 16; exec "$@"'
+    done = subprocess.run(["sh", "-c", script, "sh", *RLM_CMD, "doctor"],
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert b"Traceback" not in done.stderr
+    assert done.stderr.count(b"Error:") == 1 and b"cannot start a sandbox" in done.stderr
+    debug = subprocess.run(["sh", "-c", script, "sh", *RLM_CMD, "doctor", "--debug"],
+                           capture_output=True, timeout=60, check=False)
+    assert debug.returncode == 1 and b"Traceback" in debug.stderr
+
+
+# 3. A broken stderr never costs the answer ------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["closed", "reader-gone"])
+def test_a_broken_stderr_keeps_the_answer(needle: Path, how: str) -> None:
+    args = ["run", QUESTION, "--context-file", str(needle), "--provider", "fixture"]
+    if how == "closed":
+        done = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", *RLM_CMD, *args],
+                              capture_output=True, timeout=60, check=False)
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        done = cli(*args, stderr=write_end)
+        os.close(write_end)
+    assert done.returncode == 0 and done.stdout == b"4711\n"
+
+
+# 4. acompletion under asyncio ---------------------------------------------------------------
+
+
+def test_acompletion_under_asyncio_says_it_needs_trio() -> None:
+    model = RLM(provider="fixture")
+    with pytest.raises(UsageError, match=r"trio.*asyncio\.to_thread"):
+        asyncio.run(model.acompletion(QUESTION, "The magic number is 5."))
+
+    async def in_a_thread() -> str | None:
+        result = await asyncio.to_thread(model.completion, QUESTION, "The magic number is 5.")
+        return result.answer
+
+    assert asyncio.run(in_a_thread()) == "5"
+
+
+# 5. An empty context is never silent --------------------------------------------------------
+
+
+def test_an_empty_context_file_warns(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    done = cli("run", QUESTION, "--context-file", str(empty), "--provider", "fixture", "-q")
+    assert b"Warning: the context is empty" in done.stderr
+
+
+def test_data_on_stdin_without_the_flag_is_pointed_out() -> None:
+    done = cli("run", QUESTION, "--provider", "fixture", "-q", stdin=b"The magic number is 9.")
+    assert b"stdin has data" in done.stderr and b"--context-file -" in done.stderr
+    nothing = cli("run", QUESTION, "--provider", "fixture", "-q", stdin=b"")
+    assert b"no context given" in nothing.stderr
+
+
+# 8. Several paths after one flag, and directories -------------------------------------------
+
+
+def test_a_shell_glob_after_one_flag_makes_a_list(tmp_path: Path) -> None:
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text(f"The magic number is {name[0]}.")
+    paths = sorted(str(p) for p in tmp_path.glob("*.txt"))
+    done = cli("run", QUESTION, "--context-file", *paths, "--provider", "fixture", "--json")
+    assert done.returncode == 0, done.stderr
+    trace_free = json.loads(done.stdout)
+    assert trace_free["status"] == "answered"
+    unquoted = cli("run", "what", "is", "it", "--context-file", paths[0], "--provider", "fixture")
+    assert unquoted.returncode == 2 and b"Quote the whole query" in unquoted.stderr
+
+
+def test_a_directory_is_one_document_per_matching_file(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("alpha")
+    (docs / "sub" / "b.md").write_text("beta")
+    (docs / "c.log").write_text("gamma")
+    (docs / ".hidden.md").write_text("hidden")
+    (docs / "blob.md").write_bytes(b"\x00\x01binary")
+    assert read_context((str(docs),), "utf-8", "*.md") == ["alpha", "beta"]
+    assert read_context((str(docs),), "utf-8") == ["alpha", "gamma", "beta"]
+    with pytest.raises(UsageError, match=r"more than 2 files.*--glob"):
+        read_context((str(docs),), "utf-8", max_files=2)
+
+
+# 9. Providers: default endpoints, RLM_PROVIDER, missing keys --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, [b"https://api.openai.com/v1", b"RLM_API_KEY", b"OPENAI_API_KEY"]),
+        ({"RLM_PROVIDER": "anthropic"}, [b"api.anthropic.com", b"ANTHROPIC_API_KEY"]),
+    ],
+)
+def test_a_model_name_alone_uses_the_vendor_endpoint_and_asks_for_a_key(
+    needle: Path, env: dict[str, str], expected: list[bytes]
+) -> None:
+    done = cli("run", QUESTION, "--context-file", str(needle), "--model", "gpt-4.1", env=env)
+    assert done.returncode == 4 and b"no endpoint" not in done.stderr
+    assert all(word in done.stderr for word in expected), done.stderr
+    assert b"step 1" not in done.stderr  # nothing was sent
+
+
+# 12. Output polish ------------------------------------------------------------------------------
+
+
+def test_bare_rlm_prints_help_and_dash_v_prints_the_version() -> None:
+    runner = CliRunner()
+    bare = runner.invoke(main, [])
+    assert bare.exit_code == 0 and "Usage:" in bare.output and "run" in bare.output
+    version = runner.invoke(main, ["-V"])
+    assert version.exit_code == 0 and "version" in version.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run", "--json"], ["run", QUESTION, "--json", "--no-such-flag"],
+     ["run", QUESTION, "--json", "--provider", "fixture", "--max-depth", "0"]],
+)
+def test_json_usage_errors_print_a_json_object_too(args: list[str]) -> None:
+    done = cli(*args)
+    assert done.returncode == 2
+    error = json.loads(done.stdout)
+    assert error["status"] == "usage_error" and error["error"] and error["answer"] is None
+
+
+def test_rlm_fixture_lists_every_generator() -> None:
+    listed = CliRunner().invoke(main, ["fixture"])
+    assert listed.exit_code == 0
+    generators = [name.removeprefix("generate_") for name in fixture_names
+                  if name.startswith("generate_")]
+    assert sorted(generators) == ["multidoc", "needle", "oolong"]
+    for name in generators:
+        assert f"  {name} " in listed.output
+        assert CliRunner().invoke(main, ["fixture", name, "--help"]).exit_code == 0
+
+
+def test_multidoc_writes_a_directory_that_run_reads(tmp_path: Path) -> None:
+    made = CliRunner().invoke(main, ["fixture", "multidoc", "--docs", "3", "--chars", "2000",
+                                     "--output-dir", str(tmp_path / "docs")])
+    assert made.exit_code == 0, made.output
+    facts = json.loads((tmp_path / "docs" / ".facts.json").read_text())
+    assert len(read_context((str(tmp_path / "docs"),), "utf-8")) == 3 == len(facts)
+
+
+def test_readme_documents_shell_completion() -> None:
+    assert "_RLM_COMPLETE=bash_source rlm" in README.read_text()

@@ -1,0 +1,195 @@
+"""What a person sees: progress lines, terminal safety, spinner, colour (issues 10 and 11).
+
+The progress printer runs in-process on a real run (scripted provider, real
+sandbox); terminal behaviour runs the real CLI under a pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from rlm import RLM
+from rlm._events import CodeExecuted, TextDelta
+from rlm.cli._live import LiveDisplay
+from rlm.cli._progress import ProgressPrinter, format_cost, stderr_console
+from rlm.cli._terminal import safe_text
+from tests.helpers import ScriptedProvider, repl, serving
+
+RLM_CMD = [sys.executable, "-m", "rlm"]
+ESCAPE_ANSWER = "42\x1b]0;x\x07"  # FINAL("\x1b]0;x\x07") of issue 10, after visible text
+SGR = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+def _printer(width: int = 40) -> tuple[ProgressPrinter, io.StringIO]:
+    console = stderr_console()
+    out = io.StringIO()
+    console.file = out
+    console.width = width
+    return ProgressPrinter(console, spinner=False), out
+
+
+async def _progress_of(root: list[str], **settings: object) -> str:
+    printer, out = _printer()
+    provider = ScriptedProvider(root)
+    model = RLM(providers={"root": provider, "sub": provider}, sinks=[printer], **settings)
+    await model.acompletion("q", "some context")
+    return out.getvalue()
+
+
+def test_safe_text_strips_sequences_and_controls_but_keeps_lines() -> None:
+    hostile = "a\x1b]0;PWNED\x07b\x1b[2Jc\x1b[31md\x9b1;1He\rf\u202eg\x00h\tI\nJ"
+    assert safe_text(hostile) == "abcdefgh\tI\nJ"
+    assert "\x1b" not in safe_text("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1bP1$r\x1b\\")
+
+
+async def test_model_text_in_progress_lines_is_terminal_safe() -> None:
+    code = "raise ValueError('boom \\x1b[2J\\x1b]0;PWNED\\x07 done')"
+    shown = await _progress_of([repl(code), "FINAL(ok)"])
+    assert "code error" in shown and "boom" in shown and "done" in shown
+    assert "\x1b" not in shown and "\x07" not in shown
+
+
+async def test_long_progress_lines_are_not_hard_wrapped() -> None:
+    code = "raise ValueError('" + "long words " * 8 + "end')"
+    shown = await _progress_of([repl(code), "FINAL(ok)"])
+    error_lines = [line for line in shown.splitlines() if "code error" in line]
+    assert len(error_lines) == 1 and "end" in error_lines[0] and len(error_lines[0]) > 40
+
+
+async def test_forced_final_step_is_numbered_once_and_plurals_read_right() -> None:
+    shown = await _progress_of([repl("x = 1")], max_iterations=2)
+    assert shown.count("step 1 →") == 1 and shown.count("step 2 →") == 1
+    assert "final-answer step" in shown
+    assert "1 code block" in shown and "(s)" not in shown and "1 LLM calls" not in shown
+
+
+async def test_a_refused_batch_says_refused() -> None:
+    code = "try:\n    llm_query_batched(['a'] * 16)\nexcept Exception as e:\n    print(e)"
+    shown = await _progress_of([repl(code), "FINAL(done)"], max_llm_calls=5)
+    assert "refused" in shown
+    assert "answered in" not in shown.split("refused")[0].splitlines()[-1]
+    assert "16 failed" not in shown
+
+
+def test_cost_is_shown_or_called_unpriced() -> None:
+    assert format_cost({"cost": 0.01234, "unpriced_calls": 0}, 3) == "$0.0123"
+    assert format_cost({"cost": 0.0, "unpriced_calls": 3}, 3).startswith("cost unpriced")
+    assert format_cost({"cost": 2.5, "unpriced_calls": 1}, 3) == "$2.50 + 1 unpriced call"
+
+
+async def test_summary_line_shows_cost() -> None:
+    shown = await _progress_of(["FINAL(ok)"])
+    summary = [line for line in shown.splitlines() if "run answered" in line]
+    assert summary and ("$" in summary[0] or "unpriced" in summary[0])
+
+
+def _run_in_pty(
+    args: list[str], *, tty: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, bytes, bytes]:
+    """Run the CLI with ``tty`` ("stdout" or "stderr") on a pseudo-terminal, the other on a pipe.
+
+    Returns (exit code, what the terminal showed, what the pipe got).
+    """
+    master, slave = pty.openpty()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    full_env.pop("NO_COLOR", None)
+    full_env.update({"TERM": "xterm-256color", "COLUMNS": "100", **(env or {})})
+    streams = {"stdout": slave, "stderr": subprocess.PIPE}
+    if tty == "stderr":
+        streams = {"stdout": subprocess.PIPE, "stderr": slave}
+    with subprocess.Popen(
+        [*RLM_CMD, *args], stdin=subprocess.DEVNULL, env=full_env, cwd=cwd, **streams
+    ) as process:
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        piped = (process.stderr if tty == "stdout" else process.stdout).read()  # type: ignore[union-attr]
+        code = process.wait(timeout=60)
+    os.close(master)
+    return code, shown, piped
+
+
+def _escape_context(tmp_path: Path) -> Path:
+    path = tmp_path / "hostile.txt"
+    path.write_text("filler. " * 200 + f"The magic number is {ESCAPE_ANSWER}. " + "more. " * 50)
+    return path
+
+
+def test_escape_answer_is_exact_on_a_pipe_and_in_json_but_stripped_on_a_terminal(
+    tmp_path: Path,
+) -> None:
+    context = _escape_context(tmp_path)
+    args = ["run", "What is the magic number?", "--context-file", str(context)]
+    args += ["--provider", "fixture"]
+    on_pipe = subprocess.run([*RLM_CMD, *args], capture_output=True, timeout=60, check=False)
+    assert on_pipe.returncode == 0, on_pipe.stderr
+    assert on_pipe.stdout == (ESCAPE_ANSWER + "\n").encode()
+    assert b"\x1b" not in on_pipe.stderr and b"\x07" not in on_pipe.stderr
+    as_json = subprocess.run(
+        [*RLM_CMD, *args, "--json"], capture_output=True, timeout=60, check=False
+    )
+    assert json.loads(as_json.stdout)["answer"] == ESCAPE_ANSWER
+    code, shown, stderr = _run_in_pty(args, tty="stdout")
+    assert code == 0
+    assert b"\x1b" not in shown and b"\x07" not in shown and shown.strip() == b"42"
+    assert b"\x1b" not in stderr
+
+
+async def test_a_terminal_sees_a_spinner_while_the_first_step_is_generated(
+    tmp_path: Path,
+) -> None:
+    context = tmp_path / "n.txt"
+    context.write_text("The magic number is 7. " + "filler. " * 100)
+    async with serving(root_latency=1.5) as (url, _):
+        args = ["run", "What is the magic number?", "--context-file", str(context)]
+        args += ["--base-url", url, "--model", "fixture"]
+        code, shown, stdout = await trio.to_thread.run_sync(
+            lambda: _run_in_pty(args, tty="stderr")
+        )
+    assert code == 0 and stdout == b"7\n"
+    assert b"waiting for the model's step 1" in shown
+    assert re.search(rb"step 1 \xc2\xb7 1\.\ds", shown)  # "· 1.2s": the elapsed time moved on
+
+
+def test_no_color_means_no_colour_on_a_terminal(tmp_path: Path) -> None:
+    context = tmp_path / "n.txt"
+    context.write_text("The magic number is 7. " + "filler. " * 100)
+    args = ["run", "What is the magic number?", "--context-file", str(context)]
+    args += ["--provider", "fixture"]
+    _, coloured, _ = _run_in_pty(args, tty="stderr")
+    assert SGR.search(coloured)  # the check below can fail
+    code, plain, _ = _run_in_pty(args, tty="stderr", env={"NO_COLOR": "1"})
+    assert code == 0 and b"run answered" in plain and not SGR.search(plain)
+
+
+def test_the_live_stream_display_strips_model_escapes_but_keeps_its_own_colour() -> None:
+    out = io.StringIO()
+    display = LiveDisplay(out, tty=True)
+    for piece in ("Looking \x1b]0;PW", "NED\x07now\x1b[2J ```repl\nprint(1)\n```"):
+        display(TextDelta(call_id="root", lane="root", request_id=1, attempt=1, text=piece))
+    display(
+        CodeExecuted(
+            call_id="root", iteration=1, block=1, ok=False, output="a\x1b[1Ab\n", output_chars=6,
+            error="ValueError: x\x1b]0;t\x07y", final=False, duration_s=0.1,
+        )
+    )
+    shown = out.getvalue()
+    assert "\x1b[36m" in shown  # our own colour is still there on a terminal
+    assert "\x1b]" not in shown and "\x07" not in shown and "\x1b[2J" not in shown
+    assert "\x1b[1A" not in shown and "Looking" in shown and "xy" in shown
