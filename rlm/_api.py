@@ -23,7 +23,7 @@ from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageEr
 from rlm.journal import ResponseCache, open_store, parse_cache_mode
 from rlm.providers.base import Lane, Provider
 from rlm.providers.open import open_providers
-from rlm.streaming.run import stream_run
+from rlm.streaming.run import stream_events
 from rlm.volley.api import VolleyStream, make_volley, stream_volley
 from rlm.volley.engine import Volley
 from rlm.volley.records import VolleyResult
@@ -111,7 +111,9 @@ class RLM:
                     if event.kind == "text_delta":
                         print(event.text, end="")
         """
-        return stream_run(self, query, context, capacity)
+        return stream_events(
+            lambda merger: self.acompletion(query, context, stream=merger), capacity
+        )
 
     async def acompletion(
         self, query: str, context: Context = "", *, stream: StreamSink | None = None
@@ -218,6 +220,26 @@ class RLM:
             lambda on_result: self._make_volley(tasks, context, on_result=on_result, **options)
         ) as stream:
             yield stream
+
+    def avolley_stream(
+        self,
+        tasks: Iterable[TaskInput],
+        context: Context | None = None,
+        *,
+        capacity: int = 256,
+        **options: Any,
+    ) -> AbstractAsyncContextManager[trio.abc.ReceiveChannel[Event]]:
+        """Run a volley and yield its events as they happen, every task's text streamed.
+
+        Like :meth:`astream` (``async with ... as events``; leaving early cancels
+        the volley).  ``text_delta`` events carry ``task`` (1-based) and
+        ``task_title``; each task ends with ``task_finished`` (``index``,
+        ``status``, ``output``).  ``options`` are :meth:`volley`'s.
+        """
+        return stream_events(
+            lambda merger: self._make_volley(tasks, context, stream=merger, **options).run(),
+            capacity,
+        )
 
     def _make_volley(
         self, tasks: Iterable[TaskInput], context: Context | None, **options: Any

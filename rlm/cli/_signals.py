@@ -19,7 +19,7 @@ from rlm._events import Event
 from rlm._result import RunResult
 from rlm._run.context import Context
 from rlm.errors import RLMError
-from rlm.streaming import StreamMerger
+from rlm.streaming import StreamMerger, drain
 
 __all__ = ["run_with_signals"]
 
@@ -36,11 +36,6 @@ async def _watch(model: RLM) -> None:
                 os._exit(130)
 
 
-async def _consume(merger: StreamMerger, on_event: Callable[[Event], None]) -> None:
-    async for event in merger:
-        on_event(event)
-
-
 async def _main(
     model: RLM, query: str, context: Context, on_event: Callable[[Event], None] | None
 ) -> RunResult:
@@ -53,7 +48,7 @@ async def _main(
             else:
                 merger = StreamMerger()
                 async with trio.open_nursery() as consumer:
-                    consumer.start_soon(_consume, merger, on_event)
+                    consumer.start_soon(drain, merger, on_event)
                     try:
                         outcome = await model.acompletion(query, context, stream=merger)
                     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -13,9 +14,12 @@ from rich.console import Console
 
 from rlm._config import RunConfig
 from rlm._durations import parse_duration
+from rlm._events import Event
 from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
+from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.errors import RLMError, UsageError
+from rlm.streaming import StreamMerger, drain
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.estimate import estimate
 from rlm.volley.layout import RequestLayout
@@ -84,12 +88,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
 @click.option("--fixture-latency", default=None, callback=_duration, metavar="DURATION",
               help="With --provider fixture: how long each task takes.")
+@click.option("--stream", is_flag=True,
+              help="Show every task's text as it arrives on stderr, each line prefixed with its "
+              "task; with --output-format jsonl, every event as a JSON line on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
            no_cache_warm: bool, estimate_only: bool, no_estimate: bool, yes: bool,
            output_format: str, trace_path: str | None, quiet: bool,
-           fixture_latency: float | None, timeout: float | None, **settings: Any) -> None:
+           fixture_latency: float | None, timeout: float | None, stream: bool,
+           **settings: Any) -> None:
     """Run many independent TASKs, optionally over one shared context, as fast as allowed.
 
     Every request is [system prompt] + [shared context] + [task], the shared
@@ -121,13 +129,18 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
         if not _confirmed(task_list, context, config, options, estimate_only, no_estimate, yes):
             return
         err = Console(stderr=True, highlight=False)
-        writer = OrderedWriter(output_format, len(task_list), click.echo)  # type: ignore[arg-type]
+        events_out = stream and output_format == "jsonl"  # stdout carries the events
+        write = (lambda line: None) if events_out else click.echo
+        writer = OrderedWriter(output_format, len(task_list), write)  # type: ignore[arg-type]
         prompts = {t.index: t.prompt for t in task_list}
-        sinks = [] if quiet else [ProgressLines(len(task_list), prompts.__getitem__, err)]
+        quiet_progress = quiet or stream
+        sinks = [] if quiet_progress else [ProgressLines(len(task_list), prompts.__getitem__, err)]
+        merger = StreamMerger() if stream else None
         run = Volley(config, task_list, context=context, options=options, sinks=sinks,
-                     trace_path=trace_path, on_result=writer.add)
-        live = not quiet and err.is_terminal
-        result = trio.run(_main, run, err, live)
+                     trace_path=trace_path, on_result=writer.add, stream=merger)
+        live = not quiet_progress and err.is_terminal
+        on_event = VolleyJSONLines() if events_out else TaskLines(len(task_list))
+        result = trio.run(_main, run, err, live, merger, on_event)
     except RLMError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -194,13 +207,21 @@ def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
     sys.exit(1)
 
 
-async def _main(run: Volley, console: Console, live: bool) -> VolleyResult:
+async def _main(run: Volley, console: Console, live: bool, merger: StreamMerger | None,
+                on_event: Callable[[Event], None]) -> VolleyResult:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, run)
         if live:
             nursery.start_soon(live_status, run, console)
         try:
-            return await run.run()
+            if merger is None:
+                return await run.run()
+            async with trio.open_nursery() as consumer:  # --stream: drain every event
+                consumer.start_soon(drain, merger, on_event)
+                try:
+                    return await run.run()
+                finally:
+                    merger.close()
         finally:
             nursery.cancel_scope.cancel()
 

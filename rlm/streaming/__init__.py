@@ -1,5 +1,5 @@
 """Live streams of a run's events: many producers merged for one consumer."""
 
-from rlm.streaming.merger import StreamMerger
+from rlm.streaming.merger import StreamMerger, drain
 
-__all__ = ["StreamMerger"]
+__all__ = ["StreamMerger", "drain"]

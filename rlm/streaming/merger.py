@@ -22,12 +22,13 @@ synchronous event would be lost or reordered.  The waiting is trio's own
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import trio
 
 from rlm._events import Event
 
-__all__ = ["StreamMerger"]
+__all__ = ["StreamMerger", "drain"]
 
 
 class StreamMerger:
@@ -110,3 +111,9 @@ class StreamMerger:
             return await self.get()
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
+
+
+async def drain(merger: StreamMerger, on_event: Callable[[Event], None]) -> None:
+    """Hand every event of ``merger`` to ``on_event`` until it is closed and empty."""
+    async for event in merger:
+        on_event(event)

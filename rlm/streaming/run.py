@@ -1,4 +1,4 @@
-"""``RLM.astream``: a run's events, live, for ``async for``.
+"""``RLM.astream`` / ``RLM.avolley_stream``: a run's events, live, for ``async for``.
 
 The run executes in a task beside the consumer; its events pass through one
 bounded :class:`~rlm.streaming.StreamMerger`, so a consumer that reads slowly
@@ -14,33 +14,28 @@ its own task inside the ``async with``, which is what makes leaving early safe.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import trio
 
 from rlm._events import Event
-from rlm._run.context import Context
 from rlm.errors import RLMError
 from rlm.streaming.merger import StreamMerger
 
-if TYPE_CHECKING:
-    from rlm._api import RLM
-
-__all__ = ["stream_run"]
+__all__ = ["stream_events"]
 
 
 @trio.as_safe_channel
-async def stream_run(
-    model: RLM, query: str, context: Context, capacity: int
+async def stream_events(
+    start: Callable[[StreamMerger], Awaitable[object]], capacity: int
 ) -> AsyncGenerator[Event, None]:
-    """Yield every event of one run of ``model``; re-raise the run's failure at the end."""
+    """Yield every event of ``start(merger)`` (a run or a volley); re-raise its failure last."""
     merger = StreamMerger(capacity)
     failure: list[RLMError] = []
 
     async def run() -> None:
         try:
-            await model.acompletion(query, context, stream=merger)
+            await start(merger)
         except RLMError as exc:
             failure.append(exc)
         finally:

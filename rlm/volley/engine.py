@@ -20,7 +20,7 @@ from typing import Any, Literal
 import trio
 
 from rlm._config import RunConfig
-from rlm._events import Event, EventBus
+from rlm._events import Event, EventBus, StreamSink
 from rlm._run.runtime import load_prices, make_budget
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
@@ -101,8 +101,10 @@ class Volley:
         sink: ResultSink | None = None,
         earlier: Sequence[TaskResult] = (),
         on_result: Callable[[TaskResult], None] | None = None,
+        stream: StreamSink | None = None,
     ) -> None:
         self.config = config
+        self._stream = stream  # a live consumer: every task streams its text into it
         self.tasks = tuple(tasks)
         self.context = tuple(context)
         self.options = options or VolleyOptions()
@@ -160,6 +162,8 @@ class Volley:
             events.add_sink(trace)
         for sink in self._sinks:
             events.add_sink(sink)
+        if self._stream is not None:
+            events.add_stream(self._stream)
         self._started = trio.current_time()
         try:
             events.emit(

@@ -44,6 +44,7 @@ class TaskFinished(Event):
     cost: float | None
     retries: int
     error: str | None
+    output: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

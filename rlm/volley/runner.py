@@ -235,6 +235,7 @@ class VolleyRunner:
                 cost=result.cost,
                 retries=result.retries,
                 error=result.error,
+                output=result.output,
             )
         )
         if self._on_result is not None:

@@ -1,0 +1,86 @@
+"""``rlm volley --stream``: every task's text as it arrives, labelled with its task.
+
+Text mode writes complete lines to stderr, each prefixed with its task
+(``[3/50 api.go] …``); a task's last partial line is written when the task
+finishes, and a cut stream says so before its retry starts over.  stdout
+keeps the ordered final output.  With ``--output-format jsonl`` stdout
+carries every event as one JSON line instead, each with ``task`` (the 1-based
+task index, null for the volley's own events); ``task_finished`` has the
+task's ``status`` and ``output``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import TextIO
+
+from rlm._events import Event, StreamDiscarded, TextDelta
+from rlm.volley.events import TaskFinished
+
+__all__ = ["TaskLines", "VolleyJSONLines", "task_of"]
+
+_TASK_CALL = re.compile(r"^t(\d+)(?:\.|$)")
+
+
+def task_of(event: Event) -> int | None:
+    """The 1-based task an event belongs to, or None for the volley's own events."""
+    if isinstance(event, TextDelta | StreamDiscarded) and event.task is not None:
+        return event.task
+    if isinstance(event, TaskFinished):
+        return event.index
+    match = _TASK_CALL.match(event.call_id)
+    return int(match.group(1)) if match else None
+
+
+class VolleyJSONLines:
+    """Every event as one JSON line, with its ``task``."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+
+    def __call__(self, event: Event) -> None:
+        record = {**event.to_dict(), "task": task_of(event)}
+        self.out.write(json.dumps(record, ensure_ascii=False, default=repr) + "\n")
+        self.out.flush()
+
+
+class TaskLines:
+    """Each task's streamed text, line by line, prefixed ``[i/N title]``."""
+
+    def __init__(self, total: int, out: TextIO | None = None, *, title_width: int = 32) -> None:
+        self.total = total
+        self.out = out or sys.stderr
+        self.width = title_width
+        self._partial: dict[int, str] = {}
+        self._titles: dict[int, str] = {}
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta) and event.task is not None:
+            if event.task_title:
+                self._titles.setdefault(event.task, event.task_title)
+            text = self._partial.pop(event.task, "") + event.text
+            *lines, rest = text.split("\n")
+            for line in lines:
+                self._line(event.task, line)
+            if rest:
+                self._partial[event.task] = rest
+        elif isinstance(event, StreamDiscarded) and event.task is not None:
+            self._partial.pop(event.task, None)
+            self._line(event.task, f"[stream cut after {event.chars} chars; retrying from the "
+                                   "start, the lines above are void]")
+        elif isinstance(event, TaskFinished):
+            rest = self._partial.pop(event.index, "")
+            if rest:
+                self._line(event.index, rest)
+            if event.status != "succeeded":
+                self._line(event.index, f"[{event.status}: {event.error}]")
+
+    def _line(self, task: int, text: str) -> None:
+        title = self._titles.get(task, "")
+        if len(title) > self.width:
+            title = title[: self.width - 1] + "…"
+        label = f"[{task}/{self.total} {title}]" if title else f"[{task}/{self.total}]"
+        self.out.write(f"{label} {text}\n")
+        self.out.flush()

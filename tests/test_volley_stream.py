@@ -1,0 +1,141 @@
+"""Streamed volleys: every task's text as it arrives, attributed to its task.
+
+``avolley_stream`` against the loopback fixture server (real sockets, normal
+clock): eight tasks whose streams arrive at different rates, merged as they
+come; and ``rlm volley --stream`` on the built-in fixture model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import defaultdict
+
+import trio
+
+from rlm import RLM
+from rlm._events import Event, StreamDiscarded, TextDelta
+from rlm.cli._volley_stream import TaskLines
+from rlm.volley.events import TaskFinished
+from tests.helpers import serving
+from tests.test_cli import rlm
+
+FAST = "fixture-fast"
+SLOW = [f"fixture-slow{i}" for i in range(7)]
+CONTEXT = "the magic number is 4711. " * 20
+
+
+def tasks() -> list[dict[str, object]]:
+    """Eight tasks; task 1 runs on a fast stream, the others on slower ones."""
+    return [
+        {"prompt": f"Summarise part {i} of the notes in plain words, please", "model": model}
+        for i, model in enumerate([FAST, *SLOW], start=1)
+    ]
+
+
+async def test_eight_tasks_stream_at_their_own_rates_attributed_by_task() -> None:
+    delays = {FAST: 0.001, **{m: 0.02 + 0.005 * i for i, m in enumerate(SLOW)}}
+    seen: list[tuple[float, Event]] = []
+    async with serving(chunk_chars=4, model_chunk_delay=delays) as (url, server):
+        model = RLM(base_url=url, model="fixture", max_concurrent=8)
+        async with model.avolley_stream(tasks(), CONTEXT, cache_warm=False) as events:
+            async for event in events:
+                seen.append((trio.current_time(), event))
+    assert server.stats.streams == 8
+    deltas: dict[int, list[tuple[float, TextDelta]]] = defaultdict(list)
+    for at, event in seen:
+        if isinstance(event, TextDelta):
+            assert event.task is not None and event.call_id == f"t{event.task}"
+            assert event.task_title == tasks()[event.task - 1]["prompt"]
+            deltas[event.task].append((at, event))
+    finished = {e.index: e for _, e in seen if isinstance(e, TaskFinished)}
+    assert set(deltas) == set(finished) == set(range(1, 9))
+    for task, pieces in deltas.items():
+        assert len(pieces) > 10
+        assert "".join(e.text for _, e in pieces) == finished[task].output
+        assert finished[task].status == "succeeded"
+    fast_last = deltas[1][-1][0]
+    assert all(fast_last < deltas[task][-1][0] for task in range(2, 9))
+
+
+async def test_leaving_avolley_stream_early_cancels_it_and_closes_connections() -> None:
+    async with serving(chunk_chars=2, chunk_delay=0.05) as (url, server):
+        model = RLM(base_url=url, model="fixture", max_concurrent=8)
+        async with model.avolley_stream(tasks(), CONTEXT, cache_warm=False) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    assert server.stats.open_connections >= 1
+                    break
+        with trio.fail_after(5):
+            while server.stats.open_connections:  # noqa: ASYNC110 (the server's own counter)
+                await trio.sleep(0.01)
+
+
+async def test_rlm_volley_stream_prints_task_lines_and_jsonl_events() -> None:
+    prompts = ["What is the magic number?", "Summarise it"]
+    common = ["volley", *prompts, "--context", CONTEXT, "--provider", "fixture", "--stream"]
+    text = await rlm(*common)
+    assert text.returncode == 0, text.stderr
+    err = text.stderr.decode()
+    assert "[1/2 What is the magic number?] 4711" in err
+    assert "[2/2 Summarise it] Done: Summarise it" in err
+    assert "=== [1/2] ✓ What is the magic number? ===\n4711" in text.stdout.decode()
+    lines = await rlm(*common, "--output-format", "jsonl")
+    assert lines.returncode == 0, lines.stderr
+    events = [json.loads(line) for line in lines.stdout.decode().splitlines()]
+    assert events[0]["event"] == "volley_started" and events[-1]["event"] == "volley_finished"
+    assert all("task" in e and "event" in e and "call_id" in e for e in events)
+    done = {e["task"]: e for e in events if e["event"] == "task_finished"}
+    assert done[1]["status"] == "succeeded" and done[1]["output"] == "4711"
+    for task in (1, 2):
+        streamed = "".join(
+            e["text"] for e in events if e["event"] == "text_delta" and e["task"] == task
+        )
+        assert streamed == done[task]["output"]
+
+
+def test_task_lines_hold_partial_lines_and_drop_a_cut_attempt() -> None:
+    out = io.StringIO()
+    lines = TaskLines(50, out)
+
+    def piece(task: int, text: str, attempt: int = 1) -> TextDelta:
+        return TextDelta(
+            call_id=f"t{task}",
+            text=text,
+            lane="sub",
+            request_id=task,
+            attempt=attempt,
+            task=task,
+            task_title="api.go",
+        )
+
+    lines(piece(3, "first li"))
+    lines(piece(3, "ne\nsecond half-"))
+    lines(
+        StreamDiscarded(
+            call_id="t3", lane="sub", request_id=3, attempt=1, chars=22, reason="cut", task=3
+        )
+    )
+    lines(piece(3, "again\nlast", attempt=2))
+    lines(
+        TaskFinished(
+            call_id="t3",
+            index=3,
+            status="succeeded",
+            duration_s=1.0,
+            input_tokens=1,
+            output_tokens=1,
+            cached_tokens=0,
+            cost=None,
+            retries=1,
+            error=None,
+            output="again\nlast",
+        )
+    )
+    assert out.getvalue().splitlines() == [
+        "[3/50 api.go] first line",
+        "[3/50 api.go] [stream cut after 22 chars; retrying from the start, the lines above "
+        "are void]",
+        "[3/50 api.go] again",
+        "[3/50 api.go] last",
+    ]
