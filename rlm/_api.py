@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
@@ -132,7 +133,11 @@ class RLM:
         events = EventBus()
         if stream is not None:
             events.add_stream(stream)
-        trace = TraceWriter(self.trace_path) if self.trace_path else None
+        trace = (
+            TraceWriter(self.trace_path, content=self.config.trace_content)
+            if self.trace_path
+            else None
+        )
         if trace is not None:
             events.add_sink(trace)
         for sink in self._sinks:
@@ -289,6 +294,7 @@ class RLM:
             context_docs=1 if isinstance(context, str) else len(context),
             config=public,
             wall_time=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            system_prompt=prompts.load("system"),
         )
 
     @asynccontextmanager

@@ -8,9 +8,12 @@ from typing import Literal
 from rlm._sandbox.isolation import parse_layers
 from rlm.errors import UsageError
 
-__all__ = ["ProviderName", "RunConfig"]
+__all__ = ["ProviderName", "RunConfig", "TraceContent"]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
+#: What the trace file keeps: ``full`` content (prompts, replies, code, outputs) or ``meta``
+#: (sizes and timings only, for sensitive inputs).
+TraceContent = Literal["full", "meta"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class RunConfig:
     fixture_chunk_delay: float = 0.0
     require_isolation: tuple[str, ...] = ()
     cache_path: str | None = None
+    trace_content: TraceContent = "full"
     cache_mode: str = "read-write"
 
     @property
@@ -108,6 +112,10 @@ class RunConfig:
         if self.cache_mode not in ("read-write", "read-only", "refresh"):
             raise UsageError(
                 f"--cache-mode must be read-write, read-only or refresh, got {self.cache_mode!r}"
+            )
+        if self.trace_content not in ("full", "meta"):
+            raise UsageError(
+                f"--trace-content must be 'full' or 'meta', got {self.trace_content!r}"
             )
         try:
             parse_layers(self.require_isolation)

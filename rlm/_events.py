@@ -71,6 +71,7 @@ class RunStarted(Event):
     context_docs: int
     config: dict[str, Any]
     wall_time: str
+    system_prompt: str | None = None  # content: the root model's system prompt, sent once here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +117,10 @@ class StepCompleted(Event):
     input_tokens: int
     output_tokens: int
     reply_chars: int
+    # Content (--trace-content full): the reply, and the request as what is new since this
+    # call's previous request (earlier messages are referenced by count, not repeated).
+    reply: str | None = None
+    request: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +135,7 @@ class CodeExecuted(Event):
     final: bool
     duration_s: float
     pipelined: bool = False
+    code: str | None = None  # content: the block's source
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +155,10 @@ class BridgeCallFinished(Event):
     items: int
     failed_items: int
     duration_s: float
+    # Content: every item's prompt, context (None when the call gave none) and answer.
+    prompts: list[str] | None = None
+    contexts: list[str | None] | None = None
+    answers: list[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

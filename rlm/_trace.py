@@ -15,7 +15,7 @@ from typing import IO, Any
 from rlm._events import Event, TextDelta
 from rlm.errors import UsageError
 
-__all__ = ["TraceWriter", "check_trace_path"]
+__all__ = ["CONTENT_FIELDS", "TraceWriter", "check_trace_path"]
 
 
 def check_trace_path(path: str | os.PathLike[str]) -> Path:
@@ -42,11 +42,28 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
     return target
 
 
-class TraceWriter:
-    """A sink that appends each event as one JSON line (``text_delta`` excepted)."""
+#: The fields that carry content (the user's input, prompts, replies, code, outputs), by kind.
+#: ``--trace-content meta`` writes them as null: sizes and timings stay.
+CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "run_started": ("query", "system_prompt"),
+    "run_finished": ("answer",),
+    "call_started": ("query",),
+    "call_finished": ("answer",),
+    "step_completed": ("reply", "request"),
+    "code_executed": ("code", "output", "error"),
+    "bridge_call_finished": ("prompts", "contexts", "answers"),
+}
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+
+class TraceWriter:
+    """A sink that appends each event as one JSON line (``text_delta`` excepted).
+
+    ``content="meta"`` blanks the :data:`CONTENT_FIELDS` of every event it writes.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, content: str = "full") -> None:
         self.path = check_trace_path(path)
+        self._blank = content == "meta"
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
         try:
             self._file: IO[str] | None = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115
@@ -56,7 +73,12 @@ class TraceWriter:
     def __call__(self, event: Event) -> None:
         # Streamed text stays out of the trace: it would repeat every reply in pieces.
         if self._file is not None and not isinstance(event, TextDelta):
-            self._file.write(json.dumps(event.to_dict(), default=_jsonable, ensure_ascii=False))
+            record = event.to_dict()
+            if self._blank:
+                for name in CONTENT_FIELDS.get(event.kind, ()):
+                    if record.get(name) is not None:
+                        record[name] = None
+            self._file.write(json.dumps(record, default=_jsonable, ensure_ascii=False))
             self._file.write("\n")
 
     def close(self) -> None:

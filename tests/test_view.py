@@ -145,3 +145,35 @@ def test_the_model_attributes_steps_code_and_sub_queries_to_their_calls(run_dir:
     assert bridge["requests"] == [e["request_id"] for e in subs]
     root_bridge = next(b for s in calls["root"]["steps"] for b in s["bridges"])
     assert sorted(root_bridge["children"]) == sorted(c for c in calls if c != "root")
+
+
+def test_a_full_trace_has_the_content_once_and_a_meta_trace_none(run_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    trace = events(run_dir / "t.jsonl")
+    started = next(e for e in trace if e["event"] == "run_started")
+    assert started["system_prompt"] and "api_key" not in started["config"]
+    text = (run_dir / "t.jsonl").read_text(encoding="utf-8")
+    assert text.count(json.dumps(started["system_prompt"], ensure_ascii=False)[1:200]) == 1
+    by_call: dict[str, list[dict[str, Any]]] = {}
+    for e in trace:
+        if e["event"] == "step_completed":
+            by_call.setdefault(e["call_id"], []).append(e)
+    for steps in by_call.values():
+        sent = 0
+        for step in steps:
+            # Each request reuses the call's previous one and adds only what is new.
+            assert step["request"]["reused"] == sent
+            sent = step["request"]["reused"] + len(step["request"]["new"])
+            assert len(step["reply"]) == step["reply_chars"]
+    assert all(e["code"] for e in trace if e["event"] == "code_executed")
+    meta = fixture_run(tmp_path, "--trace-content", "meta", "--no-history")
+    blank = events(meta)
+    for e in blank:
+        for name in ("reply", "request", "code", "output", "prompts", "answers",
+                     "system_prompt", "answer", "query"):
+            assert e.get(name) is None, (e["event"], name)
+    sizes = [e["reply_chars"] for e in blank if e["event"] == "step_completed"]
+    assert sizes and all(n > 0 for n in sizes)
+    assert rlm_in_process("view", str(meta)).returncode == 0
+    data = page_data(meta.with_suffix(".html").read_text(encoding="utf-8"))
+    assert data["run"]["content"] == "meta"

@@ -94,15 +94,23 @@ def test_clicking_a_call_shows_its_steps_code_and_output(
     blocks = [e for e in trace if e["event"] == "code_executed" and e["call_id"] == "root.2"]
     assert browser.evaluate("document.querySelectorAll('#detail .step').length") == len(steps)
     assert browser.evaluate("document.querySelectorAll('#detail .block').length") == len(blocks)
+    codes = browser.evaluate("[...document.querySelectorAll('#detail .block pre.code')]"
+                             ".map(p => p.textContent)")
+    assert codes == [block["code"] for block in blocks]
     for block in blocks:
         assert block["output"].strip() in detail
-        if "code" in block:
-            assert block["code"].strip().splitlines()[0] in detail
     # Its sub-queries, one row each, under the bridge call that asked for them.
     subs = [e for e in trace if e["event"] == "llm_request" and e["call_id"] == "root.2"
             and e["depth"] == 2]
     assert browser.evaluate("document.querySelectorAll('#detail .items tbody tr').length") == \
         len(subs)
+    bridge = next(e for e in trace if e["event"] == "bridge_call_finished"
+                  and e["call_id"] == "root.2")
+    answers = browser.evaluate("[...document.querySelectorAll('#detail .items tbody tr')]"
+                               ".map(r => r.cells[2].innerText.trim())")
+    assert answers == [a.strip() for a in bridge["answers"]]
+    reply = steps[0]["reply"]
+    assert reply.splitlines()[0] in detail
     # The link back to the parent opens the root, whose bridge call lists the children.
     browser.click("#detail .call-head .call-link")
     assert browser.evaluate("document.body.dataset.selected") == "root"

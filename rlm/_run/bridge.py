@@ -92,6 +92,7 @@ class Bridge:
             BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
         )
         failed = len(items)
+        results: list[str] | None = None
         try:
             self._budget.check_batch(len(items))
             results = await self._fan_out(call, items, children=mode == "child-call")
@@ -117,8 +118,12 @@ class Bridge:
                     items=len(items),
                     failed_items=failed,
                     duration_s=round(events.now() - started, 6),
+                    prompts=[prompt for prompt, _ in items],
+                    contexts=[c for _, c in items] if isinstance(contexts, list) else None,
+                    answers=results,
                 )
             )
+        assert results is not None
         value: str | list[str] = results[0] if fn == "llm_query" else results
         return {"ok": True, "value": value, "error": "", "kind": ""}
 

@@ -134,6 +134,7 @@ class Call:
             {"role": "user", "content": f"{describe_context(context)}\n\nQuery: {query}"},
         ]
         self._started_at = 0.0
+        self._sent = 0  # messages of this call's previous request (a step's request reuses them)
         self._slot = SandboxSlot(
             parts.sandboxes, context, SandboxIdentity(call_id, parent_id, depth)
         )
@@ -237,6 +238,7 @@ class Call:
             depth=self.depth,
             parent_id=self.parent_id,
         )
+        sent_before, self._sent = self._sent, len(self.history)
         pipeline = self._pipeline(nursery)
         try:
             completion = await self._parts.gate.complete(
@@ -261,6 +263,8 @@ class Call:
                 input_tokens=completion.input_tokens,
                 output_tokens=completion.output_tokens,
                 reply_chars=len(reply),
+                reply=reply,
+                request=request_delta(self.history[:-1], sent_before),
             )
         )
         ran = await pipeline.finish() if pipeline is not None else []
@@ -278,7 +282,7 @@ class Call:
         async def run(index: int, code: str) -> tuple[ExecResult, bool]:
             losses = self._slot.losses
             result = await self._run_block(code, nursery)
-            self._emit_executed(index, result, pipelined=True)
+            self._emit_executed(index, result, code, pipelined=True)
             return result, self._slot.losses > losses
 
         pipeline = BlockPipeline(run)
@@ -295,7 +299,7 @@ class Call:
             else:
                 losses = self._slot.losses
                 result = await self._run_block(code, nursery)
-                self._emit_executed(index, result)
+                self._emit_executed(index, result, code)
                 lost = self._slot.losses > losses
             if result.output:
                 self.last_output = result.output
@@ -312,8 +316,9 @@ class Call:
             return _Executed(None, feedback)
         if final.variable is None:
             return _Executed(final.answer, feedback)
-        lookup = await self._run_block(f"FINAL_VAR({final.variable!r})", nursery)
-        self._emit_executed(len(blocks) + 1, lookup)
+        lookup_code = f"FINAL_VAR({final.variable!r})"
+        lookup = await self._run_block(lookup_code, nursery)
+        self._emit_executed(len(blocks) + 1, lookup, lookup_code)
         if lookup.final is not None:
             return _Executed(lookup.final, feedback)
         failure = f"FINAL_VAR({final.variable}) failed: {lookup.error}"
@@ -386,21 +391,43 @@ class Call:
 
     # -- events ----------------------------------------------------------------
 
-    def _emit_executed(self, index: int, result: ExecResult, *, pipelined: bool = False) -> None:
+    def _emit_executed(
+        self, index: int, result: ExecResult, code: str, *, pipelined: bool = False
+    ) -> None:
         self._parts.events.emit(
             CodeExecuted(
                 **self._ids(),
                 iteration=self.iteration,
                 block=index,
                 ok=result.ok,
-                output=result.output[:2000],
+                output=result.output,
                 output_chars=result.output_chars,
                 error=result.error,
                 final=result.final is not None,
                 duration_s=result.duration_s,
                 pipelined=pipelined,
+                code=code,
             )
         )
 
     def _ids(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "parent_id": self.parent_id, "depth": self.depth}
+
+
+def request_delta(messages: list[Message], reused: int) -> dict[str, Any]:
+    """A step's request for the trace: the count of messages the call sent before, and the rest.
+
+    The system prompt is in ``run_started`` and an assistant message is the
+    previous step's reply (in its ``step_completed``), so both are references
+    here; only the new user messages are written out.  A trace grows with the
+    run, not with the square of its steps.
+    """
+    new: list[dict[str, Any]] = []
+    for message in messages[reused:]:
+        if message["role"] == "system" and message["content"] == prompts.load("system"):
+            new.append({"role": "system", "ref": "system_prompt"})
+        elif message["role"] == "assistant":
+            new.append({"role": "assistant", "ref": "reply"})
+        else:
+            new.append({"role": message["role"], "content": message["content"]})
+    return {"reused": reused, "new": new}

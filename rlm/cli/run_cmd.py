@@ -166,6 +166,14 @@ __all__ = ["run"]
 )
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
 @click.option(
+    "--trace-content",
+    type=click.Choice(["full", "meta"]),
+    default="full",
+    show_default=True,
+    help="full: the trace keeps prompts, replies, code and outputs (`rlm view` shows them); "
+    "meta: sizes and timings only, for sensitive inputs.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."
 )
 @click.option(

@@ -80,6 +80,8 @@ class _Builder:
         config = dict(e.get("config") or {})
         config.pop("api_key", None)  # never recorded; dropped again in case a trace has one
         self.run.update(query=self.texts.add(e.get("query")), config=config,
+                        system_prompt=self.texts.add(e.get("system_prompt")),
+                        content=config.get("trace_content", "none"),
                         wall_time=e.get("wall_time"), context_chars=e.get("context_chars"),
                         context_docs=e.get("context_docs"))
         sub = int(config.get("max_concurrent", 0) or 0) - int(config.get("root_permits", 0) or 0)
@@ -137,7 +139,8 @@ class _Builder:
     def _request_messages(self, request: Any) -> Any:
         if not isinstance(request, dict):
             return None
-        new = [{"role": m.get("role"), "content": self.texts.add(m.get("content"))}
+        new = [{"role": m.get("role"), "ref": m.get("ref"),
+                "content": self.texts.add(m.get("content"))}
                for m in request.get("new", []) if isinstance(m, dict)]
         return {"reused": request.get("reused", 0), "new": new}
 
@@ -179,11 +182,16 @@ class _Builder:
         call.open_bridge = None
         bridge.update(t1=e["t"], failed_items=e.get("failed_items"),
                       duration_s=e.get("duration_s"))
-        for key in ("prompts", "answers"):
-            values = e.get(key)
-            if isinstance(values, list):
-                bridge[key] = [self.texts.add(v if isinstance(v, str) else None)
-                               for v in values[:ITEMS_SHOWN]]
+        prompts, contexts, answers = e.get("prompts"), e.get("contexts"), e.get("answers")
+        if isinstance(prompts, list):
+            if not isinstance(contexts, list) or len(contexts) != len(prompts):
+                contexts = [None] * len(prompts)
+            # As a sub-query sent it: the prompt, then the item's context if it had one.
+            bridge["prompts"] = [
+                self.texts.add(_text(p) if c is None else f"{_text(p)}\n\n{_text(c)}")
+                for p, c in zip(prompts[:ITEMS_SHOWN], contexts[:ITEMS_SHOWN], strict=True)]
+        if isinstance(answers, list):
+            bridge["answers"] = [self.texts.add(_text(a)) for a in answers[:ITEMS_SHOWN]]
         self._row(self.bridges, call_id=call.id, t0=bridge["t0"], t1=e["t"],
                   items=e.get("items"), failed=e.get("failed_items"))
 
@@ -305,6 +313,10 @@ class _Builder:
             "refusals": self.refusals,
             "learned": self.learned,
         }
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
 
 
 def build_model(trace: LoadedTrace, texts: TextStore | None = None) -> dict[str, Any]:

@@ -5,6 +5,9 @@
   const run = data.run;
   const calls = data.calls;
   const byId = new Map(calls.map((c) => [c.id, c]));
+  // Why a text is missing: the run chose --trace-content meta, or its rlm wrote no content.
+  const ABSENT = run.content === "meta" ? "not recorded (this run used --trace-content meta)"
+    : run.content === "full" ? "not recorded" : "not in this trace (it was written by an rlm that recorded no content)";
   const attempts = data.timeline.attempts;
   const attemptsOf = new Map();  // request_id -> attempt rows
   (attempts.request_id || []).forEach((rid, row) => {
@@ -47,9 +50,12 @@
     section.append(
       el("div", {class: "qa"},
         el("div", {class: "k"}, "Query"), textView(run.query, {absent: "no run_started event"}),
-        el("div", {class: "k"}, "Answer"), textView(run.answer, {absent: "no answer"}),
+        el("div", {class: "k"}, "Answer"), textView(run.answer, {absent: run.content === "meta" ? ABSENT : "no answer"}),
         run.error ? el("div", {class: "k"}, "Error") : null,
-        run.error ? el("pre", {class: "err"}, run.error) : null),
+        run.error ? el("pre", {class: "err"}, run.error) : null,
+        run.system_prompt ? el("div", {class: "k"}, "System prompt") : null,
+        run.system_prompt ? el("details", {id: "system-prompt"}, el("summary", {}, num(textLength(run.system_prompt)) + " chars, sent at the start of every call"),
+          textView(run.system_prompt)) : null),
       el("div", {class: "grid"},
         stat("Status", badge(status)),
         stat("Duration", secs(run.duration_s === undefined || run.duration_s === null ? data.timeline.end : run.duration_s)),
@@ -177,7 +183,7 @@
     return el("div", {class: "block " + (block.ok ? "" : "failed ") + (block.final ? "final" : ""), "data-block": block.block},
       labelRow(el("b", {}, "code block " + block.block), badge(state), secs(block.duration_s),
         num(block.output_chars) + " chars printed", block.final ? el("b", {}, "→ FINAL") : null),
-      textView(block.code, {cls: "code", absent: "code not recorded in this trace"}),
+      textView(block.code, {cls: "code", absent: "code " + ABSENT}),
       textLength(block.output) ? el("div", {class: "label-row"}, "output" + (textLength(block.output) < block.output_chars ? " (first " + num(textLength(block.output)) + " of " + num(block.output_chars) + " chars)" : "")) : null,
       textLength(block.output) ? textView(block.output, {cls: "output"}) : null,
       block.error ? el("div", {class: "label-row"}, "error") : null,
@@ -213,8 +219,8 @@
         const [lat, tok, status] = rid === undefined ? ["—", "—", "—"] : attemptSummary(rid);
         body.append(el("tr", {},
           el("td", {}, i + 1),
-          el("td", {}, bridge.prompts ? textView(bridge.prompts[i], {absent: "—"}) : el("span", {class: "absent"}, "not recorded")),
-          el("td", {}, bridge.answers ? textView(bridge.answers[i], {absent: "—"}) : el("span", {class: "absent"}, "not recorded")),
+          el("td", {}, bridge.prompts ? textView(bridge.prompts[i], {absent: "—"}) : el("span", {class: "absent"}, ABSENT)),
+          el("td", {}, bridge.answers ? textView(bridge.answers[i], {absent: "—"}) : el("span", {class: "absent"}, ABSENT)),
           el("td", {}, lat), el("td", {}, tok), el("td", {}, status)));
       }
       shown = stop;
@@ -225,7 +231,7 @@
     addRows(50);
     const hidden = bridge.items - n;
     return el("div", {}, table, more,
-      hidden > 0 ? el("div", {class: "absent"}, num(hidden) + " more items are only counted in this page") : null);
+      hidden > 0 ? el("div", {class: "absent"}, "the page lists the first " + num(n) + " items; the other " + num(hidden) + " are in the trace") : null);
   }
 
   function bridgeView(bridge) {
@@ -242,7 +248,10 @@
     if (!request) return null;
     return el("details", {},
       el("summary", {}, "request: " + num(request.reused) + " messages sent before + " + num(request.new.length) + " new"),
-      request.new.map((m) => el("div", {}, el("div", {class: "label-row"}, m.role), textView(m.content))));
+      request.new.map((m) => el("div", {class: "message"}, el("div", {class: "label-row"}, el("b", {}, m.role)),
+        m.ref === "system_prompt" ? el("div", {class: "absent"}, "the system prompt (in the overview)")
+          : m.ref === "reply" ? el("div", {class: "absent"}, "the previous step's reply (above)")
+            : textView(m.content))));
   }
 
   function stepView(call, step, index) {
@@ -254,7 +263,7 @@
           num(step.code_blocks) + " code block" + (step.code_blocks === 1 ? "" : "s") + (step.has_final ? " · FINAL in reply" : ""))),
       requestView(step.request),
       el("div", {class: "label-row"}, "reply" + (step.reply_chars !== undefined ? " (" + num(step.reply_chars) + " chars)" : "")),
-      textView(step.reply, {absent: "the reply's text is not in this trace (record it with --trace-content full)"}),
+      textView(step.reply, {absent: "the reply's text is " + ABSENT}),
       step.blocks.map(blockView),
       step.bridges.map(bridgeView),
       finalHere ? el("div", {class: "final-line"}, el("b", {}, "FINAL "), textView(call.answer)) : null);
