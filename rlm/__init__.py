@@ -3,13 +3,17 @@
 >>> from rlm import RLM
 >>> result = RLM(provider="fixture").completion("What is the magic number?", text)
 >>> result.answer, result.status, result.usage.llm_calls
+
+The exceptions are imported with the package; the rest of the public API is
+imported on first use (PEP 562), so ``import rlm`` and every ``rlm`` command
+start without loading trio, httpx or the runtime until they need them.
 """
 
-from rlm._api import RLM
-from rlm._config import RunConfig
-from rlm._events import Event
-from rlm._result import RunResult
-from rlm._traffic.usage import Usage
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rlm.errors import (
     AuthenticationError,
     BudgetExceeded,
@@ -29,6 +33,13 @@ from rlm.errors import (
     SandboxError,
     UsageError,
 )
+
+if TYPE_CHECKING:
+    from rlm._api import RLM
+    from rlm._config import RunConfig
+    from rlm._events import Event
+    from rlm._result import RunResult
+    from rlm._traffic.usage import Usage
 
 __all__ = [
     "RLM",
@@ -54,3 +65,25 @@ __all__ = [
     "Usage",
     "UsageError",
 ]
+
+# Public name → the module that defines it, imported when the name is first read.
+_LAZY = {
+    "RLM": "rlm._api",
+    "RunConfig": "rlm._config",
+    "Event": "rlm._events",
+    "RunResult": "rlm._result",
+    "Usage": "rlm._traffic.usage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,13 +1,66 @@
-"""The top-level click group."""
+"""The top-level click group, whose commands are imported only when used.
+
+``rlm run`` imports the run command and the runtime, not the benchmark or the
+fixture server; ``rlm --version`` imports nothing but click.  ``rlm --help``
+imports every command module for its one-line help, so command modules keep
+their heavy imports (trio, httpx, rich, the runtime) inside the functions that
+need them.  A new command goes into ``COMMANDS``.
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
 from rlm.cli._errors import RLMGroup
 
+__all__ = ["COMMANDS", "LazyGroup", "main"]
 
-@click.group(cls=RLMGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# Command name → "module:attribute" of its click command.
+COMMANDS: Mapping[str, str] = {
+    "bench": "rlm.cli.bench_cmd:bench",
+    "config": "rlm.cli.config_cmd:config_group",
+    "doctor": "rlm.cli.doctor_cmd:doctor",
+    "fixture": "rlm.cli.fixture_generators:fixture_group",
+    "fixture-server": "rlm.cli.fixture_cmds:fixture_server",
+    "run": "rlm.cli.run_cmd:run",
+    "runs": "rlm.cli.runs_cmd:runs",
+    "view": "rlm.cli.view_cmd:view",
+    "volley": "rlm.cli.volley_cmd:volley",
+}
+
+
+class LazyGroup(RLMGroup):
+    """The ``rlm`` group, importing a command's module the first time it is looked up.
+
+    Commands added with ``add_command`` work as usual, next to the lazy ones.
+    """
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in self._lazy:
+            return command
+        module_name, _, attribute = self._lazy[cmd_name].partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
+        self.add_command(command, cmd_name)
+        return command
+
+
+@click.group(
+    cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(None, "-V", "--version", package_name="rlm")
 @click.option(
     "--debug",

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
-from rlm.bench.report import bench_json, markdown_table, render_table
-from rlm.bench.run import ScenarioResult, run_scenario
-from rlm.bench.scenarios import DEFAULT, QUICK, by_name
+if TYPE_CHECKING:
+    from rlm.bench.run import ScenarioResult
 
 __all__ = ["bench"]
 
@@ -40,6 +39,13 @@ def bench(names: tuple[str, ...], quick: bool, no_baseline: bool, as_json: bool,
       rlm bench --quick              # a smoke set
       rlm bench --scenario batched-32 --json
     """
+    # Imported here: the benchmark is never loaded by another command (or by `rlm --help`).
+    from rich.console import Console
+
+    from rlm.bench.report import bench_json, markdown_table, render_table
+    from rlm.bench.run import run_scenario
+    from rlm.bench.scenarios import DEFAULT, QUICK, by_name
+
     try:
         scenarios = by_name(names) if names else (QUICK if quick else DEFAULT)
     except KeyError as exc:

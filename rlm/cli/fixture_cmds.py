@@ -6,12 +6,14 @@ import errno
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
-import trio
 
 from rlm.cli.fixture_generators import fixture_group
-from rlm.testing.server import FixtureServer, FixtureServerOptions
+
+if TYPE_CHECKING:
+    from rlm.testing.server import FixtureServer
 
 __all__ = ["fixture_group", "fixture_server"]
 
@@ -20,6 +22,8 @@ KEY_ENV = "RLM_FIXTURE_KEY"
 
 async def _serve_forever(server: FixtureServer, host: str, port: int) -> None:
     """Bind (raising ``OSError`` if that fails), announce, then serve until cancelled."""
+    import trio
+
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = int(listeners[0].socket.getsockname()[1])
     shown = f"[{host}]" if ":" in host else host
@@ -126,6 +130,11 @@ def fixture_server(
       rlm run "What is the magic number?" --context-file big.txt \\
           --base-url http://127.0.0.1:8765/v1 --model fixture:32
     """
+    # Imported here: the fixture server is test code, and `rlm --help` must not load it.
+    import trio
+
+    from rlm.testing.server import FixtureServer, FixtureServerOptions
+
     api_key: str | None = None
     if require_key:
         api_key = os.environ.get(KEY_ENV)

@@ -5,25 +5,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from rlm._api import RLM
-from rlm._result import STATUS_EXIT_CODES, RunResult
-from rlm._sandbox.isolation import parse_layers
-from rlm._trace import check_trace_path
-from rlm.cli._context_input import context_paths, read_context
 from rlm.cli._errors import fail
-from rlm.cli._history import RunKeeper
-from rlm.cli._live import JSONLines, LiveDisplay
 from rlm.cli._profile_option import profile_only_settings, profile_option
-from rlm.cli._progress import ProgressPrinter, format_cost, format_traffic
-from rlm.cli._signals import run_with_signals
 from rlm.cli._terminal import answer_for_stdout, plural, say
-from rlm.cli.doctor_cmd import require_isolation
 from rlm.errors import RLMError, UsageError
-from rlm.providers.keys import missing_key_message
+
+if TYPE_CHECKING:
+    from rlm._result import RunResult
 
 __all__ = ["run"]
 
@@ -240,6 +232,17 @@ def run(
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
     3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
     """
+    # Imported here, not at the top: `rlm --help` lists this command without loading the runtime.
+    from rlm._api import RLM
+    from rlm._result import STATUS_EXIT_CODES
+    from rlm._trace import check_trace_path
+    from rlm.cli._context_input import context_paths, read_context
+    from rlm.cli._history import RunKeeper
+    from rlm.cli._live import JSONLines, LiveDisplay
+    from rlm.cli._progress import ProgressPrinter
+    from rlm.cli._signals import run_with_signals
+    from rlm.cli.doctor_cmd import require_isolation
+
     settings.update(profile_only_settings())
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
@@ -252,7 +255,9 @@ def run(
             check_trace_path(trace_path)
         sinks = [] if printer is None else [printer]
         model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
-        if not api_key:
+        if not api_key and settings["provider"] != "fixture":
+            from rlm.providers.keys import missing_key_message  # httpx: not for fixture runs
+
             problem = missing_key_message(model.config)
             if problem:
                 fail(problem, 4, as_json=as_json)
@@ -285,6 +290,8 @@ def run(
 
 
 def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = False) -> None:
+    from rlm.cli._progress import format_cost, format_traffic
+
     if as_json:
         click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
     elif events:
@@ -313,6 +320,8 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
 
 
 def _isolation_option(value: str) -> tuple[str, ...]:
+    from rlm._sandbox.isolation import parse_layers
+
     try:
         return parse_layers(value)
     except ValueError as exc:

@@ -1,0 +1,78 @@
+"""A fast start: importing rlm and running its commands loads no test or benchmark code.
+
+Each check runs a fresh interpreter and reads back ``sys.modules`` as it was
+when that interpreter exited, so what a user's ``rlm`` process loads is what
+is checked (the test process itself has pytest and everything else loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlm.fixtures.needle import generate_needle
+
+# Test and benchmark code, never loaded outside `rlm bench` and `rlm fixture-server`.
+FORBIDDEN = ("pytest", "_pytest", "hypothesis", "trio.testing", "rlm.bench", "rlm.testing")
+
+# Dumps the module names at exit (after SystemExit too) on stderr, after a marker.
+_REPORT = (
+    "import atexit, json, sys\n"
+    "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules))))\n"
+)
+
+
+def loaded_modules(code: str, *args: str, stdin: bytes = b"") -> set[str]:
+    """The modules a fresh ``python -c code args...`` had loaded when it exited."""
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT + code, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    stderr = done.stderr.decode()
+    assert "\nMODULES " in stderr, stderr
+    return set(json.loads(stderr.rsplit("\nMODULES ", 1)[1]))
+
+
+def forbidden(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+
+
+def test_import_rlm_loads_neither_test_code_nor_the_runtime() -> None:
+    modules = loaded_modules("import rlm, rlm.cli")
+    assert forbidden(modules) == []
+    # The runtime (and trio under it) loads when a run needs it, not on import.
+    assert "trio" not in modules
+    assert "rlm._run.runtime" not in modules
+
+
+def test_public_names_still_resolve_from_the_package() -> None:
+    code = "import rlm; assert rlm.RLM.__name__ == 'RLM'; rlm.RunConfig; rlm.Usage"
+    modules = loaded_modules(code)
+    assert "rlm._api" in modules
+    assert forbidden(modules) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["run", "--help"]])
+def test_help_and_version_load_no_test_code(args: list[str]) -> None:
+    modules = loaded_modules("from rlm.cli import main; main()", *args)
+    assert forbidden(modules) == []
+    if args == ["--version"]:  # no command module at all
+        assert "trio" not in modules and "rlm.cli.run_cmd" not in modules
+
+
+def test_a_fixture_run_loads_no_test_code(tmp_path: Path) -> None:
+    fixture = generate_needle(20_000, seed=3)
+    path = tmp_path / "needle.txt"
+    path.write_text(fixture.text, encoding="utf-8")
+    code = "from rlm.cli import main; main()"
+    args = ["run", fixture.question, "--context-file", str(path), "--provider", "fixture", "-q"]
+    modules = loaded_modules(code, *args)
+    assert "rlm._run.runtime" in modules  # it did run
+    assert forbidden(modules) == []
