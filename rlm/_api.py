@@ -7,7 +7,7 @@ import datetime
 import functools
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -18,10 +18,10 @@ from rlm._result import RunResult
 from rlm._run.call import CallOutcome
 from rlm._run.context import Context, context_chars
 from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget
+from rlm._sandbox.interface import LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
-from rlm.journal import ResponseCache, open_store, parse_cache_mode
 from rlm.providers.base import Lane, Provider
 from rlm.providers.open import open_providers
 from rlm.streaming.run import stream_events
@@ -29,6 +29,9 @@ from rlm.volley.api import VolleyStream, make_volley, stream_volley
 from rlm.volley.engine import Volley
 from rlm.volley.records import VolleyResult
 from rlm.volley.tasks import TaskInput
+
+if TYPE_CHECKING:
+    from rlm.journal import ResponseCache
 
 __all__ = ["RLM"]
 
@@ -54,7 +57,9 @@ class RLM:
     blocks as they close, even with no live consumer).  Bad values raise
     :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL
     trace; ``providers`` replaces the providers by lane (for tests and custom
-    back ends); ``sinks`` receive every event as it happens.
+    back ends); ``sinks`` receive every event as it happens; ``sandboxes``
+    makes each run's sandbox launcher (default: real sandbox processes,
+    ``rlm._run.runtime.default_launcher``).
 
     Example::
 
@@ -68,6 +73,7 @@ class RLM:
         trace_path: str | None = None,
         providers: Mapping[Lane, Provider] | None = None,
         sinks: list[Any] | None = None,
+        sandboxes: LauncherFactory | None = None,
         **settings: Any,
     ) -> None:
         names = {f.name for f in dataclasses.fields(RunConfig)}
@@ -83,6 +89,7 @@ class RLM:
         self.trace_path = trace_path
         self._providers = dict(providers) if providers is not None else None
         self._sinks = list(sinks or [])
+        self._sandboxes = sandboxes
         self._runtime: Runtime | None = None
         self._volley: Volley | None = None
 
@@ -153,6 +160,7 @@ class RLM:
                     events=events,
                     prices=self._prices,
                     cache=cache,
+                    sandboxes=self._sandboxes(self.config, events) if self._sandboxes else None,
                 )
                 self._runtime = runtime
                 try:
@@ -303,6 +311,8 @@ class RLM:
         if path is None:
             yield None
             return
+        from rlm.journal import ResponseCache, open_store, parse_cache_mode  # only runs that cache
+
         store = await trio.to_thread.run_sync(open_store, path)
         try:
             yield ResponseCache(store, parse_cache_mode(self.config.cache_mode))

@@ -20,6 +20,7 @@ from rlm._run.bridge import Bridge
 from rlm._run.call import Call, CallOutcome, CallParts
 from rlm._run.context import Context
 from rlm._run.parsing import find_final
+from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._traffic.budget import Budget, BudgetLimits
@@ -179,12 +180,15 @@ class Runtime:
             self._run_scope.cancel()
 
 
-def default_launcher(config: RunConfig, events: EventBus) -> Launcher:
-    """Real sandbox processes, as ``config`` asks for them."""
+def default_launcher(
+    config: RunConfig, events: EventBus, *, early_zygote: EarlyZygote | None = None
+) -> Launcher:
+    """Real sandbox processes, as ``config`` asks for them (from ``early_zygote`` if given)."""
     return SandboxLauncher(
         events=events,
         max_output_chars=config.max_output_chars,
         require_isolation=config.require_isolation,
+        early_zygote=early_zygote,
     )
 
 

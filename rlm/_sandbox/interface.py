@@ -14,6 +14,7 @@ from typing import Protocol
 
 import trio
 
+from rlm._config import RunConfig
 from rlm._events import EventBus
 from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
 
@@ -54,5 +55,6 @@ class Launcher(Protocol):
         """Kill every sandbox it made, now (synchronous: for a second Ctrl-C)."""
 
 
-#: Makes one run's launcher; the run's event bus receives its sandbox events.
-LauncherFactory = Callable[[EventBus], Launcher]
+#: Makes one run's launcher from the run's configuration; the run's event bus
+#: receives its sandbox events.  ``rlm._run.runtime.default_launcher`` is one.
+LauncherFactory = Callable[[RunConfig, EventBus], Launcher]

@@ -23,6 +23,7 @@ import trio
 
 from rlm._events import EventBus
 from rlm._run.context import context_chars
+from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
 from rlm._sandbox.process import (
     BridgeHandler,
@@ -49,7 +50,9 @@ class SandboxLauncher:
     """Where calls get their sandboxes.  One per run.
 
     ``require_isolation`` names child layers that must be active: a sandbox
-    without one is killed and IsolationUnavailable raised.
+    without one is killed and IsolationUnavailable raised.  ``early_zygote``
+    is a zygote started at process start (:mod:`rlm._sandbox.early`): the
+    first run adopts it instead of starting its own.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class SandboxLauncher:
         pool_size: int = DEFAULT_POOL_SIZE,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         use_zygote: bool = True,
+        early_zygote: EarlyZygote | None = None,
     ) -> None:
         self._events = events
         self._max_output_chars = max_output_chars
@@ -68,6 +72,7 @@ class SandboxLauncher:
         self._pool_size = pool_size
         self._memory_bytes = memory_bytes
         self._use_zygote = use_zygote
+        self._early_zygote = early_zygote
         self._nursery: trio.Nursery | None = None
         self._zygote: Zygote | None = None
         self._zygote_settled = trio.Event()
@@ -198,9 +203,18 @@ class SandboxLauncher:
                 raise
         return box
 
+    async def _start_zygote(self) -> Zygote:
+        """The zygote started at process start if one was handed in and is free, else a new one."""
+        if self._early_zygote is not None:
+            try:
+                return await Zygote.adopt(self._early_zygote)
+            except SandboxCrashed:
+                pass  # taken by an earlier run, or it died: start one of our own
+        return await Zygote.start()
+
     async def _keep_pool_filled(self, nursery: trio.Nursery) -> None:
         try:
-            self._zygote = await Zygote.start()
+            self._zygote = await self._start_zygote()
         except SandboxError:
             return  # sandboxes are spawned directly instead
         finally:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import msgpack
 import trio
 
+from rlm._sandbox.early import child_env
 from rlm._sandbox.process import HostEnds
 from rlm.errors import SandboxCrashed
 
@@ -29,18 +30,6 @@ __all__ = [
 
 #: Contexts at least this large (in characters) travel as a memfd, not inside ``init``.
 SHARED_CONTEXT_CHARS = 1 << 20
-
-
-def child_env() -> dict[str, str]:
-    """The child's whole environment: nothing from the host is inherited."""
-    return {
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "PYTHONSAFEPATH": "1",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
 
 
 class ChildEnds:

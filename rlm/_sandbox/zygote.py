@@ -16,11 +16,13 @@ import contextlib
 import os
 import signal
 import socket
-import sys
+import subprocess
+from typing import Protocol
 
 import msgpack
 import trio
 
+from rlm._sandbox.early import EarlyZygote, zygote_argv
 from rlm._sandbox.spawn import ChildEnds, open_scrubbed_process
 from rlm.errors import SandboxCrashed
 
@@ -62,10 +64,51 @@ class ZygoteChild:
             self._returncode = await self._zygote.reap(self._pid)
 
 
-class Zygote:
-    """One zygote process.  :meth:`start` it in a nursery; :meth:`aclose` on every exit path."""
+class _Process(Protocol):
+    """What the zygote handle needs of its process (a ``trio.Process`` fits)."""
 
-    def __init__(self, process: trio.Process, control: socket.socket) -> None:
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+class _AdoptedProcess:
+    """A ``subprocess.Popen`` started before trio ran, waited for without blocking the loop."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        if self._popen.poll() is None:
+            try:
+                pidfd = os.pidfd_open(self._popen.pid)
+            except OSError:  # no pidfd (Linux < 5.3): a thread waits instead
+                return await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+            else:
+                try:
+                    await trio.lowlevel.wait_readable(pidfd)  # readable once it exited
+                finally:
+                    os.close(pidfd)
+        return self._popen.wait()
+
+
+class Zygote:
+    """One zygote process.  :meth:`start` it (or :meth:`adopt` an early one) in a nursery;
+    :meth:`aclose` on every exit path."""
+
+    def __init__(self, process: _Process, control: socket.socket) -> None:
         self._process = process
         self._control = trio.socket.from_stdlib_socket(control)
         self._lock = trio.Lock()
@@ -86,26 +129,40 @@ class Zygote:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = await open_scrubbed_process(
-                [sys.executable, "-m", "rlm_sandbox", "--zygote", str(child.fileno())],
-                [child.fileno()],
-                keep_stderr=False,
+                zygote_argv(child.fileno()), [child.fileno()], keep_stderr=False
             )
         except SandboxCrashed:
             host.close()
             raise
         finally:
             child.close()
-        zygote = cls(process, host)
+        return await cls(process, host)._until_ready()
+
+    @classmethod
+    async def adopt(cls, early: EarlyZygote) -> Zygote:
+        """Take over a zygote started at process start and wait until it answers.
+
+        SandboxCrashed if another run took it already, it could not start, or it
+        does not answer.
+        """
+        taken = early.take()
+        if taken is None:
+            raise SandboxCrashed("no early zygote to adopt (taken by another run, or not started)")
+        popen, control = taken
+        return await cls(_AdoptedProcess(popen), control)._until_ready()
+
+    async def _until_ready(self) -> Zygote:
+        """Ping; the zygote answers once it has preloaded.  On failure close it and raise."""
         try:
             with trio.fail_after(_START_TIMEOUT):
-                answer = await zygote._exchange({"t": "ping"}, [])
+                answer = await self._exchange({"t": "ping"}, [])
         except BaseException:
-            await zygote.aclose()
+            await self.aclose()
             raise
         if answer.get("t") != "pong":
-            await zygote.aclose()
+            await self.aclose()
             raise SandboxCrashed(f"the zygote answered a ping with {answer!r}")
-        return zygote
+        return self
 
     async def spawn(self, ends: ChildEnds, *, memory_bytes: int, cpu_seconds: int) -> ZygoteChild:
         """Fork a hardened sandbox on ``ends`` (the caller then closes the child ends)."""
@@ -160,9 +217,17 @@ class Zygote:
 
     async def aclose(self) -> None:
         """Close the socket (the zygote then kills its sandboxes and exits), reap it,
-        and kill whatever is left.  Shielded: nothing outlives the run."""
+        and kill whatever is left.  Shielded: nothing outlives the run.
+
+        When every sandbox it forked was reaped already (the launcher reaps them
+        first), the zygote has nothing left to do and is killed outright: its
+        interpreter's orderly exit took tens of milliseconds of every run's end.
+        """
         self._broken = True
         self._control.close()
+        if not self._children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)  # its own session: only itself
         with trio.CancelScope(shield=True):
             with trio.move_on_after(5):
                 await self._process.wait()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
 import sys
@@ -232,9 +234,16 @@ def run(
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
     3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
     """
+    # The sandbox zygote boots while the runtime is imported and the context read; the run
+    # adopts it.  Closed when this command's context closes, on every exit path.
+    from rlm._sandbox.early import EarlyZygote
+
+    early_zygote = EarlyZygote.begin()
+    click.get_current_context().call_on_close(early_zygote.close)
     # Imported here, not at the top: `rlm --help` lists this command without loading the runtime.
     from rlm._api import RLM
     from rlm._result import STATUS_EXIT_CODES
+    from rlm._run.runtime import default_launcher
     from rlm._trace import check_trace_path
     from rlm.cli._context_input import context_paths, read_context
     from rlm.cli._history import RunKeeper
@@ -246,6 +255,8 @@ def run(
     settings.update(profile_only_settings())
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
+    if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
+        importlib.import_module("rlm.providers.openai")
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     printer = None if quiet or stream else ProgressPrinter()
@@ -254,7 +265,10 @@ def run(
         if trace_path is not None:
             check_trace_path(trace_path)
         sinks = [] if printer is None else [printer]
-        model = RLM(trace_path=trace_path, sinks=sinks, api_key=api_key, **settings)
+        launcher = functools.partial(default_launcher, early_zygote=early_zygote)
+        model = RLM(
+            trace_path=trace_path, sinks=sinks, api_key=api_key, sandboxes=launcher, **settings
+        )
         if not api_key and settings["provider"] != "fixture":
             from rlm.providers.keys import missing_key_message  # httpx: not for fixture runs
 

@@ -73,7 +73,9 @@ def make_http_client(
         limits=httpx2.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-        transport=httpx2.AsyncHTTPTransport(retries=0),
+        # The transport's own `verify` is what counts (the client's is ignored when a
+        # transport is given): left at its default it would load the CA bundle anyway.
+        transport=httpx2.AsyncHTTPTransport(retries=0, verify=tls),
         follow_redirects=False,
     )
 

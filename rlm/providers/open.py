@@ -6,11 +6,8 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from rlm._config import RunConfig
-from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider
-from rlm.providers.keys import default_base_url
-from rlm.providers.openai import OpenAIProvider, make_http_client
 
 __all__ = ["open_providers"]
 
@@ -27,6 +24,12 @@ async def open_providers(config: RunConfig) -> AsyncIterator[Mapping[Lane, Provi
         )
         yield {"root": fixture, "sub": fixture}
         return
+    # Imported here: httpx and the HTTP providers take a while to load, and a fixture run
+    # never needs them.
+    from rlm.providers.anthropic import AnthropicProvider
+    from rlm.providers.keys import default_base_url
+    from rlm.providers.openai import OpenAIProvider, make_http_client
+
     kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
     base_url = config.base_url or default_base_url(config.provider) or ""
     urls = [base_url, config.sub_base_url or base_url]

@@ -1,0 +1,143 @@
+"""Starting the zygote at process start, before trio and the runtime are imported.
+
+A zygote takes about as long to boot (an interpreter, RestrictedPython, the
+allowed modules) as the host takes to import the runtime.  ``rlm run``
+therefore starts one first thing, with nothing but the standard library, so
+that both happen at once; the run's launcher then adopts it
+(:meth:`rlm._sandbox.zygote.Zygote.adopt`) instead of starting its own, and
+the root call's sandbox is forked from it while the first step is generated.
+
+Whoever begins an :class:`EarlyZygote` closes it on every exit path
+(``with EarlyZygote.begin() as early:``): if no run adopted it, closing
+stops and reaps it; once adopted, the run's launcher owns it and closing
+does nothing.  This module imports only the standard library on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+from types import TracebackType
+
+__all__ = ["EarlyZygote", "child_env", "zygote_argv"]
+
+_CLOSE_WAIT_S = 5.0
+
+
+def child_env() -> dict[str, str]:
+    """A sandbox's or zygote's whole environment: nothing from the host is inherited."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONSAFEPATH": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def zygote_argv(control_fd: int) -> list[str]:
+    """The zygote's command line, serving on the socket ``control_fd``."""
+    return [sys.executable, "-m", "rlm_sandbox", "--zygote", str(control_fd)]
+
+
+class EarlyZygote:
+    """A zygote process started without trio, waiting to be adopted by one run."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes] | None, control: socket.socket | None
+    ) -> None:
+        self._process = process
+        self._control = control
+
+    @classmethod
+    def begin(cls) -> EarlyZygote:
+        """Start the zygote now (it preloads in the background).
+
+        If it cannot start, the result holds nothing to take: the run then
+        starts its own zygote, or spawns its sandboxes directly, as it would
+        have anyway, so failing here is never an error.
+        """
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            process = subprocess.Popen(
+                zygote_argv(child.fileno()),
+                pass_fds=[child.fileno()],
+                env=child_env(),
+                cwd="/",
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            host.close()
+            return cls(None, None)
+        finally:
+            child.close()
+        return cls(process, host)
+
+    @property
+    def pid(self) -> int | None:
+        """The zygote's pid while it waits to be taken; None once taken or if it never started."""
+        return self._process.pid if self._process is not None else None
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        """Block until the zygote has preloaded (it answers a ping); False if it cannot.
+
+        For benchmarks, which start a run's clock once the process is up, as
+        it is in ``rlm run`` by the time its imports are done.
+        """
+        import msgpack
+
+        if self._control is None:
+            return False
+        self._control.settimeout(timeout)
+        try:
+            self._control.send(msgpack.packb({"t": "ping"}))
+            answer = msgpack.unpackb(self._control.recv(4096))
+        except (OSError, ValueError):
+            return False
+        finally:
+            self._control.settimeout(None)
+        return isinstance(answer, dict) and answer.get("t") == "pong"
+
+    def take(self) -> tuple[subprocess.Popen[bytes], socket.socket] | None:
+        """Hand the process and its control socket over (once); None if already taken."""
+        if self._process is None or self._control is None:
+            return None
+        taken = (self._process, self._control)
+        self._process = self._control = None
+        return taken
+
+    def close(self) -> None:
+        """If no run took it: close its socket (it then exits), and reap it.
+
+        Blocking for at most a few seconds; a zygote that does not exit by
+        then is killed with its process group.
+        """
+        taken = self.take()
+        if taken is None:
+            return
+        process, control = taken
+        control.close()
+        try:
+            process.wait(timeout=_CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                process.send_signal(signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> EarlyZygote:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
