@@ -23,6 +23,9 @@ import trio
 
 from rlm._api import RLM
 from rlm._result import RunResult
+from rlm._run.runtime import default_launcher
+from rlm._sandbox.early import EarlyZygote
+from rlm._sandbox.interface import LauncherFactory
 from rlm.bench.limit import (
     clairvoyant_bound,
     formula_limit,
@@ -33,6 +36,7 @@ from rlm.bench.limit import (
 from rlm.bench.provider import BenchProvider
 from rlm.bench.scenarios import Scenario
 from rlm.fixtures import generate_needle, lognormal_latencies
+from rlm.providers import openai as _openai  # noqa: F401  httpx loads before any run's clock
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 __all__ = ["ScenarioResult", "measure", "run_scenario", "time_phases"]
@@ -108,30 +112,44 @@ def _settings(s: Scenario) -> dict[str, Any]:
             "max_depth": s.depth, "rpm": s.rpm, "burst": s.burst}
 
 
-async def _run_in_process(s: Scenario, text: str, question: str) -> RunResult:
+async def _run_in_process(s: Scenario, text: str, question: str,
+                          sandboxes: LauncherFactory) -> RunResult:
     provider = BenchProvider(root_latency=s.root_latency, sub_latency=s.sub_latency,
                              sub_latencies=_sub_latencies(s))
-    rlm = RLM(providers={"root": provider, "sub": provider}, **_settings(s))
+    rlm = RLM(providers={"root": provider, "sub": provider}, sandboxes=sandboxes,
+              **_settings(s))
     return await rlm.acompletion(question, text)
 
 
-async def _run_http(s: Scenario, text: str, question: str) -> RunResult:
+async def _run_http(s: Scenario, text: str, question: str,
+                    sandboxes: LauncherFactory) -> RunResult:
     if s.sigma > 0:
         raise ValueError(f"{s.name}: the fixture server has no heterogeneous latencies")
     options = FixtureServerOptions(root_latency=s.root_latency, sub_latency=s.sub_latency)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(FixtureServer(options).serve)
         rlm = RLM(provider="openai", base_url=f"http://127.0.0.1:{port}/v1", api_key="bench",
-                  **_settings(s))
+                  sandboxes=sandboxes, **_settings(s))
         result = await rlm.acompletion(question, text)
         nursery.cancel_scope.cancel()
     return result
 
 
-def _one_run(s: Scenario) -> RunResult:
+def _one_run(s: Scenario) -> tuple[RunResult, float]:
+    """One run, and how long its zygote took to boot (not part of T).
+
+    As ``rlm run`` does at process start, the zygote is started before the
+    run and the run adopts it; the run's clock starts once it is up, which is
+    where ``rlm run`` stands after its imports (docs/bench.md).
+    """
     text, question, _ = _needle(s.context_chars, s.seed)
     runner = _run_http if s.transport == "http" else _run_in_process
-    return trio.run(runner, s, text, question)
+    started = time.perf_counter()
+    with EarlyZygote.begin() as early:
+        early.wait_ready()
+        boot_s = time.perf_counter() - started
+        sandboxes = functools.partial(default_launcher, early_zygote=early)
+        return trio.run(runner, s, text, question, sandboxes), boot_s
 
 
 def _http_latency(s: Scenario) -> Any:
@@ -167,7 +185,8 @@ def time_phases(trace: Sequence[Mapping[str, Any]], t: float, t_star: float,
 
 
 def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
-            t_seq: float | None = None, peak_bytes: int | None = None) -> ScenarioResult:
+            t_seq: float | None = None, peak_bytes: int | None = None,
+            zygote_boot_s: float | None = None) -> ScenarioResult:
     """Compare ``result`` (a run of ``s``) with its physical limit."""
     rule = _http_latency(s) if s.transport == "http" else metadata_latency
     work = work_from_trace(result.trace, rule)
@@ -183,6 +202,9 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
                                 burst=s.burst)
     latency = f"ln({s.sub_latency:g},{s.sigma:g})" if s.sigma > 0 else f"{s.sub_latency:g}"
     _, _, answer = _needle(s.context_chars, s.seed)
+    phases = time_phases(result.trace, t, t_star, root_s)
+    if zygote_boot_s is not None:
+        phases["zygote_boot_s"] = round(zygote_boot_s, 6)
     return ScenarioResult(
         name=s.name, about=s.about, transport=s.transport, variant=s.variant, n=n, c=s.c,
         latency=latency, rpm=s.rpm, t=t, t_star=t_star, t_formula=formula,
@@ -192,7 +214,7 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
         t_seq=t_seq, speedup=t_seq / t if t_seq and t > 0 else None,
         correct=result.answer == answer, status=result.status, wall_s=wall_s,
         peak_mib=peak_bytes / 2**20 if peak_bytes is not None else None,
-        max_rss_mib=_max_rss_mib(), phases=time_phases(result.trace, t, t_star, root_s),
+        max_rss_mib=_max_rss_mib(), phases=phases,
         target_eta=s.target_eta, target_rate=s.target_rate,
     )
 
@@ -208,14 +230,15 @@ def run_scenario(s: Scenario, *, baseline: bool = True) -> list[ScenarioResult]:
     Returns the scenario's result, followed by its sequential twin's when that ran.
     """
     started = time.perf_counter()
-    result = _one_run(s)
+    result, boot_s = _one_run(s)
     wall_s = time.perf_counter() - started
     twin: ScenarioResult | None = None
     if s.baseline and baseline:
         seq = s.sequential()
         started = time.perf_counter()
-        seq_result = _one_run(seq)
-        twin = measure(seq, seq_result, wall_s=time.perf_counter() - started)
+        seq_result, seq_boot_s = _one_run(seq)
+        twin = measure(seq, seq_result, wall_s=time.perf_counter() - started,
+                       zygote_boot_s=seq_boot_s)
     peak = None
     if s.memory:
         tracemalloc.start()
@@ -224,5 +247,6 @@ def run_scenario(s: Scenario, *, baseline: bool = True) -> list[ScenarioResult]:
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-    main = measure(s, result, wall_s=wall_s, t_seq=twin.t if twin else None, peak_bytes=peak)
+    main = measure(s, result, wall_s=wall_s, t_seq=twin.t if twin else None, peak_bytes=peak,
+                   zygote_boot_s=boot_s)
     return [main] if twin is None else [main, twin]
