@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +35,12 @@ def cli(
     full_env.update(env or {})
     kwargs: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     kwargs.update(streams)
+    if "stdin_fd" in kwargs:
+        kwargs["stdin"] = kwargs.pop("stdin_fd")
+    else:
+        kwargs["input"] = stdin
     return subprocess.run(
         [*RLM_CMD, *args],
-        input=stdin,
         env=full_env,
         cwd=cwd,
         timeout=60,
@@ -225,3 +229,16 @@ def test_multidoc_writes_a_directory_that_run_reads(tmp_path: Path) -> None:
 
 def test_readme_documents_shell_completion() -> None:
     assert "_RLM_COMPLETE=bash_source rlm" in README.read_text()
+
+
+def test_stdin_on_a_terminal_says_it_is_waiting_for_input() -> None:
+    master, slave = pty.openpty()
+    os.write(master, b"\x04")  # Ctrl-D, queued: the read ends at once with nothing read
+    try:
+        done = cli("run", QUESTION, "--context-file", "-", "--provider", "fixture", "-q",
+                   stdin=None, stdin_fd=slave)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert b"reading the context file from stdin (this terminal)" in done.stderr
+    assert b"Ctrl-D" in done.stderr and b"Warning: the context is empty" in done.stderr
