@@ -15,13 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from rlm import RLM
 from rlm._events import CodeExecuted, TextDelta
+from rlm._traffic.budget import Budget, BudgetLimits
 from rlm.cli._live import LiveDisplay
 from rlm.cli._progress import ProgressPrinter, format_cost, stderr_console
 from rlm.cli._terminal import safe_text
+from rlm.errors import BudgetExceeded
 from tests.helpers import ScriptedProvider, repl, serving
 
 RLM_CMD = [sys.executable, "-m", "rlm"]
@@ -193,3 +196,12 @@ def test_the_live_stream_display_strips_model_escapes_but_keeps_its_own_colour()
     assert "\x1b[36m" in shown  # our own colour is still there on a terminal
     assert "\x1b]" not in shown and "\x07" not in shown and "\x1b[2J" not in shown
     assert "\x1b[1A" not in shown and "Looking" in shown and "xy" in shown
+
+
+def test_a_refused_query_reads_in_the_singular_or_plural() -> None:
+    budget = Budget(limits=BudgetLimits(max_llm_calls=1))
+    with pytest.raises(BudgetExceeded, match="a batch of 2 sub-queries needs 2 LLM calls"):
+        budget.check_batch(2)
+    budget.spent.calls = 1  # the one call the limit allows has been sent
+    with pytest.raises(BudgetExceeded, match="a batch of 1 sub-query needs 1 LLM call,"):
+        budget.check_batch(1)

@@ -118,3 +118,10 @@ def test_a_profile_drives_a_run_and_flags_still_win(project: Path) -> None:
     env_profile = _cli(project, "run", "What is the magic number?", "--context-file", "ctx.txt",
                        "-q", env={"RLM_PROFILE": "demo"})
     assert env_profile.returncode == 0 and env_profile.stdout == b"31\n"
+
+
+def test_a_bad_config_file_is_blamed_on_the_file_not_on_profile(tmp_path: Path) -> None:
+    (tmp_path / "rlm.toml").write_text("max_iteration = 3\n")
+    done = _cli(tmp_path, "config", "show")
+    assert done.returncode == 2 and b"rlm.toml: unknown setting 'max_iteration'" in done.stderr
+    assert b"--profile" not in done.stderr.split(b"Error:")[-1]

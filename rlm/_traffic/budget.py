@@ -113,8 +113,11 @@ class Budget:
         """Refuse a batch of ``items`` requests whole if the calls left cannot cover it."""
         left = self.calls_left()
         if left is not None and items > left:
+            what = "1 sub-query needs 1 LLM call" if items == 1 else (
+                f"{items} sub-queries needs {items} LLM calls"
+            )
             raise BudgetExceeded(
-                f"a batch of {items} sub-queries needs {items} LLM calls, but only {left} of "
+                f"a batch of {what}, but only {left} of "
                 f"--max-llm-calls {self.limits.max_llm_calls} remain; nothing was sent"
             )
 

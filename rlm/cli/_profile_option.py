@@ -28,6 +28,8 @@ def _load(ctx: click.Context, _: click.Parameter, name: str | None) -> str | Non
     try:
         profile = load_profile(name)
     except UsageError as exc:
+        if name is None:  # a config file is wrong, not the --profile the user never gave
+            raise click.UsageError(str(exc), ctx=ctx) from None
         raise click.BadParameter(str(exc), ctx=ctx, param_hint="'--profile'") from None
     ctx.meta[_META_KEY] = profile
     options = {p.name for p in ctx.command.params if p.name}

@@ -322,7 +322,7 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
         reason = result.error or {
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
-        say(f"Error: {reason}")
+        say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
         usage = result.usage
         partial = "a partial answer is on stdout" if result.answer else "no answer candidate"
         say(
@@ -331,6 +331,14 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
             f"{usage.output_tokens:,} out tokens, "
             f"{format_cost(result.usage_detail, usage.llm_calls)}"
         )
+
+
+# What a person can do about a run that a limit ended.
+_NEXT_STEP = {
+    "budget_exceeded": " (raise that limit to let the run go further)",
+    "timeout": " (raise --timeout to let the run go further)",
+    "iterations": " (raise --max-iterations, or ask a narrower question)",
+}
 
 
 def _isolation_option(value: str) -> tuple[str, ...]:

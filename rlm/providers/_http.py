@@ -108,7 +108,9 @@ async def post_json(
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.TransportError as exc:
         raise unknown_host_error(url, exc) or ProviderConnectionError(
-            f"cannot reach {url}: {exc or type(exc).__name__}", url=url
+            f"cannot reach {url}: {exc or type(exc).__name__} (is the server running, and "
+            "is --base-url right?)",
+            url=url,
         ) from exc
     if response.status_code >= 400:
         raise status_error(url, response, key_sent=key_sent(headers))
