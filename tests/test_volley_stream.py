@@ -109,7 +109,7 @@ def test_task_lines_hold_partial_lines_and_drop_a_cut_attempt() -> None:
             task_title="api.go",
         )
 
-    lines(piece(3, "first li"))
+    lines(piece(3, "first \x1b]0;PWNED\x07li"))
     lines(piece(3, "ne\nsecond half-"))
     lines(
         StreamDiscarded(

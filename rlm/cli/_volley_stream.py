@@ -17,6 +17,7 @@ import sys
 from typing import TextIO
 
 from rlm._events import Event, StreamDiscarded, TextDelta
+from rlm.cli._terminal import safe_text, silence
 from rlm.volley.events import TaskFinished
 
 __all__ = ["TaskLines", "VolleyJSONLines", "task_of"]
@@ -55,6 +56,7 @@ class TaskLines:
         self.width = title_width
         self._partial: dict[int, str] = {}
         self._titles: dict[int, str] = {}
+        self._broken = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta) and event.task is not None:
@@ -82,5 +84,12 @@ class TaskLines:
         if len(title) > self.width:
             title = title[: self.width - 1] + "…"
         label = f"[{task}/{self.total} {title}]" if title else f"[{task}/{self.total}]"
-        self.out.write(f"{label} {text}\n")
-        self.out.flush()
+        if self._broken:
+            return
+        try:  # model text and task titles: no escape sequence reaches the terminal
+            self.out.write(safe_text(f"{label} {text}") + "\n")
+            self.out.flush()
+        except OSError:  # stderr closed or its reader gone: the volley goes on without it
+            self._broken = True
+            if self.out is sys.stderr:
+                silence()
