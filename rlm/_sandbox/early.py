@@ -24,8 +24,6 @@ from types import TracebackType
 
 __all__ = ["EarlyZygote", "child_env", "zygote_argv"]
 
-_CLOSE_WAIT_S = 5.0
-
 
 def child_env() -> dict[str, str]:
     """A sandbox's or zygote's whole environment: nothing from the host is inherited."""
@@ -114,22 +112,20 @@ class EarlyZygote:
         return taken
 
     def close(self) -> None:
-        """If no run took it: close its socket (it then exits), and reap it.
+        """If no run took it: close its socket and kill and reap it.
 
-        Blocking for at most a few seconds; a zygote that does not exit by
-        then is killed with its process group.
+        It never forked a sandbox (only an adopting run asks it to), so killing
+        it leaves nothing behind, and a command that fails early (a usage error)
+        does not wait for a zygote still booting to notice its socket closed.
         """
         taken = self.take()
         if taken is None:
             return
         process, control = taken
         control.close()
-        try:
-            process.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                process.send_signal(signal.SIGKILL)
-            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGKILL)
+        process.wait()
 
     def __enter__(self) -> EarlyZygote:
         return self
