@@ -36,7 +36,7 @@ from rlm.bench.limit import (
 from rlm.bench.provider import BenchProvider
 from rlm.bench.scenarios import Scenario
 from rlm.fixtures import generate_needle, lognormal_latencies
-from rlm.providers import openai as _openai  # noqa: F401  httpx loads before any run's clock
+from rlm.providers._http import load_http_transport
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 __all__ = ["ScenarioResult", "measure", "run_scenario", "time_phases"]
@@ -144,6 +144,8 @@ def _one_run(s: Scenario) -> tuple[RunResult, float]:
     """
     text, question, _ = _needle(s.context_chars, s.seed)
     runner = _run_http if s.transport == "http" else _run_in_process
+    if s.transport == "http":
+        load_http_transport()  # once per process, before the clock, as `rlm run` does
     started = time.perf_counter()
     with EarlyZygote.begin() as early:
         early.wait_ready()

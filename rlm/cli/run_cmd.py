@@ -256,7 +256,7 @@ def run(
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
     if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
-        importlib.import_module("rlm.providers.openai")
+        importlib.import_module("rlm.providers._http").load_http_transport()
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     printer = None if quiet or stream else ProgressPrinter()

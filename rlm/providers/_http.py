@@ -9,6 +9,7 @@ never logged and never part of an error message.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -35,6 +36,7 @@ __all__ = [
     "count_tokens",
     "error_detail",
     "key_sent",
+    "load_http_transport",
     "make_http_client",
     "parse_rate_limit_headers",
     "parse_retry_after",
@@ -56,6 +58,13 @@ BAD_SHAPE = (
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 # OpenAI: 429 insufficient_quota; Anthropic: 400 "credit balance is too low".
 _OUT_OF_CREDIT = re.compile(r"insufficient_quota|credit balance is too low", re.IGNORECASE)
+
+
+def load_http_transport() -> None:
+    """Import what the first HTTP client loads (httpx2 imports its transport, httpcore2,
+    on first use: ~30 ms idle), so that a caller can pay it before a run's clock starts
+    rather than between ``run_started`` and the root's first request."""
+    importlib.import_module("httpcore2")
 
 
 def make_http_client(
