@@ -64,14 +64,14 @@ def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) ->
     store.create_volley("v1", {}, _tasks(2))
     store.claim("v1", A, 2)
     done = Verdict(
-        1, "done", output="one", cost=0.5, usage={"tokens_input": 3}, spend=Spend(0.5, 1, 7)
+        1, "done", output="one", cost=0.5, usage={"tokens_input": 3}, spend=Spend(0.5, 1, 5, 2)
     )
     assert store.finish("v1", [done]) == [1]
     assert store.finish("v1", [Verdict(1, "failed", error="late")]) == []
     rows = store.tasks("v1")
     assert (rows[0].status, rows[0].output, rows[0].usage) == ("done", "one", {"tokens_input": 3})
     assert rows[0].finished_at is not None and rows[0].claimed_by == A
-    assert store.spent("v1") == Spend(0.5, 1, 7)
+    assert store.spent("v1") == Spend(0.5, 1, 5, 2)
 
 
 def test_release_reopens_only_the_owners_claims(store: JournalStore) -> None:
@@ -205,3 +205,28 @@ def test_an_unreachable_postgres_is_a_clear_error() -> None:
     pytest.importorskip("psycopg")
     with pytest.raises(JournalError, match=r"cannot open journal postgresql://u:\*\*\*@127"):
         open_store("postgresql://u:secret@127.0.0.1:1/nodb?connect_timeout=2")
+
+
+def test_the_shared_context_is_kept_with_its_digest(store: JournalStore) -> None:
+    store.create_volley("v1", {}, _tasks(1), context=["doc one", "doc two"])
+    store.create_volley("v2", {}, _tasks(1))
+    assert store.context("v1") == ["doc one", "doc two"] and store.context("v2") == []
+    digest = store.volley("v1").context_digest
+    assert digest is not None and len(digest) == 64 and store.volley("v2").context_digest is None
+
+
+def test_a_version_1_journal_is_migrated_forward(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    open_store(str(path)).close()
+    with sqlite3.connect(path) as conn:  # what version 1 had
+        conn.execute("DROP TABLE volley_context")
+        conn.execute("DROP TABLE workers")
+        conn.execute("ALTER TABLE volleys DROP COLUMN spent_input")
+        conn.execute("ALTER TABLE volleys DROP COLUMN spent_output")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    store = open_store(str(path))
+    store.create_volley("v1", {}, _tasks(1), context=["c"])
+    assert store.context("v1") == ["c"]
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone() == ("2",)

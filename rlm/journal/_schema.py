@@ -6,18 +6,18 @@ seconds since the epoch (floats), read from the store's injected clock.
 
 ``SCHEMA_VERSION`` is written in ``meta`` when a journal is created.  A journal
 written by a newer rlm is refused, never altered; an older one is migrated
-forward inside one transaction when a later version adds a step.
+forward by the ``MIGRATIONS`` steps after its version, inside one transaction.
 """
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "TABLES"]
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "TABLES"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The tables an rlm journal has; a database holding other tables but not
 #: ``meta`` is somebody else's and is refused.
-TABLES = ("meta", "volleys", "tasks", "responses", "journal_log")
+TABLES = ("meta", "volleys", "tasks", "responses", "journal_log", "workers", "volley_context")
 
 SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -71,3 +71,28 @@ SCHEMA = (
         detail TEXT NOT NULL
     )""",
 )
+
+#: Steps from version N-1 to N.  A new journal runs SCHEMA (version 1), then every step.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Live workers of a volley, so per-journal limits are divided among them.
+    2: (
+        # Input and output apart, as the budget ledger counts them (spent_tokens: their sum).
+        "ALTER TABLE volleys ADD COLUMN spent_input BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE volleys ADD COLUMN spent_output BIGINT NOT NULL DEFAULT 0",
+        """CREATE TABLE workers (
+            worker TEXT PRIMARY KEY,
+            volley_id TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL,
+            heartbeat_at DOUBLE PRECISION NOT NULL
+        )""",
+        # A volley's shared context, so `rlm volley work` on any machine runs it as created.
+        """CREATE TABLE volley_context (
+            volley_id TEXT NOT NULL REFERENCES volleys (volley_id),
+            position INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            PRIMARY KEY (volley_id, position)
+        )""",
+    ),
+}

@@ -21,6 +21,7 @@ fake clock.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -33,7 +34,7 @@ from typing import Any, Literal, TypeVar
 
 from rlm.errors import JournalError
 from rlm.journal._backends import Backend, Tx
-from rlm.journal._schema import SCHEMA, SCHEMA_VERSION, TABLES
+from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
 
 __all__ = [
     "JournalStore",
@@ -77,11 +78,28 @@ class Owner:
 
 @dataclass(frozen=True)
 class Spend:
-    """What attempts cost: USD, requests sent, tokens (input + output)."""
+    """What attempts cost: USD, requests sent, input and output tokens."""
 
     cost: float = 0.0
     calls: int = 0
-    tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(
+            self.cost + other.cost,
+            self.calls + other.calls,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+        )
+
+    def __sub__(self, other: Spend) -> Spend:
+        return Spend(
+            self.cost - other.cost,
+            self.calls - other.calls,
+            self.input_tokens - other.input_tokens,
+            self.output_tokens - other.output_tokens,
+        )
 
 
 @dataclass(frozen=True)
@@ -180,11 +198,7 @@ class JournalStore:
                     )
                 for statement in SCHEMA:
                     tx.run(statement)
-                tx.run(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-                return
+                tx.run("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
             rows = tx.rows("SELECT value FROM meta WHERE key = 'schema_version'")
             version = int(rows[0][0]) if rows else 0
             if version > SCHEMA_VERSION:
@@ -197,6 +211,10 @@ class JournalStore:
                 raise JournalError(
                     f"journal {self.where} has no schema version; not an rlm journal"
                 )
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    tx.run(statement)
+                tx.run("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(step),))
 
     def _tx(self, work: Callable[[Tx], _T]) -> _T:
         with self._lock, self.backend.transaction() as tx:
@@ -210,9 +228,10 @@ class JournalStore:
         settings: Mapping[str, Any],
         tasks: Sequence[Mapping[str, Any]],
         *,
-        context_digest: str | None = None,
+        context: Sequence[str] = (),
     ) -> None:
-        """Record a volley and its tasks (each a JSON-able dict with an ``index``), all open."""
+        """Record a volley, its shared context and its tasks (JSON-able dicts with an
+        ``index``), all open."""
         if "api_key" in settings:
             raise ValueError("an API key is never stored in the journal")
         now = self.clock()
@@ -223,7 +242,11 @@ class JournalStore:
             tx.run(
                 "INSERT INTO volleys (volley_id, created_at, settings, context_digest) "
                 "VALUES (?, ?, ?, ?)",
-                (volley_id, now, json.dumps(dict(settings)), context_digest),
+                (volley_id, now, json.dumps(dict(settings)), context_digest(context)),
+            )
+            tx.many(
+                "INSERT INTO volley_context (volley_id, position, text) VALUES (?, ?, ?)",
+                [(volley_id, i, text) for i, text in enumerate(context)],
             )
             tx.many(
                 "INSERT INTO tasks (volley_id, idx, spec, status) VALUES (?, ?, ?, 'open')",
@@ -262,7 +285,8 @@ class JournalStore:
         where, params = ("WHERE volley_id = ?", (volley_id,)) if volley_id else ("", ())
         heads = tx.rows(
             "SELECT volley_id, created_at, settings, context_digest, spent_cost, spent_calls, "
-            f"spent_tokens FROM volleys {where} ORDER BY created_at DESC, volley_id DESC",
+            f"spent_input, spent_output FROM volleys {where} "
+            "ORDER BY created_at DESC, volley_id DESC",
             params,
         )
         counts: dict[str, dict[TaskState, int]] = {}
@@ -277,14 +301,24 @@ class JournalStore:
                 created_at=float(created),
                 settings=json.loads(settings),
                 context_digest=digest,
-                spent=Spend(float(cost), int(calls), int(tokens)),
+                spent=Spend(float(cost), int(calls), int(tokens_in), int(tokens_out)),
                 counts={
                     state: counts.get(str(vid), {}).get(state, 0)
                     for state in ("open", "in_progress", "done", "failed")
                 },
             )
-            for vid, created, settings, digest, cost, calls, tokens in heads
+            for vid, created, settings, digest, cost, calls, tokens_in, tokens_out in heads
         ]
+
+    def context(self, volley_id: str) -> list[str]:
+        """The volley's shared context documents, in order."""
+        rows = self._tx(
+            lambda tx: tx.rows(
+                "SELECT text FROM volley_context WHERE volley_id = ? ORDER BY position",
+                (volley_id,),
+            )
+        )
+        return [str(text) for (text,) in rows]
 
     def tasks(self, volley_id: str) -> list[TaskRow]:
         """Every task of a volley, in task order."""
@@ -375,26 +409,66 @@ class JournalStore:
                 )
                 if changed:
                     written.append(v.index)
-                total = Spend(
-                    total.cost + v.spend.cost,
-                    total.calls + v.spend.calls,
-                    total.tokens + v.spend.tokens,
-                )
+                total = total + v.spend
             _add_spend(tx, volley_id, total)
             return written
 
         return self._tx(work)
 
     def heartbeat(self, owner: Owner) -> int:
-        """Refresh the heartbeat of every task ``owner`` holds; how many it holds."""
+        """Refresh ``owner``'s liveness and the heartbeat of every task it holds.
+
+        Returns how many tasks it holds.
+        """
         now = self.clock()
-        return self._tx(
-            lambda tx: tx.run(
+
+        def work(tx: Tx) -> int:
+            tx.run("UPDATE workers SET heartbeat_at = ? WHERE worker = ?", (now, owner.worker))
+            return tx.run(
                 "UPDATE tasks SET heartbeat_at = ? "
                 "WHERE claimed_worker = ? AND status = 'in_progress'",
                 (now, owner.worker),
             )
+
+        return self._tx(work)
+
+    def held_elsewhere(self, volley_id: str, owner: Owner) -> int:
+        """Tasks of the volley in progress under other workers' claims."""
+        rows = self._tx(
+            lambda tx: tx.rows(
+                "SELECT COUNT(*) FROM tasks WHERE volley_id = ? AND status = 'in_progress' "
+                "AND claimed_worker <> ?",
+                (volley_id, owner.worker),
+            )
         )
+        return int(rows[0][0])
+
+    # -- workers ------------------------------------------------------------
+
+    def register_worker(self, volley_id: str, owner: Owner) -> None:
+        """Announce a worker on a volley (limits per journal are shared among live ones)."""
+        now = self.clock()
+        self._tx(
+            lambda tx: tx.run(
+                "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (owner.worker, volley_id, owner.host, owner.pid, now, now),
+            )
+        )
+
+    def retire_worker(self, owner: Owner) -> None:
+        self._tx(lambda tx: tx.run("DELETE FROM workers WHERE worker = ?", (owner.worker,)))
+
+    def live_workers(self, volley_id: str, timeout_s: float) -> int:
+        """Workers on the volley that heartbeat within ``timeout_s`` (at least 1)."""
+        since = self.clock() - timeout_s
+        rows = self._tx(
+            lambda tx: tx.rows(
+                "SELECT COUNT(*) FROM workers WHERE volley_id = ? AND heartbeat_at >= ?",
+                (volley_id, since),
+            )
+        )
+        return max(1, int(rows[0][0]))
 
     # -- recovery -----------------------------------------------------------
 
@@ -506,13 +580,32 @@ class JournalStore:
         )
 
 
+def context_digest(context: Sequence[str]) -> str | None:
+    """SHA-256 over the shared context documents (None when there is none)."""
+    if not context:
+        return None
+    digest = hashlib.sha256()
+    for text in context:
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
+
+
 def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
     if spend == Spend():
         return
     tx.run(
         "UPDATE volleys SET spent_cost = spent_cost + ?, spent_calls = spent_calls + ?, "
+        "spent_input = spent_input + ?, spent_output = spent_output + ?, "
         "spent_tokens = spent_tokens + ? WHERE volley_id = ?",
-        (spend.cost, spend.calls, spend.tokens, volley_id),
+        (
+            spend.cost,
+            spend.calls,
+            spend.input_tokens,
+            spend.output_tokens,
+            spend.input_tokens + spend.output_tokens,
+            volley_id,
+        ),
     )
 
 

@@ -1,0 +1,142 @@
+"""Journal workers in virtual time: claims, heartbeats, stale recovery, spend.
+
+A real SQLite journal whose clock is trio's (so heartbeats and timeouts are
+exact under the autojump clock); store calls run inline, never in threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from rlm.journal import JournalStore, Owner, Recovered, Spend, open_store
+from rlm.journal._threads import inline_run_sync
+from rlm.journal.worker import JournalWorker
+from rlm.volley.records import TaskResult, VolleyTask
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JournalStore]:
+    opened = open_store(str(tmp_path / "j.sqlite3"), clock=trio.current_time)
+    yield opened
+    opened.close()
+
+
+def _create(store: JournalStore, n: int) -> None:
+    store.create_volley("v", {}, [VolleyTask(i, f"t{i}").to_dict() for i in range(1, n + 1)])
+
+
+def _worker(store: JournalStore, name: str, **kw: object) -> JournalWorker:
+    return JournalWorker(
+        store,
+        "v",
+        owner=Owner("h", 1, name),
+        run_sync=inline_run_sync,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _ok(task: VolleyTask, **kw: object) -> TaskResult:
+    return TaskResult(
+        index=task.index, prompt=task.prompt, status="succeeded", output=f"out {task.index}", **kw
+    )  # type: ignore[arg-type]
+
+
+async def _work(worker: JournalWorker, seconds: float, done: list[int]) -> None:
+    async with worker.running():
+        while (task := await worker.claim()) is not None:
+            await trio.sleep(seconds)
+            await worker.accept(_ok(task))
+            done.append(task.index)
+
+
+async def test_one_worker_runs_every_task_once_in_order(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 40)
+    done: list[int] = []
+    await _work(_worker(store, "a", claim_batch=7), 1.0, done)
+    assert done == list(range(1, 41))
+    rows = store.tasks("v")
+    assert all(r.status == "done" and r.attempts == 1 for r in rows)
+    assert rows[4].output == "out 5" and rows[4].usage["retries"] == 0
+
+
+async def test_a_slow_but_alive_task_is_never_reclaimed(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 2)
+    recovered: list[Recovered] = []
+    slow: list[int] = []
+    other: list[int] = []
+    async with trio.open_nursery() as nursery:
+        # a: one task that takes 100 s, with a 2 s stale timeout; b sweeps all along.
+        nursery.start_soon(
+            _work, _worker(store, "a", stale_timeout=2.0, claim_batch=1), 100.0, slow
+        )
+        await trio.sleep(0.5)
+        nursery.start_soon(
+            _work,
+            _worker(store, "b", stale_timeout=2.0, on_recovered=recovered.append),
+            0.1,
+            other,
+        )
+    assert slow == [1] and other == [2] and recovered == []
+    assert [r.attempts for r in store.tasks("v")] == [1, 1]
+
+
+async def test_a_dead_workers_tasks_are_taken_over_after_the_stale_timeout(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 10)
+    dead = Owner("other-host", 99, "dead")
+    store.claim("v", dead, 3)  # claimed, then the process vanished: no heartbeat ever
+    recovered: list[Recovered] = []
+    done: list[int] = []
+    started = trio.current_time()
+    await _work(_worker(store, "b", stale_timeout=2.0, on_recovered=recovered.append), 0.1, done)
+    assert sorted(done) == list(range(1, 11)) and len(done) == 10
+    assert sorted(r.index for r in recovered) == [1, 2, 3]
+    assert all(r.owner == dead and r.idle_s > 2.0 for r in recovered)
+    assert trio.current_time() - started < 5.0  # waited about one timeout, not forever
+    assert [r.attempts for r in store.tasks("v")][:3] == [2, 2, 2]
+    assert len(store.log("stale_recovery")) == 3
+
+
+async def test_leaving_releases_unfinished_claims_and_records_spend(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 10)
+    ledger = Spend()
+    worker = _worker(store, "a", claim_batch=5, spent=lambda: ledger)
+    async with worker.running():
+        first = await worker.claim()
+        second = await worker.claim()
+        assert first is not None and second is not None
+        ledger = Spend(0.25, 3, 90, 10)
+        await worker.accept(_ok(first, cost=0.25))
+        ledger = Spend(0.5, 5, 160, 20)  # the second attempt spent, then was interrupted
+    rows = store.tasks("v")
+    assert [r.status for r in rows[:3]] == ["done", "open", "open"]
+    assert all(r.claimed_by is None for r in rows[1:])
+    assert store.spent("v") == Spend(0.5, 5, 160, 20)
+
+
+async def test_live_workers_are_counted(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 4)
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        for name in "abc":
+            nursery.start_soon(
+                _work,
+                _worker(store, name, stale_timeout=2.0, claim_batch=1, on_workers=seen.append),
+                3.0,
+                [],
+            )
+    assert 3 in seen
+    assert store.live_workers("v", 2.0) == 1  # all retired: at least one is assumed
