@@ -66,8 +66,8 @@ def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) ->
     done = Verdict(
         1, "done", output="one", cost=0.5, usage={"tokens_input": 3}, spend=Spend(0.5, 1, 5, 2)
     )
-    assert store.finish("v1", [done]) == [1]
-    assert store.finish("v1", [Verdict(1, "failed", error="late")]) == []
+    assert store.finish("v1", [done]) == 1
+    assert store.finish("v1", [Verdict(1, "failed", error="late")]) == 0
     rows = store.tasks("v1")
     assert (rows[0].status, rows[0].output, rows[0].usage) == ("done", "one", {"tokens_input": 3})
     assert rows[0].finished_at is not None and rows[0].claimed_by == A
@@ -103,7 +103,7 @@ def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: Fak
     log = store.log("stale_recovery")
     assert len(log) == 1 and log[0][2:4] == ("v1", 2) and "host-b/22/wb" in log[0][4]
     # B's late verdict still lands if nobody finished the task first (first verdict wins).
-    assert store.finish("v1", [Verdict(2, "done", output="late but first")]) == [2]
+    assert store.finish("v1", [Verdict(2, "done", output="late but first")]) == 1
 
 
 def test_dead_local_claims_are_recovered_at_once(store: JournalStore) -> None:

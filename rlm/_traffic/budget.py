@@ -194,6 +194,14 @@ class Budget:
             entry.unpriced_calls += 0 if priced else 1
         return cost if priced else None
 
+    def preload(self, calls: int, input_tokens: int, output_tokens: int, cost: float) -> None:
+        """Count what earlier attempts of the same work spent (a resumed volley's journal),
+        so the limits cover the whole of it, not only this process's share."""
+        self.spent.calls += calls
+        self.spent.input_tokens += input_tokens
+        self.spent.output_tokens += output_tokens
+        self.spent.cost += cost
+
     # -- views -----------------------------------------------------------------
 
     def usage(self) -> Usage:

@@ -29,7 +29,7 @@ COMMANDS: Mapping[str, str] = {
     "run": "rlm.cli.run_cmd:run",
     "runs": "rlm.cli.runs_cmd:runs",
     "view": "rlm.cli.view_cmd:view",
-    "volley": "rlm.cli.volley_cmd:volley",
+    "volley": "rlm.cli.volley_group:volley_group",
 }
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
@@ -18,14 +20,25 @@ from rlm._events import Event
 from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
+from rlm.cli.volley_journal import (
+    JournalFlags,
+    JournalSession,
+    api_key_for,
+    config_provider,
+    explicit,
+    resume_options,
+    resumed_options,
+)
 from rlm.errors import RLMError, UsageError
+from rlm.journal import Spend
+from rlm.journal.volleys import run_config
 from rlm.streaming import StreamMerger, drain
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.estimate import estimate
 from rlm.volley.layout import RequestLayout
 from rlm.volley.output import OrderedWriter
 from rlm.volley.progress import ProgressLines, live_status
-from rlm.volley.records import VolleyResult, VolleyTask
+from rlm.volley.records import VolleyResult, VolleyTask, new_volley_id
 from rlm.volley.tasks import TaskFile, number_tasks, parse_lines, parse_task_file
 
 __all__ = ["volley"]
@@ -92,11 +105,13 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Show every task's text as it arrives on stderr, each line prefixed with its "
               "task; with --output-format jsonl, every event as a JSON line on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@resume_options
 def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
            no_cache_warm: bool, estimate_only: bool, no_estimate: bool, yes: bool,
            output_format: str, trace_path: str | None, quiet: bool,
            fixture_latency: float | None, timeout: float | None, stream: bool,
+           journal_path: str | None, resume: str | None, skip_failed: bool, stale_timeout: float,
            **settings: Any) -> None:
     """Run many independent TASKs, optionally over one shared context, as fast as allowed.
 
@@ -116,37 +131,77 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
       RLM_API_KEY=sk-... rlm volley -f tasks.txt --context-file api.md \\
           --base-url https://api.openai.com/v1 --model gpt-4.1-mini --rpm 500
 
+    Every volley is recorded in a journal (--journal) before anything runs, and
+    each result is committed before it is printed: `--resume ID|last` runs only
+    what is not done yet and prints the whole volley.
+
     \b
     Exit codes: 0 all succeeded · 1 a task failed · 2 usage error ·
     3 a budget or limit stopped it · 4 credentials refused · 130 interrupted.
     """
+    flags = JournalFlags(journal_path, resume, skip_failed, stale_timeout)
+    err = Console(stderr=True, highlight=False)
     try:
-        parsed = _read_tasks(tasks, task_file, from_stdin, context_files)
-        context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
-        task_list = number_tasks(parsed.tasks)
-        config = _config(settings, parsed.max_concurrent, fixture_latency)
-        options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm)
-        if not _confirmed(task_list, context, config, options, estimate_only, no_estimate, yes):
-            return
-        err = Console(stderr=True, highlight=False)
-        events_out = stream and output_format == "jsonl"  # stdout carries the events
-        write = (lambda line: None) if events_out else click.echo
-        writer = OrderedWriter(output_format, len(task_list), write)  # type: ignore[arg-type]
-        prompts = {t.index: t.prompt for t in task_list}
-        quiet_progress = quiet or stream
-        sinks = [] if quiet_progress else [ProgressLines(len(task_list), prompts.__getitem__, err)]
-        merger = StreamMerger() if stream else None
-        run = Volley(config, task_list, context=context, options=options, sinks=sinks,
-                     trace_path=trace_path, on_result=writer.add, stream=merger)
-        live = not quiet_progress and err.is_terminal
-        on_event = VolleyJSONLines() if events_out else TaskLines(len(task_list))
-        result = trio.run(_main, run, err, live, merger, on_event)
+        if resume is not None and (tasks or task_file or from_stdin):
+            raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
+        with JournalSession(flags, err) as session:
+            if resume is not None:
+                stored = session.load(resume, rerun_failed=not skip_failed)
+                task_list, context = stored.tasks, stored.context
+                overrides = explicit(click.get_current_context(), {
+                    **settings, "timeout": timeout, "fixture_sub_latency": fixture_latency})
+                config = run_config(stored.settings, overrides, api_key_for(config_provider(
+                    overrides, stored.settings)))
+                options = resumed_options(stored.settings, overrides)
+                volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
+            else:
+                task_list, context, config, options = read_volley(
+                    tasks, task_file, from_stdin, contexts, context_files, encoding,
+                    no_cache_warm, fixture_latency, timeout, settings)
+                if not _confirmed(task_list, context, config, options, estimate_only,
+                                  no_estimate, yes):
+                    return
+                volley_id, earlier, spent = new_volley_id(), [], Spend()
+                session.create(volley_id, config, dataclasses.asdict(options), task_list,
+                               context)
+            events_out = stream and output_format == "jsonl"  # stdout carries the events
+            write = (lambda line: None) if events_out else click.echo
+            writer = OrderedWriter(output_format, len(task_list), write)  # type: ignore[arg-type]
+            for done in earlier:
+                writer.add(done)
+            prompts = {t.index: t.prompt for t in task_list}
+            quiet_progress = quiet or stream
+            sinks = ([] if quiet_progress
+                     else [ProgressLines(len(task_list), prompts.__getitem__, err)])
+            merger = StreamMerger() if stream else None
+            worker = session.worker(volley_id)
+            run = Volley(config, task_list, context=context, options=options, sinks=sinks,
+                         trace_path=trace_path, on_result=writer.add, stream=merger,
+                         volley_id=volley_id, source=worker, sink=worker, earlier=earlier)
+            live = not quiet_progress and err.is_terminal
+            on_event = VolleyJSONLines() if events_out else TaskLines(len(task_list))
+            main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
+            result = trio.run(session.work, run, worker, main, spent)
     except RLMError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     writer.finish(result)
     _report(result, quiet)
     sys.exit(result.exit_code)
+
+
+def read_volley(
+    tasks: tuple[str, ...], task_file: str | None, from_stdin: bool, contexts: tuple[str, ...],
+    context_files: tuple[str, ...], encoding: str, no_cache_warm: bool,
+    fixture_latency: float | None, timeout: float | None, settings: dict[str, Any],
+) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
+    """Tasks, shared context, run settings and volley options from the flags."""
+    parsed = _read_tasks(tasks, task_file, from_stdin, context_files)
+    context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
+    task_list = number_tasks(parsed.tasks)
+    config = _config(settings, parsed.max_concurrent, fixture_latency)
+    options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm)
+    return task_list, context, config, options
 
 
 def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,

@@ -38,7 +38,9 @@ class Tx(Protocol):
         """Run a statement; the number of rows it changed."""
         ...
 
-    def many(self, sql: str, params: Sequence[Params]) -> None: ...
+    def many(self, sql: str, params: Sequence[Params]) -> int:
+        """Run a statement once per parameter row; the rows changed in all."""
+        ...
 
 
 class Backend(Protocol):
@@ -70,8 +72,8 @@ class _SQLiteTx:
     def run(self, sql: str, params: Params = ()) -> int:
         return self._conn.execute(sql, params).rowcount
 
-    def many(self, sql: str, params: Sequence[Params]) -> None:
-        self._conn.executemany(sql, params)
+    def many(self, sql: str, params: Sequence[Params]) -> int:
+        return self._conn.executemany(sql, params).rowcount
 
 
 class SQLiteBackend:
@@ -151,9 +153,10 @@ class _PostgresTx:
     def run(self, sql: str, params: Params = ()) -> int:
         return self._conn.execute(_pg(sql), params).rowcount
 
-    def many(self, sql: str, params: Sequence[Params]) -> None:
+    def many(self, sql: str, params: Sequence[Params]) -> int:
         with self._conn.cursor() as cursor:
             cursor.executemany(_pg(sql), params)
+            return cursor.rowcount
 
 
 def _pg(sql: str) -> str:

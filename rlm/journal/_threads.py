@@ -42,36 +42,68 @@ async def inline_run_sync(fn: Callable[..., R], /, *args: Any) -> R:
 class _Group(Generic[T]):
     def __init__(self) -> None:
         self.items: list[T] = []
-        self.committed = False
-        self.error: BaseException | None = None
+        self.done = trio.Event()
+        self.error: Exception | None = None
 
 
 class GroupCommit(Generic[T]):
-    """Many writers, one ``commit(items)`` per group of items queued meanwhile."""
+    """Many writers, one ``commit(items)`` per group of items queued meanwhile.
 
-    def __init__(self, commit: Callable[[Sequence[T]], object], run_sync: RunSync) -> None:
+    The first writer to find no commit running becomes the committer: it waits
+    until ``interval`` has passed since the last commit, takes the whole open
+    group, commits it (shielded from cancellation, so a commit is never
+    abandoned half-way), and wakes every writer at once.  Writers whose group is
+    still open wait for the running commit to end, then one of them commits the
+    next group.
+    """
+
+    def __init__(
+        self,
+        commit: Callable[[Sequence[T]], object],
+        run_sync: RunSync,
+        *,
+        interval: float = 0.01,
+    ) -> None:
         self._commit = commit
         self._run_sync = run_sync
         self._open: _Group[T] = _Group()
-        self._lock = trio.Lock()
+        self._committing = False
+        self._idle = trio.Event()
+        self._interval = interval
+        self._last = -float("inf")
 
     async def write(self, item: T) -> None:
         """Return once ``item`` is committed; raise what the commit raised.
 
-        If the caller is cancelled while queued, its item may still be
-        committed by the next writer (commits are idempotent per item).
+        If the caller is cancelled while waiting, its item stays queued and is
+        committed with the next group.
         """
         group = self._open
         group.items.append(item)
-        async with self._lock:
-            if not group.committed and group.error is None:
-                if self._open is group:  # else a cancelled writer already took it
-                    self._open = _Group()
-                try:
-                    await self._run_sync(self._commit, group.items)
-                except Exception as exc:  # the store's error, for every writer of the group
-                    group.error = exc
-                else:
-                    group.committed = True  # no checkpoint between the commit and this line
+        while not group.done.is_set():
+            if self._committing:
+                await self._idle.wait()
+                continue
+            self._committing = True
+            try:
+                await self._commit_open_group()
+            finally:
+                self._committing = False
+                idle, self._idle = self._idle, trio.Event()
+                idle.set()
         if group.error is not None:
             raise group.error
+
+    async def _commit_open_group(self) -> None:
+        with trio.CancelScope(shield=True):
+            # At most one commit per interval: items arriving meanwhile join this
+            # one, so a fast volley pays one transaction (and fsync) per group.
+            await trio.sleep_until(self._last + self._interval)
+            batch, self._open = self._open, _Group()
+            try:
+                await self._run_sync(self._commit, batch.items)
+            except Exception as exc:  # the store's error, for every writer of the group
+                batch.error = exc
+            finally:
+                self._last = trio.current_time()
+                batch.done.set()

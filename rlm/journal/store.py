@@ -341,27 +341,19 @@ class JournalStore:
         now = self.clock()
 
         def work(tx: Tx) -> list[TaskRow]:
-            picked = tx.rows(
-                "SELECT idx FROM tasks WHERE volley_id = ? AND status = 'open' "
-                f"ORDER BY idx LIMIT ?{self.backend.lock_clause}",
-                (volley_id, limit),
-            )
-            indices = [int(i) for (i,) in picked]
-            if not indices:
-                return []
-            tx.many(
+            # One statement: pick the lowest open tasks (locked, skipping rows another
+            # worker is claiming, on PostgreSQL) and mark them ours.
+            # MATERIALIZED: PostgreSQL must run the locking pick once, not per row.
+            rows = tx.rows(
+                "WITH picked AS MATERIALIZED (SELECT idx FROM tasks WHERE volley_id = ? "
+                f"AND status = 'open' ORDER BY idx LIMIT ?{self.backend.lock_clause}) "
                 "UPDATE tasks SET status = 'in_progress', started_at = ?, heartbeat_at = ?, "
                 "claimed_host = ?, claimed_pid = ?, claimed_worker = ?, attempts = attempts + 1 "
-                "WHERE volley_id = ? AND idx = ? AND status = 'open'",
-                [(now, now, owner.host, owner.pid, owner.worker, volley_id, i) for i in indices],
+                "WHERE volley_id = ? AND idx IN (SELECT idx FROM picked) "
+                f"RETURNING {_TASK_COLUMNS}",
+                (volley_id, limit, now, now, owner.host, owner.pid, owner.worker, volley_id),
             )
-            marks = ",".join("?" * len(indices))
-            rows = tx.rows(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE volley_id = ? AND idx IN ({marks}) "
-                "ORDER BY idx",
-                (volley_id, *indices),
-            )
-            return [_task_row(volley_id, row) for row in rows]
+            return sorted((_task_row(volley_id, row) for row in rows), key=lambda t: t.index)
 
         return self._tx(work)
 
@@ -384,32 +376,32 @@ class JournalStore:
 
         return self._tx(work)
 
-    def finish(self, volley_id: str, verdicts: Sequence[Verdict]) -> list[int]:
-        """Record verdicts in one transaction; the indices written (first verdict wins)."""
+    def finish(self, volley_id: str, verdicts: Sequence[Verdict]) -> int:
+        """Record verdicts in one transaction; how many were written (the first verdict
+        on a task wins, a later one is dropped).  Every verdict's spend is counted."""
         now = self.clock()
+        params = [
+            (
+                v.status,
+                now,
+                v.output,
+                json.dumps(dict(v.usage)),
+                v.cost,
+                v.error,
+                volley_id,
+                v.index,
+            )
+            for v in verdicts
+        ]
+        total = sum((v.spend for v in verdicts), Spend())
 
-        def work(tx: Tx) -> list[int]:
-            written = []
-            total = Spend()
-            for v in verdicts:
-                changed = tx.run(
-                    "UPDATE tasks SET status = ?, finished_at = ?, heartbeat_at = NULL, "
-                    "output = ?, usage = ?, cost = ?, error = ? "
-                    "WHERE volley_id = ? AND idx = ? AND status IN ('open', 'in_progress')",
-                    (
-                        v.status,
-                        now,
-                        v.output,
-                        json.dumps(dict(v.usage)),
-                        v.cost,
-                        v.error,
-                        volley_id,
-                        v.index,
-                    ),
-                )
-                if changed:
-                    written.append(v.index)
-                total = total + v.spend
+        def work(tx: Tx) -> int:
+            written = tx.many(
+                "UPDATE tasks SET status = ?, finished_at = ?, heartbeat_at = NULL, "
+                "output = ?, usage = ?, cost = ?, error = ? "
+                "WHERE volley_id = ? AND idx = ? AND status IN ('open', 'in_progress')",
+                params,
+            )
             _add_spend(tx, volley_id, total)
             return written
 

@@ -76,12 +76,18 @@ class JournalWorker:
         self._spent = spent
         self._recorded = spent() if spent is not None else Spend()
         self._on_recovered = on_recovered or (lambda r: None)
-        self._on_workers = on_workers or (lambda n: None)
+        self.on_workers = on_workers or (lambda n: None)
         self._buffer: list[VolleyTask] = []
         self._held: set[int] = set()  # claimed by this worker, no verdict yet
+        self.accepted = 0  # verdicts this worker committed
         self._claim_lock = trio.Lock()
         self._poll_s = min(stale_timeout / 4, 2.0)
         self._verdicts: GroupCommit[Verdict] = GroupCommit(self._commit, run_sync)
+
+    def follow_spend(self, spent: Callable[[], Spend]) -> None:
+        """Record the growth of ``spent()`` (the volley's ledger) from now on."""
+        self._spent = spent
+        self._recorded = spent()
 
     # -- TaskSource / ResultSink ----------------------------------------------
 
@@ -133,6 +139,7 @@ class JournalWorker:
         )
         await self._verdicts.write(verdict)
         self._held.discard(result.index)
+        self.accepted += 1
 
     def _commit(self, verdicts: Sequence[Verdict]) -> None:
         self.store.finish(self.volley_id, verdicts)
@@ -181,7 +188,7 @@ class JournalWorker:
             await trio.sleep(self.stale_timeout / 4)
             await self._run_sync(self.store.heartbeat, self.owner)
             live = await self._run_sync(self.store.live_workers, self.volley_id, self.stale_timeout)
-            self._on_workers(live)
+            self.on_workers(live)
 
     async def _sweep_loop(self) -> None:
         while True:

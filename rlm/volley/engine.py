@@ -134,6 +134,26 @@ class Volley:
         if self._runner is not None:
             self._runner.interrupt()
 
+    @property
+    def ledger(self) -> Budget:
+        """The volley's budget ledger (a journal preloads what earlier attempts spent)."""
+        return self._budget
+
+    def share_limits(self, workers: int) -> None:
+        """Give this process its share of per-journal limits, ``workers`` being live.
+
+        ``--max-concurrent``, ``--rpm`` and ``--tpm`` are the provider's limits for
+        everyone working on the volley: each live worker takes an equal part.
+        """
+        gate, config = self._gate, self.config
+        if gate is None or workers < 1:
+            return
+        gate.limiter.total = max(1, config.max_concurrent // workers)
+        if config.rpm is not None:
+            gate.pacer.set_rpm(config.rpm / workers)
+        if config.tpm is not None:
+            gate.pacer.set_tpm(config.tpm / workers)
+
     def progress(self) -> VolleyProgress:
         runner, gate = self._runner, self._gate
         done = list(self._results.values())

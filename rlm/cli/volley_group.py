@@ -1,0 +1,50 @@
+"""``rlm volley``: run a volley, or manage volleys in the journal.
+
+``rlm volley [TASK ...] [flags]`` runs a volley (create + work + show in one
+process).  ``rlm volley create|work|list|show`` are the journal's
+subcommands; any other first argument goes to the plain command, so a task
+that is literally one of those words needs ``rlm volley -- list``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from rlm.cli.volley_cmd import volley
+from rlm.cli.volley_journal import list_cmd, show_cmd
+from rlm.cli.volley_pool import create_cmd, work_cmd
+
+__all__ = ["volley_group"]
+
+_SUBCOMMANDS = """
+\b
+Subcommands (the journal):
+  rlm volley create ...        record a volley, print its id; nothing is sent
+  rlm volley work ID [--pool N] run workers on it (any number, any machine)
+  rlm volley list              the journal's volleys: done/failed/open, cost
+  rlm volley show ID|last      a volley's results in task order
+"""
+
+
+class VolleyGroup(click.Group):
+    """A group whose first argument, unless it names a subcommand, belongs to ``default``."""
+
+    def __init__(self, default: click.Command) -> None:
+        super().__init__(
+            "volley",
+            help=(default.help or "") + _SUBCOMMANDS,
+            short_help=default.short_help or "Run many independent tasks through one gate.",
+            context_settings={"ignore_unknown_options": True},
+        )
+        self.default = default
+        self.add_command(default, "run")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands or args[0] == "run":
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+volley_group = VolleyGroup(volley)
+for _command in (create_cmd, work_cmd, list_cmd, show_cmd):
+    volley_group.add_command(_command)

@@ -1,0 +1,351 @@
+"""The journal side of ``rlm volley``: create, work, list, show, and --resume.
+
+Plain ``rlm volley ...`` creates a volley in the journal, works on it and
+shows it, in one process; these commands split that up so that several
+processes (``work --pool N``, or ``work`` on several machines sharing a
+PostgreSQL journal) run one volley:
+
+    rlm volley create -f tasks.txt --model m      # prints the volley id
+    rlm volley work v1a2b3c4d5e6 --pool 4         # four workers share the journal
+    rlm volley show v1a2b3c4d5e6                  # every task's result, in task order
+    rlm volley list
+
+A result is committed to the journal before it is printed anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+from click.core import ParameterSource
+from rich.console import Console
+
+from rlm._config import RunConfig
+from rlm._durations import format_duration, parse_duration
+from rlm.errors import RLMError, UsageError
+from rlm.journal import JournalStore, Recovered, Spend, open_store
+from rlm.journal.volleys import (
+    StoredVolley,
+    load_volley,
+    record_volley,
+    result_from_row,
+    stored_settings,
+)
+from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker
+from rlm.volley.engine import Volley, VolleyOptions
+from rlm.volley.output import OrderedWriter
+from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySummary, VolleyTask
+
+__all__ = [
+    "JournalFlags",
+    "JournalSession",
+    "api_key_for",
+    "config_provider",
+    "explicit",
+    "journal_option",
+    "list_cmd",
+    "open_journal",
+    "pool_argv",
+    "recovery_line",
+    "resume_options",
+    "resumed_options",
+    "show_cmd",
+    "stale_option",
+    "stored_result",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        return parse_duration(value, param.opts[0])
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def journal_option(f: F) -> F:
+    return click.option(
+        "--journal",
+        "journal_path",
+        envvar="RLM_JOURNAL",
+        metavar="PATH|URL",
+        help="The journal: a SQLite file, or postgresql://... for several machines "
+        "[default: journal.sqlite3 in your state directory; env: RLM_JOURNAL].",
+    )(f)
+
+
+def stale_option(f: F) -> F:
+    return click.option(
+        "--stale-timeout",
+        default=format_duration(DEFAULT_STALE_TIMEOUT),
+        show_default=True,
+        callback=_duration,
+        metavar="DURATION",
+        help="Reopen a task whose worker sent no heartbeat for this long (90s, 10m, 2h).",
+    )(f)
+
+
+def resume_options(f: F) -> F:
+    """--journal, --resume, --skip-failed and --stale-timeout for plain ``rlm volley``."""
+    f = click.option(
+        "--skip-failed", is_flag=True, help="With --resume: keep failed tasks failed."
+    )(f)
+    f = click.option(
+        "--resume",
+        metavar="ID|last",
+        help="Run the tasks of volley ID (or the latest) not done yet, then print all of it.",
+    )(f)
+    return stale_option(journal_option(f))
+
+
+@dataclass(frozen=True)
+class JournalFlags:
+    path: str | None = None
+    resume: str | None = None
+    skip_failed: bool = False
+    stale_timeout: float = DEFAULT_STALE_TIMEOUT
+
+
+def open_journal(path: str | None) -> JournalStore:
+    return open_store(path)
+
+
+def recovery_line(recovered: Recovered) -> str:
+    """The stderr line for one ``stale_recovery``."""
+    return (
+        f"stale_recovery: volley {recovered.volley_id} task {recovered.index} reopened "
+        f"({recovered.reason}; held by {recovered.owner}, silent {recovered.idle_s:.1f}s)"
+    )
+
+
+def _fail(exc: RLMError) -> None:
+    click.echo(f"Error: {exc}", err=True)
+    sys.exit(exc.exit_code)
+
+
+@click.command("list")
+@journal_option
+@click.option(
+    "--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def list_cmd(journal_path: str | None, output_format: str) -> None:
+    """List the journal's volleys, newest first: tasks done/failed/open and cost so far."""
+    try:
+        with closing(open_journal(journal_path)) as store:
+            rows = store.volleys()
+    except RLMError as exc:
+        _fail(exc)
+    items: list[dict[str, Any]] = [
+        {
+            "volley_id": row.volley_id,
+            "created": _iso(row.created_at),
+            "tasks": row.total,
+            "done": row.counts["done"],
+            "failed": row.counts["failed"],
+            "open": row.counts["open"],
+            "in_progress": row.counts["in_progress"],
+            "cost": round(row.spent.cost, 8),
+            "llm_calls": row.spent.calls,
+        }
+        for row in rows
+    ]
+    if output_format == "json":
+        click.echo(json.dumps(items, ensure_ascii=False))
+        return
+    if not items:
+        click.echo("no volleys yet", err=True)
+    for item in items:
+        click.echo(
+            f"{item['volley_id']}  {item['created']}  {item['tasks']} tasks: "
+            f"{item['done']} done, {item['failed']} failed, "
+            f"{item['open'] + item['in_progress']} open  ${item['cost']:.4f}"
+        )
+
+
+@click.command("show")
+@click.argument("volley_ref", metavar="ID|last")
+@journal_option
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "jsonl"]),
+    default="text",
+    show_default=True,
+)
+def show_cmd(volley_ref: str, journal_path: str | None, output_format: str) -> None:
+    """Print volley ID (or the latest) from the journal, every task in task order."""
+    try:
+        with closing(open_journal(journal_path)) as store:
+            result = stored_result(store, volley_ref)
+    except RLMError as exc:
+        _fail(exc)
+    writer = OrderedWriter(output_format, len(result.tasks), click.echo)  # type: ignore[arg-type]
+    writer.finish(result)
+
+
+def stored_result(store: JournalStore, ref: str) -> VolleyResult:
+    """The volley as the journal has it, in the ``--output-format json`` shape."""
+    volley_id = store.resolve(ref)
+    row = store.volley(volley_id)
+    rows = store.tasks(volley_id)
+    tasks: list[TaskResult] = []
+    for task in rows:
+        done = result_from_row(task)
+        if done is None:
+            waiting = "in progress" if task.status == "in_progress" else "not started"
+            done = TaskResult(
+                index=task.index,
+                prompt=str(task.spec.get("prompt", "")),
+                status="cancelled",
+                error=waiting,
+            )
+        tasks.append(done)
+    status: VolleyStatus
+    if row.counts["open"] or row.counts["in_progress"]:
+        status = "interrupted"
+    else:
+        status = "failed" if row.counts["failed"] else "succeeded"
+    started = [t.started_at for t in rows if t.started_at is not None]
+    finished = [t.finished_at for t in rows if t.finished_at is not None]
+    summary = VolleySummary(
+        total_tasks=len(tasks),
+        succeeded=sum(1 for t in tasks if t.status == "succeeded"),
+        failed=sum(1 for t in tasks if t.status == "failed"),
+        cancelled=sum(1 for t in tasks if t.status == "cancelled"),
+        duration_sec=max(finished) - min(started) if started and finished else 0.0,
+        tokens_input=row.spent.input_tokens,
+        tokens_output=row.spent.output_tokens,
+        tokens_cached=sum(t.tokens_cached for t in tasks),
+        total_cost=row.spent.cost,
+        max_concurrent_used=0,
+        total_retries=sum(t.retries for t in tasks),
+        rate_limited=0,
+    )
+    return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks))
+
+
+def _iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
+
+
+def pool_argv(argv: list[str]) -> list[str]:
+    """This worker's command line without ``--pool N``, to start its siblings with."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--pool":
+            skip = True
+            continue
+        if arg.startswith("--pool="):
+            continue
+        out.append(arg)
+    return out
+
+
+def api_key_for(provider: str) -> str | None:
+    vendor = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
+    return os.environ.get("RLM_API_KEY") or os.environ.get(vendor)
+
+
+def explicit(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """The values the user gave (command line or environment), not click's defaults."""
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return {k: v for k, v in values.items() if ctx.get_parameter_source(k) in given}
+
+
+class JournalSession:
+    """The journal of one ``rlm volley`` process: create or load a volley, then work on it."""
+
+    def __init__(self, flags: JournalFlags, console: Console | None = None) -> None:
+        self.flags = flags
+        self.store = open_journal(flags.path)
+        self.console = console or Console(stderr=True, highlight=False)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> JournalSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(
+        self,
+        volley_id: str,
+        config: RunConfig,
+        options: Mapping[str, Any],
+        tasks: Sequence[VolleyTask],
+        context: Sequence[str],
+    ) -> None:
+        record_volley(self.store, volley_id, stored_settings(config, options), tasks, context)
+
+    def load(self, ref: str, *, rerun_failed: bool) -> StoredVolley:
+        return load_volley(self.store, ref, rerun_failed=rerun_failed)
+
+    def worker(self, volley_id: str) -> JournalWorker:
+        return JournalWorker(
+            self.store,
+            volley_id,
+            stale_timeout=self.flags.stale_timeout,
+            on_recovered=self._recovered,
+        )
+
+    def _recovered(self, recovered: Recovered) -> None:
+        self.console.print(recovery_line(recovered), markup=False, highlight=False)
+
+    async def work(
+        self,
+        run: Volley,
+        worker: JournalWorker,
+        main: Callable[[Volley], Awaitable[VolleyResult]],
+        spent_before: Spend | None = None,
+    ) -> VolleyResult:
+        """Run ``run`` (built with ``worker`` as its source and sink) under the journal.
+
+        The volley's ledger starts with what earlier attempts spent, the journal
+        records what this one spends, and limits are shared with live workers.
+        """
+        ledger = run.ledger
+        spent_before = spent_before or Spend()
+        ledger.preload(
+            spent_before.calls, spent_before.input_tokens, spent_before.output_tokens,
+            spent_before.cost,
+        )
+        worker.follow_spend(
+            lambda: Spend(
+                ledger.spent.cost,
+                ledger.spent.calls,
+                ledger.spent.input_tokens,
+                ledger.spent.output_tokens,
+            )
+        )
+        worker.on_workers = run.share_limits
+        async with worker.running():
+            return await main(run)
+
+
+def config_provider(overrides: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    """The provider a resumed volley will use (to pick the API key's variable)."""
+    return str(overrides.get("provider") or settings.get("config", {}).get("provider", ""))
+
+
+def resumed_options(stored: Mapping[str, Any], overrides: Mapping[str, Any]) -> VolleyOptions:
+    """The stored volley options, with a ``--timeout`` given now on top."""
+    names = {f.name for f in dataclasses.fields(VolleyOptions)}
+    values = {k: v for k, v in dict(stored.get("options", {})).items() if k in names}
+    if "timeout" in overrides:
+        values["timeout"] = overrides["timeout"]
+    return VolleyOptions(**values)

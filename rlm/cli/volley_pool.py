@@ -1,0 +1,195 @@
+"""``rlm volley create`` and ``rlm volley work``: one volley, any number of workers.
+
+``create`` takes the same tasks, context and settings as plain ``rlm volley``,
+records the volley in the journal and prints its id; nothing is sent.
+``work ID`` runs a worker on it: it claims open tasks, runs them through its
+gate and commits each verdict; ``--pool N`` starts N such workers (this process
+and N-1 supervised children).  Where and how to send comes from the journal;
+flags given to ``work`` override it.  Limits stored with the volley
+(``--max-concurrent``, ``--rpm``, ``--tpm``) are per journal: live workers
+divide them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from functools import partial
+from typing import Any
+
+import click
+import trio
+from rich.console import Console
+
+from rlm.cli import volley_cmd
+from rlm.cli.volley_journal import (
+    JournalFlags,
+    JournalSession,
+    api_key_for,
+    config_provider,
+    explicit,
+    journal_option,
+    pool_argv,
+    resumed_options,
+    stale_option,
+)
+from rlm.errors import RLMError, UsageError
+from rlm.journal.volleys import run_config
+from rlm.volley.engine import Volley
+from rlm.volley.progress import ProgressLines
+from rlm.volley.records import new_volley_id
+
+__all__ = ["create_cmd", "work_cmd"]
+
+#: Plain `rlm volley` flags that say where and how to send; `work` accepts them as overrides.
+SEND_FLAGS = (
+    "provider", "base_url", "model", "max_tokens", "max_concurrent", "rpm", "tpm", "burst",
+    "max_retries", "retry_delay", "adaptive", "timeout", "max_llm_calls", "max_total_tokens",
+    "max_cost", "prices_path", "fixture_latency", "trace_path", "quiet",
+)  # fmt: skip
+
+
+def _fail(exc: RLMError) -> None:
+    click.echo(f"Error: {exc}", err=True)
+    sys.exit(exc.exit_code)
+
+
+def _create(journal_path: str | None, **values: Any) -> None:
+    """Record a volley in the journal without running it, and print its id.
+
+    Takes the tasks, context and settings plain `rlm volley` takes; the API key
+    is never stored.  Run it with `rlm volley work ID` (as many as you like).
+    """
+    output_format = values.pop("output_format")
+    for name in _IGNORED_BY_CREATE:
+        values.pop(name)
+    try:
+        tasks, context, config, options = volley_cmd.read_volley(
+            values.pop("tasks"), values.pop("task_file"), values.pop("from_stdin"),
+            values.pop("contexts"), values.pop("context_files"), values.pop("encoding"),
+            values.pop("no_cache_warm"), values.pop("fixture_latency"), values.pop("timeout"),
+            values,
+        )
+        volley_id = new_volley_id()
+        with JournalSession(JournalFlags(journal_path)) as session:
+            session.create(volley_id, config, dataclasses.asdict(options), tasks, context)
+    except RLMError as exc:
+        _fail(exc)
+    if output_format == "json":
+        click.echo(json.dumps({"volley_id": volley_id}))
+    else:
+        click.echo(volley_id)
+
+
+@click.pass_context
+def _work(
+    ctx: click.Context,
+    /,
+    volley_ref: str,
+    journal_path: str | None,
+    stale_timeout: float,
+    pool: int,
+    **values: Any,
+) -> None:
+    """Work on volley ID (or the latest) from the journal until no task is left.
+
+    Several workers (--pool N, or this command run again, here or on another
+    machine sharing a postgresql:// journal) split the tasks; each task runs
+    once.  A worker that dies has its tasks reopened by the others after
+    --stale-timeout.  Results go to the journal: see them with `rlm volley show`.
+    """
+    if pool < 1:
+        _fail(UsageError(f"--pool must be at least 1, got {pool}"))
+    quiet, trace_path = values.pop("quiet"), values.pop("trace_path")
+    overrides = explicit(ctx, values)
+    flags = JournalFlags(journal_path, stale_timeout=stale_timeout)
+    err = Console(stderr=True, highlight=False)
+    try:
+        with JournalSession(flags, err) as session:
+            stored = session.load(volley_ref, rerun_failed=False)
+            settings = dict(overrides)
+            if "fixture_latency" in settings:
+                settings["fixture_sub_latency"] = settings.pop("fixture_latency")
+            provider = config_provider(settings, stored.settings)
+            config = run_config(stored.settings, settings, api_key_for(provider))
+            options = resumed_options(stored.settings, overrides)
+            worker = session.worker(stored.volley_id)
+            prompts = {t.index: t.prompt for t in stored.tasks}
+            sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err)]
+            run = Volley(config, stored.tasks, context=stored.context, options=options,
+                         volley_id=stored.volley_id, source=worker, sink=worker,
+                         earlier=stored.earlier, sinks=sinks, trace_path=trace_path)
+            siblings = pool_argv(sys.argv[1:]) if pool > 1 else []
+            result = trio.run(_work_pool, session, run, worker, stored.spent, siblings, pool - 1)
+            mine = worker.accepted
+            left = session.store.volley(stored.volley_id).counts
+    except RLMError as exc:
+        _fail(exc)
+    click.echo(
+        f"worker finished: {mine} task(s) here; volley {run.volley_id}: {left['done']} done, "
+        f"{left['failed']} failed, {left['open'] + left['in_progress']} open",
+        err=True,
+    )
+    if result.status in ("interrupted", "credentials_refused", "budget_exceeded"):
+        sys.exit(result.exit_code)
+
+
+async def _work_pool(
+    session: JournalSession,
+    run: Volley,
+    worker: Any,
+    spent: Any,
+    argv: list[str],
+    siblings: int,
+) -> Any:
+    """This worker, and ``siblings`` more as child processes (killed if this one fails)."""
+    async with trio.open_nursery() as nursery:
+        for _ in range(siblings):
+            nursery.start_soon(_sibling, argv)
+        main = partial(
+            volley_cmd._main, console=session.console, live=False, merger=None,
+            on_event=lambda event: None,
+        )
+        return await session.work(run, worker, main, spent)
+
+
+async def _sibling(argv: list[str]) -> None:
+    await trio.run_process([sys.executable, "-m", "rlm", *argv], check=False)
+
+
+#: Plain `rlm volley` flags that mean nothing to `create` (the ones that only quiet a
+#: run, -q, -y and --no-estimate, are accepted so a command line can switch verbs).
+_NOT_FOR_CREATE = (
+    "resume", "skip_failed", "stale_timeout", "estimate_only", "trace_path", "stream",
+)  # fmt: skip
+_IGNORED_BY_CREATE = ("no_estimate", "yes", "quiet")
+
+
+def _build_create() -> click.Command:
+    params = [p for p in volley_cmd.volley.params if p.name not in _NOT_FOR_CREATE]
+    return click.Command("create", callback=_create, params=params, help=_create.__doc__)
+
+
+def _build_work() -> click.Command:
+    command = click.Command(
+        "work",
+        callback=_work,
+        params=[
+            click.Argument(["volley_ref"], metavar="ID|last"),
+            *[p for p in volley_cmd.volley.params if p.name in SEND_FLAGS],
+            click.Option(
+                ["--pool"],
+                type=int,
+                default=1,
+                show_default=True,
+                help="Run N workers on this machine (this process and N-1 children).",
+            ),
+        ],
+        help=_work.__doc__,
+    )
+    return stale_option(journal_option(command))
+
+
+create_cmd = _build_create()
+work_cmd = _build_work()

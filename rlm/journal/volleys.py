@@ -1,0 +1,121 @@
+"""Volleys in a journal: what is stored when a volley is created, and what a resume reads.
+
+A volley's record holds its tasks, its shared context and its settings: where
+and how to send (provider, base URL, model, limits, every run setting) and the
+volley options — never the API key, which each worker reads from its own
+environment.  :func:`load_volley` turns the record back into what the volley
+engine takes: the tasks, the context, the settings, and the results tasks
+already have (done ones, and failed ones when failed tasks are skipped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlm._config import RunConfig
+from rlm.journal.store import JournalStore, Spend, TaskRow, VolleyRow
+from rlm.volley.records import TaskResult, VolleyTask
+
+__all__ = [
+    "StoredVolley",
+    "load_volley",
+    "record_volley",
+    "result_from_row",
+    "run_config",
+    "stored_settings",
+]
+
+#: Run settings never written to a journal.
+_SECRET = frozenset({"api_key"})
+
+
+def stored_settings(config: RunConfig, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a journal keeps of a volley's configuration (no key)."""
+    public = {k: v for k, v in dataclasses.asdict(config).items() if k not in _SECRET}
+    return {"config": public, "options": dict(options)}
+
+
+def run_config(
+    settings: Mapping[str, Any], overrides: Mapping[str, Any], api_key: str | None
+) -> RunConfig:
+    """The stored run settings with ``overrides`` on top, and this process's key."""
+    names = {f.name for f in dataclasses.fields(RunConfig)} - _SECRET
+    stored = {k: v for k, v in dict(settings.get("config", {})).items() if k in names}
+    if isinstance(stored.get("require_isolation"), list):
+        stored["require_isolation"] = tuple(stored["require_isolation"])
+    merged = {**stored, **{k: v for k, v in overrides.items() if k in names}}
+    return RunConfig(**merged, api_key=api_key).validate()
+
+
+def record_volley(
+    store: JournalStore,
+    volley_id: str,
+    settings: Mapping[str, Any],
+    tasks: Sequence[VolleyTask],
+    context: Sequence[str],
+) -> None:
+    store.create_volley(volley_id, settings, [t.to_dict() for t in tasks], context=context)
+
+
+def result_from_row(row: TaskRow) -> TaskResult | None:
+    """The verdict a done or failed task row holds (None for open or claimed tasks)."""
+    if row.status not in ("done", "failed"):
+        return None
+    usage = row.usage
+    return TaskResult(
+        index=row.index,
+        prompt=str(row.spec.get("prompt", "")),
+        status="succeeded" if row.status == "done" else "failed",
+        duration_sec=float(usage.get("duration_sec", 0.0)),
+        tokens_input=int(usage.get("tokens_input", 0)),
+        tokens_output=int(usage.get("tokens_output", 0)),
+        tokens_cached=int(usage.get("tokens_cached", 0)),
+        cost=row.cost,
+        retries=int(usage.get("retries", 0)),
+        output=row.output,
+        error=row.error,
+    )
+
+
+@dataclass(frozen=True)
+class StoredVolley:
+    """A volley read back from a journal, ready to run again."""
+
+    row: VolleyRow
+    tasks: list[VolleyTask]
+    context: list[str]
+    earlier: list[TaskResult]
+
+    @property
+    def volley_id(self) -> str:
+        return self.row.volley_id
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.row.settings
+
+    @property
+    def spent(self) -> Spend:
+        return self.row.spent
+
+
+def load_volley(store: JournalStore, ref: str, *, rerun_failed: bool) -> StoredVolley:
+    """Read volley ``ref`` (an id or ``last``); with ``rerun_failed``, failed tasks reopen.
+
+    ``earlier`` holds the verdicts that stand: every done task, and failed ones
+    unless they were reopened.
+    """
+    volley_id = store.resolve(ref)
+    if rerun_failed:
+        store.reopen_failed(volley_id)
+    rows = store.tasks(volley_id)
+    earlier = [r for r in map(result_from_row, rows) if r is not None]
+    return StoredVolley(
+        row=store.volley(volley_id),
+        tasks=[VolleyTask.from_dict(row.spec) for row in rows],
+        context=store.context(volley_id),
+        earlier=earlier,
+    )
