@@ -177,3 +177,32 @@ def test_a_full_trace_has_the_content_once_and_a_meta_trace_none(run_dir: Path,
     assert rlm_in_process("view", str(meta)).returncode == 0
     data = page_data(meta.with_suffix(".html").read_text(encoding="utf-8"))
     assert data["run"]["content"] == "meta"
+
+
+def test_a_volley_trace_shows_its_tasks_as_roots(run_dir: Path) -> None:
+    done = rlm("volley", "What is the magic number?", "What was the magic number?",
+               "--context-file", str(run_dir / "F.txt"), "--provider", "fixture",
+               "--trace", str(run_dir / "vol.jsonl"), "-q")
+    assert done.returncode == 0, done.stderr
+    trace = events(run_dir / "vol.jsonl")
+    model = build_model(load_trace(run_dir / "vol.jsonl"))
+    tasks = {e["call_id"]: e for e in trace if e["event"] == "task_finished"}
+    assert {c["id"] for c in model["calls"]} == set(tasks)
+    for call in model["calls"]:
+        assert call["parent"] is None and call["status"] == tasks[call["id"]]["status"]
+        assert call["answer"] == tasks[call["id"]]["output"]
+    assert model["run"]["kind"] == "volley" and model["notices"] == []
+    assert model["run"]["status"] == next(e["status"] for e in trace
+                                          if e["event"] == "volley_finished")
+
+
+def test_code_run_while_a_reply_streams_belongs_to_that_step(tmp_path: Path) -> None:
+    trace_path = fixture_run(tmp_path, "--stream", "--no-history")
+    trace = events(trace_path)
+    assert any(e.get("pipelined") for e in trace if e["event"] == "code_executed")
+    model = build_model(load_trace(trace_path))
+    for call in model["calls"]:
+        for step in call["steps"]:
+            assert len(step["blocks"]) <= step["code_blocks"] + 1  # + a FINAL_VAR look-up
+            for block in step["blocks"]:
+                assert block["code"] in step["reply"] or block["code"].startswith("FINAL_VAR")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import rlm.volley.events  # noqa: F401  (defines the volley's event kinds: they are known too)
 from rlm._events import Event
 from rlm.errors import UsageError
 
@@ -53,7 +54,7 @@ class LoadedTrace:
 
     @property
     def finished(self) -> bool:
-        return any(e["event"] == "run_finished" for e in self.events)
+        return any(e["event"] in ("run_finished", "volley_finished") for e in self.events)
 
     def notices(self) -> list[str]:
         """Sentences for the page and the terminal about what could not be shown."""
@@ -112,7 +113,7 @@ def parse_trace(text: str, *, source: str = "<trace>") -> LoadedTrace:
             trace.unknown_kinds[event["event"]] += 1
             continue
         trace.events.append(event)
-    if not any(e["event"] in ("run_started", "call_started", "llm_request")
+    if not any(e["event"] in ("run_started", "volley_started", "call_started", "llm_request")
                for e in trace.events):
         raise UsageError(f"{source} is not an rlm trace (no run, call or request events in "
                          f"it): pass the JSONL file written by `rlm run --trace PATH`")

@@ -126,15 +126,19 @@ class _Builder:
         call = self.calls.get(str(e.get("call_id")))
         if call is None:
             return
-        call.steps.append({
+        fields = {
             "t": e["t"], "iteration": e.get("iteration"), "model": e.get("model"),
             "code_blocks": e.get("code_blocks"), "has_final": e.get("has_final"),
             "forced_final": e.get("forced_final"), "input_tokens": e.get("input_tokens"),
             "output_tokens": e.get("output_tokens"), "reply_chars": e.get("reply_chars"),
             "reply": self.texts.add(e.get("reply")),
             "request": self._request_messages(e.get("request")),
-            "blocks": [], "bridges": [],
-        })
+        }
+        if call.steps and call.steps[-1].get("pending"):
+            # Begun at its request: code that ran while the reply streamed is already in it.
+            call.steps[-1].update(fields, pending=False)
+        else:
+            call.steps.append({**fields, "blocks": [], "bridges": []})
 
     def _request_messages(self, request: Any) -> Any:
         if not isinstance(request, dict):
@@ -197,9 +201,12 @@ class _Builder:
 
     def _on_llm_request(self, e: dict[str, Any]) -> None:
         call_id = str(e.get("call_id"))
-        call = self.calls.get(call_id)
+        call = self.calls.get(call_id) or self._task_call(e)
         request_id, attempt = int(e.get("request_id", 0)), int(e.get("attempt", 1))
         step = call is not None and int(e.get("depth", 0)) == call.depth
+        if call is not None and step and request_id not in self.request_owner:
+            # A step begins at its request; step_completed fills it in (see _on_step_completed).
+            call.steps.append({"t": e["t"], "pending": True, "blocks": [], "bridges": []})
         self.request_owner[request_id] = (call_id, step)
         if call is not None and not step and attempt == 1 and call.open_bridge is not None:
             call.open_bridge["requests"].append(request_id)
@@ -270,6 +277,49 @@ class _Builder:
         layers = e.get("isolation")
         if isinstance(layers, list) and len(layers) > len(self.isolation):
             self.isolation = [str(x) for x in layers]
+
+    # -- a volley: its tasks are the roots ------------------------------------------------
+
+    def _task_call(self, e: dict[str, Any]) -> _Call | None:
+        """A completion task of a volley, shown as a root call (made at its first request)."""
+        call_id = str(e.get("call_id"))
+        if self.run.get("kind") != "volley" or not call_id.startswith("t"):
+            return None
+        call = _Call(call_id, None, 0, float(e["t"]), {
+            "id": call_id, "parent": None, "depth": 0, "query": None, "model": e.get("model"),
+            "context_chars": self.run.get("context_chars"), "t0": e["t"], "t1": None,
+            "status": "running", "iterations": 0, "answer": None, "error": None,
+            "duration_s": None, "task": True})
+        self.calls[call_id] = call
+        return call
+
+    def _on_volley_started(self, e: dict[str, Any]) -> None:
+        self.run.update(kind="volley", volley_id=e.get("volley_id"), tasks=e.get("tasks"),
+                        context_chars=e.get("context_chars"), mode=e.get("mode"),
+                        query=f"a volley of {e.get('tasks')} tasks ({e.get('mode')})",
+                        content="none", config=self.run.get("config") or {})
+
+    def _on_task_finished(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None:
+            return
+        call.record.update(t1=e["t"], status=e.get("status"), error=e.get("error"),
+                           answer=self.texts.add(e.get("output")),
+                           duration_s=e.get("duration_s"), iterations=1, task=e.get("index"))
+        if call.steps and call.steps[-1].get("pending"):
+            call.steps[-1].update(pending=False, t=e["t"], iteration=1,
+                                  input_tokens=e.get("input_tokens"),
+                                  output_tokens=e.get("output_tokens"),
+                                  reply=self.texts.add(e.get("output")), code_blocks=0)
+
+    def _on_volley_finished(self, e: dict[str, Any]) -> None:
+        summary = e.get("summary") or {}
+        self.run.update(status=e.get("status"), error=e.get("error"),
+                        duration_s=summary.get("duration_sec", e["t"]),
+                        input_tokens=summary.get("tokens_input"),
+                        output_tokens=summary.get("tokens_output"),
+                        cost=summary.get("total_cost"), summary=summary)
+        self.cached_tokens = int(summary.get("tokens_cached") or self.cached_tokens)
 
     @staticmethod
     def _row(table: dict[str, list[Any]], **values: Any) -> None:

@@ -41,7 +41,8 @@ def render_page(trace: LoadedTrace) -> str:
     """The HTML page for ``trace``."""
     texts = TextStore()
     model = build_model(trace, texts)
-    title = f"rlm run · {model['run'].get('status', '')} · {Path(trace.source).name}"
+    kind = "volley" if model["run"].get("kind") == "volley" else "run"
+    title = f"rlm {kind} · {model['run'].get('status', '')} · {Path(trace.source).name}"
     parts = {
         "title": html.escape(title),
         "style": _asset("view.css"),

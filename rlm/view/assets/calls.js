@@ -43,6 +43,7 @@
     const status = run.status || "unfinished";
     document.getElementById("run-status").replaceWith(Object.assign(badge(status), {id: "run-status"}));
     document.getElementById("run-source").textContent = data.source + (run.wall_time ? " · started " + run.wall_time : "");
+    if (run.kind === "volley") document.getElementById("run-kind").textContent = "rlm volley " + (run.volley_id || "");
     const notices = document.getElementById("notices");
     for (const text of data.notices) notices.append(el("div", {class: "notice"}, text));
     const tokens = num(run.input_tokens) + " in / " + num(run.output_tokens) + " out";
@@ -89,7 +90,11 @@
     const t = data.time;
     const root = t.root;
     const bench = t.bench;
-    const left = el("div", {},
+    const summary = run.summary || {};
+    const left = run.kind === "volley" ? el("div", {}, el("h3", {}, "The volley's tasks"),
+      el("div", {class: "muted"}, num(summary.succeeded) + " succeeded · " + num(summary.failed) + " failed · " +
+        num(summary.cancelled) + " cancelled · " + num(summary.total_retries) + " retries · at most " +
+        num(summary.max_concurrent_used) + " at once")) : el("div", {},
       el("h3", {}, "The root call's wall time"),
       barList([
         ["root-model steps", root.root_steps_s, "root steps: queued + pacing + in flight"],
@@ -272,7 +277,7 @@
   function renderDetail(call) {
     const detail = document.getElementById("detail");
     detail.replaceChildren(
-      el("div", {class: "call-head"}, el("span", {class: "id"}, call.id), badge(call.status),
+      el("div", {class: "call-head"}, el("span", {class: "id"}, call.task ? "task " + call.task + " (" + call.id + ")" : call.id), badge(call.status),
         el("span", {class: "muted"}, [call.model, "depth " + call.depth, num(call.iterations) + " iterations",
           secs(call.duration_s), num(call.llm_calls) + " LLM calls", num(call.input_tokens) + " in / " + num(call.output_tokens) + " out",
           usd(call.cost)].join(" · ")),
