@@ -206,3 +206,11 @@ def test_code_run_while_a_reply_streams_belongs_to_that_step(tmp_path: Path) -> 
             assert len(step["blocks"]) <= step["code_blocks"] + 1  # + a FINAL_VAR look-up
             for block in step["blocks"]:
                 assert block["code"] in step["reply"] or block["code"].startswith("FINAL_VAR")
+
+
+def test_the_readme_shows_a_screenshot_of_the_page() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    images = re.findall(r"!\[[^\]]+\]\((docs/[^)]+\.png)\)", readme)
+    assert "docs/view-run.png" in images
+    assert (root / "docs" / "view-run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
