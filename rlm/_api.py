@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +15,13 @@ from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
-from rlm._run.call import CallOutcome
+from rlm._run.call import CallOutcome, SessionCarry
 from rlm._run.context import Context, context_chars
 from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget
-from rlm._sandbox.interface import LauncherFactory
+from rlm._run.schema import SchemaError, normalise_schema
+from rlm._run.tools import HostTool, ToolBox
+from rlm._sandbox.interface import Launcher, LauncherFactory
+from rlm._session import AsyncSession, Session, read_saved_session
 from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
@@ -74,6 +77,7 @@ class RLM:
         providers: Mapping[Lane, Provider] | None = None,
         sinks: list[Any] | None = None,
         sandboxes: LauncherFactory | None = None,
+        tools: Sequence[Callable[..., Any] | HostTool] | None = None,
         **settings: Any,
     ) -> None:
         names = {f.name for f in dataclasses.fields(RunConfig)}
@@ -90,17 +94,50 @@ class RLM:
         self._providers = dict(providers) if providers is not None else None
         self._sinks = list(sinks or [])
         self._sandboxes = sandboxes
+        self._tools = ToolBox(tools or ())
         self._runtime: Runtime | None = None
         self._volley: Volley | None = None
 
-    def completion(self, query: str, context: Context = "") -> RunResult:
+    @property
+    def tool_names(self) -> list[str]:
+        """The host tools model code may call, by name."""
+        return self._tools.names
+
+    def completion(self, query: str, context: Context = "", *, schema: object = None) -> RunResult:
         """Run to the end in a fresh trio event loop and return the result.
 
         Limits (iterations, timeout, budget) return a result with that status;
         failures raise an :class:`RLMError` whose ``result`` attribute holds
-        what the run had.
+        what the run had.  With ``schema`` (a dict of field -> type, or a JSON
+        Schema) the answer must be JSON fitting it: ``result.data`` holds it.
         """
-        return trio.run(self.acompletion, query, context)
+        return trio.run(functools.partial(self.acompletion, query, context, schema=schema))
+
+    def session(self, context: Context = "", **options: Any) -> Session:
+        """A root call kept alive across queries: its sandbox, variables and conversation.
+
+        ``options``: ``max_history_chars`` (older steps are compacted past it),
+        ``max_total_llm_calls`` / ``max_total_cost`` (a budget for the whole
+        session).  Close it (or use ``with``) to kill its sandbox::
+
+            with RLM(provider="fixture").session(text) as chat:
+                chat.completion("What is the magic number?")
+                chat.completion("How many chunks did you search?")
+        """
+        return Session(self, context, **options)
+
+    def asession(self, context: Context = "", **options: Any) -> AsyncSession:
+        """Like :meth:`session`, inside a running trio loop: ``async with model.asession(c)``."""
+        return AsyncSession(self, context, **options)
+
+    @classmethod
+    def load_session(cls, path: str, context: Context = "", **settings: Any) -> Session:
+        """Resume a session saved with :meth:`Session.save`: the same settings (``settings``
+        override them; the key is never saved), its conversation and its plain-data
+        variables, over ``context`` (which must be the context it was saved with)."""
+        saved = read_saved_session(path, context)
+        model = cls(**{**saved.settings, **settings})
+        return Session(model, context, restore=saved)
 
     def astream(
         self, query: str, context: Context = "", *, capacity: int = 256
@@ -124,7 +161,12 @@ class RLM:
         )
 
     async def acompletion(
-        self, query: str, context: Context = "", *, stream: StreamSink | None = None
+        self,
+        query: str,
+        context: Context = "",
+        *,
+        stream: StreamSink | None = None,
+        schema: object = None,
     ) -> RunResult:
         """Like :meth:`completion`, inside a running trio loop.
 
@@ -136,7 +178,27 @@ class RLM:
         ``await asyncio.to_thread(model.completion, query, context)``.
         """
         _require_trio()
+        return await self._arun(query, context, stream=stream, schema=schema)
+
+    async def _arun(
+        self,
+        query: str,
+        context: Context,
+        *,
+        stream: StreamSink | None = None,
+        schema: object = None,
+        carry: SessionCarry | None = None,
+        sandboxes: Launcher | None = None,
+        config: RunConfig | None = None,
+    ) -> RunResult:
+        """One run: ``carry`` and ``sandboxes`` make it a session's query (its root goes
+        on in the session's sandbox), ``config`` replaces the model's for this run."""
         _check_inputs(query, context)
+        try:
+            answer_schema = None if schema is None else normalise_schema(schema)
+        except SchemaError as exc:
+            raise UsageError(f"schema: {exc}") from None
+        config = config or self.config
         events = EventBus()
         if stream is not None:
             events.add_stream(stream)
@@ -155,19 +217,25 @@ class RLM:
             events.emit(self._run_started(query, context))
             async with self._open_providers() as providers, self._open_cache() as cache:
                 runtime = Runtime(
-                    self.config,
+                    config,
                     providers=providers,
                     events=events,
                     prices=self._prices,
                     cache=cache,
-                    sandboxes=self._sandboxes(self.config, events) if self._sandboxes else None,
+                    sandboxes=sandboxes
+                    if sandboxes is not None
+                    else (self._sandboxes(config, events) if self._sandboxes else None),
+                    tools=self._tools,
+                    answer_schema=answer_schema,
                 )
                 self._runtime = runtime
                 try:
-                    outcome = await runtime.run(query, context)
+                    outcome = await runtime.run(query, context, carry)
                 finally:
                     self._runtime = None
             result = self._result(events, runtime, outcome)
+            if runtime.root is not None and runtime.root.data is not None:
+                result = dataclasses.replace(result, data=runtime.root.data)
         except RLMError as exc:  # failed before the run could start (e.g. a bad price table)
             _emit_finished(events, runtime, "error", str(exc))
             raise

@@ -162,6 +162,28 @@ class BridgeCallFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HistoryCompacted(Event):
+    """A session's conversation grew past its limit: older steps became a summary."""
+
+    kind: ClassVar[str] = "history_compacted"
+    messages_before: int
+    chars_before: int
+    chars_after: int
+    summary: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCalled(Event):
+    """Sandbox code called a host tool; ``error`` is what model code saw as ToolError."""
+
+    kind: ClassVar[str] = "tool_called"
+    tool: str
+    ok: bool
+    error: str | None
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class LLMRequest(Event):
     kind: ClassVar[str] = "llm_request"
     request_id: int

@@ -50,6 +50,8 @@ class RunResult:
     usage_detail: dict[str, Any] = field(default_factory=dict, repr=False)
     last_output: str | None = field(default=None, repr=False)
     cached_calls: int = 0
+    #: The answer as validated data (a dict or list) when the run asked for a ``schema``.
+    data: Any = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
@@ -67,4 +69,5 @@ class RunResult:
             "traffic": self.traffic,
             "last_output": self.last_output,
             "cached_calls": self.cached_calls,
+            "data": self.data,
         }

@@ -48,6 +48,8 @@ __all__ = [
     "BridgeFn",
     "BridgeFrame",
     "ExecFrame",
+    "ExportFrame",
+    "ExportedFrame",
     "FrameDecoder",
     "FrameError",
     "HardenedFrame",
@@ -78,6 +80,17 @@ class InitFrame(TypedDict):
     max_output_chars: int
     context: NotRequired[str | list[str]]
     context_fd: NotRequired[Literal[True]]
+    #: Host tools model code may call by name (each becomes a function in the namespace).
+    tools: NotRequired[list[str]]
+    #: FINAL_VAR of a dict or list answers its JSON (the run asked for structured data).
+    answer_json: NotRequired[bool]
+
+
+class ExportFrame(TypedDict):
+    """Ask for the namespace's plain-data variables (a session being saved)."""
+
+    t: Literal["export"]
+    id: int
 
 
 class ExecFrame(TypedDict):
@@ -87,8 +100,9 @@ class ExecFrame(TypedDict):
 
 
 #: ``usage``: the request was refused as malformed; ``budget``: the run's budget is spent
-#: (model code sees BudgetExceeded); empty when ``ok``.
-ReplyKind = Literal["", "usage", "budget"]
+#: (model code sees BudgetExceeded); ``tool``: a host tool failed (model code sees
+#: ToolError); empty when ``ok``.
+ReplyKind = Literal["", "usage", "budget", "tool"]
 
 
 class BridgeAnswer(TypedDict):
@@ -124,7 +138,7 @@ class ReadyFrame(TypedDict):
     isolation: NotRequired[dict[str, str]]
 
 
-BridgeFn = Literal["llm_query", "llm_query_batched", "budget"]
+BridgeFn = Literal["llm_query", "llm_query_batched", "budget", "tool"]
 
 
 class BridgeFrame(TypedDict):
@@ -133,6 +147,23 @@ class BridgeFrame(TypedDict):
     fn: BridgeFn
     prompts: list[str]
     contexts: list[str | None]
+    #: JSON text of a schema spec: the answers must be structured data.  The reply's
+    #: value is then JSON text of ``[{"value": v} | {"error": why}, ...]``.
+    schema: NotRequired[str]
+    #: ``fn == "tool"``: the tool's name and JSON text of ``{"args", "kwargs"}``; the
+    #: reply's value is JSON text of the result.
+    tool: NotRequired[str]
+    arguments: NotRequired[str]
+
+
+class ExportedFrame(TypedDict):
+    """The answer to ``export``: JSON text of ``{name: tagged value}`` (``plaindata.py``)
+    and the names of variables that are not plain data."""
+
+    t: Literal["exported"]
+    id: int
+    data: str
+    skipped: list[str]
 
 
 class ResultFrame(TypedDict):

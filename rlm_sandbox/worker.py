@@ -13,6 +13,7 @@ or 2.  The worker holds no secrets and reads no environment variables.
 
 from __future__ import annotations
 
+import json
 import os
 import traceback
 import types
@@ -20,12 +21,14 @@ import weakref
 from collections import deque
 from typing import Any, NoReturn, cast
 
+from rlm_sandbox.plaindata import export_namespace
 from rlm_sandbox.policy import REPL_FILENAME, PrintSink, compile_code, new_namespace
 from rlm_sandbox.protocol import (
     CHILD_FRAME_MAX_BYTES,
     HOST_FRAME_MAX_BYTES,
     BridgeFn,
     BridgeFrame,
+    ExportedFrame,
     FrameDecoder,
     FrameError,
     HardenedFrame,
@@ -59,7 +62,8 @@ class Channel:
         self._decoder = FrameDecoder(HOST_FRAME_MAX_BYTES)
         self._pending: deque[dict[str, Any]] = deque()
 
-    def send(self, message: HardenedFrame | ReadyFrame | BridgeFrame | ResultFrame) -> None:
+    def send(self, message: HardenedFrame | ReadyFrame | BridgeFrame | ResultFrame | ExportedFrame
+             ) -> None:
         """Write one frame; raises FrameError if it cannot be encoded or is too large."""
         view = memoryview(encode_frame(message, CHILD_FRAME_MAX_BYTES))
         while view:
@@ -87,6 +91,43 @@ class BudgetExceeded(Exception):
     __module__ = "builtins"  # tracebacks show "BudgetExceeded: ...", a name model code knows
 
 
+class ToolError(Exception):
+    """A host tool refused its arguments, failed, or timed out."""
+
+    __module__ = "builtins"
+
+
+_TYPE_NAMES = {str: "str", int: "int", float: "float", bool: "bool", list: "list", dict: "dict",
+               type(None): "none"}
+
+
+def _schema_json(spec: object) -> str:
+    """A schema spec as JSON text; Python types (``{"name": str}``) become their names."""
+    def plain(value: object) -> object:
+        if isinstance(value, type):
+            if value in _TYPE_NAMES:
+                return _TYPE_NAMES[value]
+            raise TypeError(f"schema: type {value.__name__} is not plain data")
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+    try:
+        return json.dumps(plain(spec))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"schema must be a dict of field -> type name (or a JSON Schema): {exc}"
+                        ) from None
+
+
+def _structured(item: object) -> object:
+    """One slot of a structured answer: the value, or its ``Error:`` string."""
+    if isinstance(item, dict) and "value" in item:
+        return item["value"]
+    error = item.get("error") if isinstance(item, dict) else item
+    return f"Error: {error}"
+
+
 def _type_name(value: object) -> str:
     return type(value).__name__
 
@@ -94,8 +135,10 @@ def _type_name(value: object) -> str:
 class Repl:
     """One persistent namespace and the functions model code calls in it."""
 
-    def __init__(self, channel: Channel, context: str | list[str], max_output_chars: int) -> None:
+    def __init__(self, channel: Channel, context: str | list[str], max_output_chars: int,
+                 tools: list[str] | None = None, answer_json: bool = False) -> None:
         self.channel = channel
+        self.answer_json = answer_json
         self.sink = PrintSink(max_output_chars)
         self.final: str | None = None
         self._bridge_id = 0
@@ -112,7 +155,10 @@ class Repl:
             "FINAL": self.FINAL,
             "FINAL_VAR": self.FINAL_VAR,
             "BudgetExceeded": BudgetExceeded,
+            "ToolError": ToolError,
+            **{name: self._tool(name) for name in tools or []},
         })
+        self.reserved = set(self.namespace)
 
     # --- running code ---------------------------------------------------------------------
 
@@ -173,8 +219,13 @@ class Repl:
 
     # --- functions seen by model code -----------------------------------------------------
 
-    def llm_query(self, prompt: str, context: str | None = None) -> str:
-        """Ask a sub-model one question (about ``context``, if given); returns its answer."""
+    def llm_query(self, prompt: str, context: str | None = None, schema: object = None
+                  ) -> object:
+        """Ask a sub-model one question (about ``context``, if given); returns its answer.
+
+        With ``schema`` (a dict of field -> type name, or a JSON Schema) the answer is
+        validated data (a dict or list), or an ``Error:`` string.
+        """
         if not isinstance(prompt, str):
             raise TypeError(
                 f"llm_query(prompt, context=None): prompt must be a str, not {_type_name(prompt)}"
@@ -183,18 +234,22 @@ class Repl:
             raise TypeError(
                 f"llm_query: context must be a str or None, not {_type_name(context)}"
                 "; join the pieces into one string first")
-        reply = self._bridge("llm_query", [prompt], [context])
+        extra = {} if schema is None else {"schema": _schema_json(schema)}
+        reply = self._bridge("llm_query", [prompt], [context], **extra)
         if not reply.get("ok"):
             return "Error: " + str(reply.get("error"))
         value = reply.get("value")
+        if schema is not None:
+            return self._structured_items(value, 1)[0]
         return value if isinstance(value, str) else str(value)
 
-    def llm_query_batched(self, prompts: list[str], contexts: list[str | None] | None = None
-                          ) -> list[str]:
+    def llm_query_batched(self, prompts: list[str], contexts: list[str | None] | None = None,
+                          schema: object = None) -> list[object]:
         """Ask many questions at once; answers come back in the same order.
 
         A failed item holds a string starting with ``Error:``; budget
-        exhaustion raises BudgetExceeded.
+        exhaustion raises BudgetExceeded.  With ``schema`` each answer is
+        validated data, as for ``llm_query``.
         """
         if not isinstance(prompts, list | tuple):
             raise TypeError(
@@ -218,10 +273,13 @@ class Repl:
                                 f"not {_type_name(context)}")
         if not prompts:
             return []
-        reply = self._bridge("llm_query_batched", list(prompts), list(contexts))
+        extra = {} if schema is None else {"schema": _schema_json(schema)}
+        reply = self._bridge("llm_query_batched", list(prompts), list(contexts), **extra)
         if not reply.get("ok"):
             raise RuntimeError(str(reply.get("error")))
         value = reply.get("value")
+        if schema is not None:
+            return self._structured_items(value, len(prompts))
         if not isinstance(value, list) or len(value) != len(prompts):
             raise RuntimeError("llm_query_batched: the host sent a malformed reply")
         return [item if isinstance(item, str) else str(item) for item in value]
@@ -250,18 +308,55 @@ class Repl:
         elif key.startswith("_") or key not in self.namespace:  # _names are the policy's
             raise NameError(f"FINAL_VAR: no variable named {key!r}; assign it first")
         else:
-            self.final = str(self.namespace[key])
+            value = self.namespace[key]
+            if self.answer_json and type(value) in (dict, list):
+                try:  # a structured answer: JSON the host validates against its schema
+                    self.final = json.dumps(value)
+                    return
+                except (TypeError, ValueError):
+                    pass  # not JSON data: the host reports it does not fit the schema
+            self.final = str(value)
+
+    def _structured_items(self, value: object, count: int) -> list[object]:
+        """Decode a structured reply: JSON text of ``[{"value": v} | {"error": e}, ...]``."""
+        try:
+            items = json.loads(value) if isinstance(value, str) else None
+        except ValueError:
+            items = None
+        if not isinstance(items, list) or len(items) != count:
+            raise RuntimeError("structured answers: the host sent a malformed reply")
+        return [_structured(item) for item in items]
+
+    def _tool(self, name: str) -> Any:
+        """The function model code calls for host tool ``name``."""
+        def tool(*args: object, **kwargs: object) -> object:
+            try:
+                payload = json.dumps({"args": args, "kwargs": kwargs})
+            except (TypeError, ValueError):
+                raise TypeError(f"{name}(): arguments must be plain data (str, numbers, bool, "
+                                "None, lists, dicts)") from None
+            reply = self._bridge("tool", [], [], tool=name, arguments=payload)
+            if not reply.get("ok"):
+                raise ToolError(str(reply.get("error")))
+            value = reply.get("value")
+            return json.loads(value) if isinstance(value, str) else None
+        tool.__name__ = tool.__qualname__ = name
+        return tool
+
+    def export(self) -> tuple[str, list[str]]:
+        """The namespace's plain-data variables, for a saved session."""
+        return export_namespace(self.namespace, self.reserved)
 
     # --- the bridge -----------------------------------------------------------------------
 
-    def _bridge(self, fn: BridgeFn, prompts: list[str], contexts: list[str | None]
-                ) -> ReplyFrame:
+    def _bridge(self, fn: BridgeFn, prompts: list[str], contexts: list[str | None],
+                **extra: str) -> ReplyFrame:
         if not self._executing or self._waiting:
             raise RuntimeError(f"{fn}() can only be called from running code, one call at a time")
         self._bridge_id += 1
         request_id = self._bridge_id
         message = BridgeFrame(t="bridge", id=request_id, fn=fn, prompts=prompts,
-                              contexts=contexts)
+                              contexts=contexts, **extra)  # type: ignore[typeddict-item]
         self._waiting = True
         try:
             try:
@@ -325,6 +420,19 @@ def _parse_init(message: dict[str, Any] | None, ctx_fd: int | None
     return context, limit
 
 
+def _parse_init_options(message: dict[str, Any]) -> tuple[list[str], bool]:
+    """The host tools' names and whether FINAL_VAR answers structured data as JSON."""
+    tools = message.get("tools", [])
+    if not isinstance(tools, list) or not all(
+            isinstance(name, str) and name.isidentifier() and not name.startswith("_")
+            for name in tools):
+        raise ProtocolError("init: tools must be a list of public identifiers")
+    answer_json = message.get("answer_json", False)
+    if not isinstance(answer_json, bool):
+        raise ProtocolError("init: answer_json must be a bool")
+    return tools, answer_json
+
+
 def _send_result(channel: Channel, result: ResultFrame) -> None:
     try:
         channel.send(result)
@@ -354,7 +462,8 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
         if first is None:
             return EXIT_OK
         context, max_output_chars = _parse_init(first, ctx_fd)
-        repl = Repl(channel, context, max_output_chars)
+        tools, answer_json = _parse_init_options(first)
+        repl = Repl(channel, context, max_output_chars, tools, answer_json)
         del context, first  # the namespace holds the only reference
         ready = ReadyFrame(t="ready", pid=os.getpid())
         if isolation is not None:
@@ -365,6 +474,10 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
             if message is None or message["t"] == "shutdown":
                 return EXIT_OK
             code, exec_id = message.get("code"), message.get("id")
+            if message["t"] == "export" and type(exec_id) is int:
+                data, skipped = repl.export()
+                channel.send(ExportedFrame(t="exported", id=exec_id, data=data, skipped=skipped))
+                continue
             if message["t"] != "exec" or not isinstance(code, str) or type(exec_id) is not int:
                 raise ProtocolError(f"unexpected {message['t']!r} frame")
             _send_result(channel, repl.execute(exec_id, code))

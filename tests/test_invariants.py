@@ -402,7 +402,9 @@ async def test_5_flood_hang_and_crash_cost_only_an_error() -> None:
         if event.kind == "step_completed" and event.iteration == 4:
             fourth_step.set()
 
-    model = RLM(providers={"root": provider, "sub": provider}, sinks=[sink], exec_timeout=1.0)
+    # 3 s, not less: on a loaded machine pushing 64 MiB of frames through a pipe can take
+    # over a second, and the flood must be caught as a flood, not as a timeout.
+    model = RLM(providers={"root": provider, "sub": provider}, sinks=[sink], exec_timeout=3.0)
 
     async def kill_the_sleeper() -> None:
         await fourth_step.wait()

@@ -1,4 +1,4 @@
-"""Serving bridge calls: ``llm_query`` and ``llm_query_batched`` from sandbox code.
+"""Serving bridge calls: ``llm_query``, ``llm_query_batched`` and host tools from sandbox code.
 
 A batch arrives as one frame and fans out as a sliding window: as soon as one
 item finishes the next one starts (no waiting for a whole chunk), and the gate
@@ -8,21 +8,32 @@ credit, a hard limit) aborts the run instead.
 
 With ``max_depth`` 1 every item is a one-shot sub-query.  Deeper, an item from
 a call at depth d becomes a child call at depth d + 1 while d + 1 < max_depth.
+
+With a ``schema`` every item is a one-shot sub-query that asks the provider for
+JSON (:attr:`CompletionRequest.response_schema`); the answer is parsed and
+validated, an invalid one gets one repair request, and a slot that still does
+not fit holds an error.  Structured results travel to the sandbox as JSON text
+(one string, whatever the batch size).  A host tool call runs the tool under
+its own limits (:mod:`rlm._run.tools`); its failure comes back as ToolError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 from rlm._config import RunConfig
-from rlm._events import BridgeCallFinished, BridgeCallStarted, BudgetRefused, EventBus
+from rlm._events import BridgeCallFinished, BridgeCallStarted, BudgetRefused, EventBus, ToolCalled
+from rlm._run.schema import JsonSchema, SchemaError, normalise_schema, parse_json_answer
+from rlm._run.schema import validation_error as schema_problem
+from rlm._run.tools import ToolBox, ToolFailure
 from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
 from rlm.errors import BudgetExceeded, RLMError
-from rlm.providers.base import CompletionRequest
+from rlm.providers.base import CompletionRequest, Message
 from rlm_sandbox.protocol import BridgeAnswer
 
 if TYPE_CHECKING:
@@ -50,8 +61,10 @@ class Bridge:
         budget: Budget,
         abort: Callable[[RLMError], None],
         deadline: Callable[[], float],
+        tools: ToolBox | None = None,
     ) -> None:
         self._config = config
+        self._tools = tools or ToolBox()
         self._events = events
         self._gate = gate
         self._budget = budget
@@ -64,8 +77,16 @@ class Bridge:
         fn = frame.get("fn")
         if fn == "budget":
             return {"ok": True, "value": self._budget_view(call), "error": "", "kind": ""}
+        if fn == "tool":
+            return await self._call_tool(call, frame.get("tool"), frame.get("arguments"))
         if fn not in ("llm_query", "llm_query_batched"):
             return _refuse(f"unknown bridge function {fn!r}")
+        schema: JsonSchema | None = None
+        if frame.get("schema") is not None:
+            try:
+                schema = normalise_schema(json.loads(str(frame.get("schema"))))
+            except (SchemaError, ValueError) as exc:
+                return _refuse(f"schema: {exc}")
         prompts, contexts = frame.get("prompts"), frame.get("contexts")
         problem = _check_items(prompts, contexts)
         if problem:
@@ -95,8 +116,16 @@ class Bridge:
         results: list[str] | None = None
         try:
             self._budget.check_batch(len(items))
-            results = await self._fan_out(call, items, children=mode == "child-call")
-            failed = sum(1 for r in results if r.startswith("Error:"))
+            if schema is not None:
+                structured = await self._fan_out(
+                    call, items, one=lambda c, p, x: self._one_structured(c, p, x, schema)
+                )
+                failed = sum(1 for item in structured if "error" in item)
+                results = [json.dumps(item) for item in structured]  # as the trace shows them
+            else:
+                children = mode == "child-call"
+                results = await self._fan_out(call, items, one=self._one, children=children)
+                failed = sum(1 for r in results if r.startswith("Error:"))
         except BudgetExceeded as exc:
             events.emit(
                 BudgetRefused(
@@ -123,13 +152,20 @@ class Bridge:
                     answers=results,
                 )
             )
+        if schema is not None:
+            return {"ok": True, "value": json.dumps(structured), "error": "", "kind": ""}
         assert results is not None
         value: str | list[str] = results[0] if fn == "llm_query" else results
         return {"ok": True, "value": value, "error": "", "kind": ""}
 
     async def _fan_out(
-        self, call: Call, items: list[tuple[str, str | None]], *, children: bool
-    ) -> list[str]:
+        self,
+        call: Call,
+        items: list[tuple[str, str | None]],
+        *,
+        one: Callable[[Call, str, str | None], Awaitable[_Result]],
+        children: bool = False,
+    ) -> list[_Result]:
         """Run every item; results in input order.
 
         Sub-queries all start at once and queue FIFO at the gate, which is the
@@ -137,19 +173,16 @@ class Bridge:
         item backing off from a retry holds nothing.  Child calls each own a
         sandbox, so at most ``max_concurrent`` of one batch are alive at a time.
         """
-        results = [""] * len(items)
+        results: list[_Result | None] = [None] * len(items)
         window = trio.Semaphore(self._config.max_concurrent if children else len(items))
         exhausted: list[BudgetExceeded] = []
 
         async def run_item(index: int, prompt: str, context: str | None) -> None:
             try:
-                if exhausted:  # the ledger is spent: send nothing more
-                    results[index] = f"Error: BudgetExceeded: {exhausted[0]}"
-                    return
-                results[index] = await self._one(call, prompt, context)
+                if not exhausted:  # once the ledger is spent, send nothing more
+                    results[index] = await one(call, prompt, context)
             except BudgetExceeded as exc:
                 exhausted.append(exc)
-                results[index] = f"Error: BudgetExceeded: {exc}"
             finally:
                 window.release()
 
@@ -158,8 +191,8 @@ class Bridge:
                 await window.acquire()
                 nursery.start_soon(run_item, index, prompt, context)
         if exhausted:
-            raise exhausted[0]
-        return results
+            raise exhausted[0]  # the whole batch is refused: model code sees BudgetExceeded
+        return [result for result in results if result is not None]
 
     async def _one(self, call: Call, prompt: str, context: str | None) -> str:
         config = self._config
@@ -185,6 +218,87 @@ class Bridge:
             if exc.ends_run:
                 self._abort(exc)
             return f"Error: {type(exc).__name__}: {exc}"
+
+    async def _one_structured(
+        self, call: Call, prompt: str, context: str | None, schema: JsonSchema
+    ) -> dict[str, object]:
+        """One structured answer: ``{"value": data}``, or ``{"error": why}`` once a repair
+        request did not fix it either."""
+        content = prompt if context is None else f"{prompt}\n\n{context}"
+        messages: list[Message] = [{"role": "user", "content": content}]
+        problem = ""
+        for attempt in range(2):
+            try:
+                completion = await self._gate.complete(
+                    CompletionRequest(
+                        messages=messages,
+                        model=self._config.effective_sub_model,
+                        lane="sub",
+                        max_tokens=self._config.max_tokens,
+                        call_id=call.call_id,
+                        depth=call.depth + 1,
+                        response_schema=schema,
+                    )
+                )
+            except BudgetExceeded:
+                raise
+            except RLMError as exc:
+                if exc.ends_run:
+                    self._abort(exc)
+                return {"error": f"{type(exc).__name__}: {exc}"}
+            try:
+                value = parse_json_answer(completion.text)
+            except ValueError as exc:
+                problem = f"the answer is not valid JSON ({exc})"
+            else:
+                found = schema_problem(value, schema)
+                if found is None:
+                    return {"value": value}
+                problem = f"the answer does not fit the schema ({found})"
+            if attempt == 0:
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": completion.text},
+                    {"role": "user", "content": _REPAIR.format(problem=problem)},
+                ]
+        return {"error": f"{problem}, even after one repair request"}
+
+    async def _call_tool(self, call: Call, name: object, arguments: object) -> BridgeAnswer:
+        """Run host tool ``name`` on JSON ``arguments``; its failure is a ``tool`` reply."""
+        started = self._events.now()
+        try:
+            if not isinstance(name, str) or not isinstance(arguments, str):
+                raise ToolFailure("a tool call needs a tool name and JSON arguments")
+            try:
+                payload = json.loads(arguments)
+                args, kwargs = payload["args"], payload["kwargs"]
+            except (ValueError, KeyError, TypeError):
+                raise ToolFailure(f"{name}: the arguments are not JSON data") from None
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise ToolFailure(f"{name}: the arguments are not JSON data")
+            value = await self._tools.call(name, args, kwargs)
+            try:
+                text = json.dumps(value)
+            except (TypeError, ValueError):
+                raise ToolFailure(f"{name} returned data that is not JSON") from None
+        except ToolFailure as exc:
+            self._emit_tool(call, str(name), str(exc), started)
+            return {"ok": False, "value": None, "error": str(exc), "kind": "tool"}
+        self._emit_tool(call, name, None, started)
+        return {"ok": True, "value": text, "error": "", "kind": ""}
+
+    def _emit_tool(self, call: Call, name: str, error: str | None, started: float) -> None:
+        self._events.emit(
+            ToolCalled(
+                call_id=call.call_id,
+                parent_id=call.parent_id,
+                depth=call.depth,
+                tool=name,
+                ok=error is None,
+                error=error,
+                duration_s=round(self._events.now() - started, 6),
+            )
+        )
 
     def _budget_view(self, call: Call) -> dict[str, Any]:
         """What remains for ``call`` to plan with (returned by ``budget()`` in the sandbox)."""
@@ -213,6 +327,14 @@ async def _run_child(parent: Call, query: str, context: str) -> str:
     if outcome.status == "iterations":
         return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
     return f"Error: child call {child.call_id} failed: {outcome.error}"
+
+
+_Result = TypeVar("_Result")
+
+_REPAIR = (
+    "Your answer could not be used: {problem}. Reply with only the corrected JSON, "
+    "nothing else."
+)
 
 
 def _refuse(message: str) -> BridgeAnswer:

@@ -21,8 +21,9 @@ already ran.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
@@ -34,6 +35,7 @@ from rlm._run.context import Context, context_chars, describe_context
 from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
 from rlm._run.pipeline import BlockPipeline, Ran
+from rlm._run.schema import JsonSchema, parse_json_answer, validation_error
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
@@ -45,7 +47,7 @@ from rlm_sandbox.protocol import BridgeAnswer
 if TYPE_CHECKING:
     from rlm._run.bridge import Bridge
 
-__all__ = ["Call", "CallOutcome", "CallParts", "CallStatus"]
+__all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
 
 #: How a call ended: ``stopped`` means the run ended around it.
 CallStatus = Literal["answered", "iterations", "budget_exceeded", "error", "stopped"]
@@ -82,6 +84,26 @@ class CallParts:
     sandboxes: Launcher
     bridge: Bridge
     abort: Callable[[RLMError], None]
+    #: The system prompt (the shipped one, plus the host tools' list when there are any).
+    system_prompt: str = ""
+    #: The root's final answer must be JSON fitting this schema (structured answers).
+    answer_schema: JsonSchema | None = None
+
+
+@dataclass
+class SessionCarry:
+    """What a session's root call keeps from one query to the next.
+
+    The root's ``slot`` (its sandbox and namespace) lives in the session's
+    ``nursery`` rather than the call's own, and ``history`` is the conversation
+    so far (empty before the first query).
+    """
+
+    slot: SandboxSlot
+    nursery: trio.Nursery
+    history: list[Message] = field(default_factory=list)
+    #: Past this many characters the older steps are compacted before the next query.
+    max_history_chars: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +141,10 @@ class Call:
         depth: int,
         query: str,
         context: Context,
+        carry: SessionCarry | None = None,
     ) -> None:
         self._parts = parts
+        self._carry = carry
         self.call_id = call_id
         self.parent_id = parent_id
         self.depth = depth
@@ -129,22 +153,40 @@ class Call:
         self.iteration = 0
         self.children = 0
         self.outcome: CallOutcome | None = None
-        self.history: list[Message] = [
-            {"role": "system", "content": prompts.load("system")},
-            {"role": "user", "content": f"{describe_context(context)}\n\nQuery: {query}"},
-        ]
+        self.history: list[Message] = carry.history if carry is not None else []
+        if self.history:  # a session's follow-up: the context was described already
+            self.history.append({"role": "user", "content": f"Query: {query}"})
+        else:
+            ask = f"{describe_context(context)}\n\n"
+            if parts.answer_schema is not None and depth == 0:
+                ask += (
+                    "Your final answer must be JSON that fits the schema below: build it as "
+                    "a dict or list and end with FINAL_VAR(its name).\n"
+                    f"Answer schema: {json.dumps(parts.answer_schema)}\n\n"
+                )
+            self.history += [
+                {"role": "system", "content": parts.system_prompt or prompts.load("system")},
+                {"role": "user", "content": f"{ask}Query: {query}"},
+            ]
         self._started_at = 0.0
         self._sent = 0  # messages of this call's previous request (a step's request reuses them)
-        self._slot = SandboxSlot(
+        self._slot = carry.slot if carry is not None else SandboxSlot(
             parts.sandboxes, context, SandboxIdentity(call_id, parent_id, depth)
         )
+        #: The root's answer as data, when the run asked for structured answers.
+        self.data: object = None
         self._last_reply: str | None = None
         self.candidate: str | None = None
         self.last_output: str | None = None
 
     @classmethod
-    def root(cls, parts: CallParts, query: str, context: Context) -> Call:
-        return cls(parts, call_id="root", parent_id=None, depth=0, query=query, context=context)
+    def root(
+        cls, parts: CallParts, query: str, context: Context, carry: SessionCarry | None = None
+    ) -> Call:
+        return cls(
+            parts, call_id="root", parent_id=None, depth=0, query=query, context=context,
+            carry=carry,
+        )
 
     def child(self, query: str, context: Context) -> Call:
         """A new call one level down, started by this call's code (not yet running)."""
@@ -178,7 +220,8 @@ class Call:
         included, the sandbox is killed and reaped before this returns, and a
         call that did not conclude concludes as ``stopped``.
         """
-        async with trio.open_nursery() as nursery:  # the sandbox's helper tasks
+        async with trio.open_nursery() as own:  # the sandbox's helper tasks
+            nursery = self._carry.nursery if self._carry is not None else own
             try:
                 self._conclude(await self._loop(nursery))
             except RLMError as exc:
@@ -189,7 +232,7 @@ class Call:
                     self._conclude(outcome)
             finally:
                 await self._close()
-                nursery.cancel_scope.cancel()
+                own.cancel_scope.cancel()
         assert self.outcome is not None
         return self.outcome
 
@@ -203,7 +246,8 @@ class Call:
                 context_chars=context_chars(self.context),
             )
         )
-        self._slot.spawn(nursery)  # overlaps the first step
+        if not self._slot.started:
+            self._slot.spawn(nursery)  # overlaps the first step
         forced = False
         while True:
             step = await self._generate(forced, nursery)
@@ -211,11 +255,21 @@ class Call:
                 executed = await self._execute(step, nursery)
                 if executed.failure is not None:
                     return self._outcome("error", error=executed.failure)
-                if executed.final is not None or forced:
+                problem = self._answer_problem(executed.final)
+                if problem is not None and forced:
+                    return self._outcome("error", error=problem)
+                if problem is None and (executed.final is not None or forced):
                     return self._finished(executed.final)
-                self.history.append({"role": "user", "content": "\n\n".join(executed.feedback)})
+                feedback = [*executed.feedback, *([problem] if problem else [])]
+                self.history.append({"role": "user", "content": "\n\n".join(feedback)})
             elif step.final is not None or forced:
-                return self._finished(step.final.answer if step.final else None)
+                answer = step.final.answer if step.final else None
+                problem = self._answer_problem(answer)
+                if problem is None:
+                    return self._finished(answer)
+                if forced:
+                    return self._outcome("error", error=problem)
+                self.history.append({"role": "user", "content": problem})
             else:
                 self.history.append({"role": "user", "content": REMINDER})
             forced = self.iteration >= self._parts.config.max_iterations
@@ -333,6 +387,24 @@ class Call:
         limit = self._parts.config.exec_timeout
         return await self._slot.execute(code, nursery, on_bridge, limit)
 
+    def _answer_problem(self, answer: str | None) -> str | None:
+        """Why a root answer does not fit the run's schema (None when it fits or no
+        schema applies); keeps the parsed value in ``self.data`` when it fits."""
+        schema = self._parts.answer_schema
+        if answer is None or schema is None or self.depth != 0:
+            return None
+        try:
+            value = parse_json_answer(answer)
+        except ValueError as exc:
+            return (f"Your final answer must be JSON fitting the schema, but it is not valid "
+                    f"JSON ({exc}). Build the answer as a dict or list and use FINAL_VAR.")
+        problem = validation_error(value, schema)
+        if problem is not None:
+            return (f"Your final answer does not fit the schema: {problem}. Fix it and "
+                    "answer again.")
+        self.data = value
+        return None
+
     # -- endings ---------------------------------------------------------------
 
     def _finished(self, answer: str | None) -> CallOutcome:
@@ -385,7 +457,8 @@ class Call:
         """
         if self.outcome is None and self.depth == 0 and not self.candidate:
             self.candidate = await self._slot.peek("answer")
-        await self._slot.discard()
+        if self._carry is None:  # a session keeps its sandbox for the next query
+            await self._slot.discard()
         if self.outcome is None:
             self._conclude(self._outcome("stopped", error="the run ended before this call did"))
 

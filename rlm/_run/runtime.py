@@ -9,17 +9,21 @@ kills its call's sandbox before ``run`` returns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
 
+from rlm import prompts
 from rlm._config import RunConfig
-from rlm._events import EventBus
+from rlm._events import EventBus, HistoryCompacted
 from rlm._run.bridge import Bridge
-from rlm._run.call import Call, CallOutcome, CallParts
+from rlm._run.call import Call, CallOutcome, CallParts, SessionCarry
 from rlm._run.context import Context
 from rlm._run.parsing import find_final
+from rlm._run.schema import JsonSchema
+from rlm._run.tools import ToolBox
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.launcher import SandboxLauncher
@@ -70,7 +74,10 @@ class Runtime:
         prices: PriceTable | None = None,
         cache: CompletionCache | None = None,
         sandboxes: Launcher | None = None,
+        tools: ToolBox | None = None,
+        answer_schema: JsonSchema | None = None,
     ) -> None:
+        tools = tools or ToolBox()
         self.config = config
         self.events = events
         self.budget = make_budget(config, prices)
@@ -85,7 +92,13 @@ class Runtime:
             ledger=self.budget,
             cache=cache,
         )
-        self.sandboxes = sandboxes if sandboxes is not None else default_launcher(config, events)
+        self.sandboxes = (
+            sandboxes
+            if sandboxes is not None
+            else default_launcher(
+                config, events, tools=tools.names, answer_json=answer_schema is not None
+            )
+        )
         bridge = Bridge(
             config=config,
             events=events,
@@ -93,8 +106,17 @@ class Runtime:
             budget=self.budget,
             abort=self.abort,
             deadline=self._current_deadline,
+            tools=tools,
         )
-        self._parts = CallParts(config, events, self.gate, self.sandboxes, bridge, self.abort)
+        system = prompts.load("system")
+        if tools:
+            system = f"{system}\n\n{tools.describe()}"
+        self._parts = CallParts(
+            config, events, self.gate, self.sandboxes, bridge, self.abort,
+            system_prompt=system, answer_schema=answer_schema,
+        )
+        #: The root call of the last run (its ``data`` holds a structured answer).
+        self.root: Call | None = None
         self._run_scope: trio.CancelScope | None = None
         self._error: RLMError | None = None
         self._deadline = float("inf")
@@ -107,15 +129,29 @@ class Runtime:
     def _current_deadline(self) -> float:
         return self._deadline
 
-    async def run(self, query: str, context: Context) -> RunOutcome:
-        """Run the root call to its end, or until an error or the timeout stops it."""
+    async def run(
+        self, query: str, context: Context, carry: SessionCarry | None = None
+    ) -> RunOutcome:
+        """Run the root call to its end, or until an error or the timeout stops it.
+
+        With ``carry`` (a session's follow-up) the root continues the session's
+        conversation in its sandbox; the session, not this run, keeps the
+        launcher serving.
+        """
         timeout = self.config.timeout
         self._deadline = trio.current_time() + timeout if timeout else float("inf")
-        root = Call.root(self._parts, query, context)
         with trio.CancelScope(deadline=self._deadline) as run_scope:
             self._run_scope = run_scope
-            async with self.sandboxes.serving():
+            if carry is not None and _too_long(carry):
+                await self._compact(carry)
+            root = self.root = Call.root(self._parts, query, context, carry)
+            async with contextlib.AsyncExitStack() as stack:
+                if carry is None:
+                    await stack.enter_async_context(self.sandboxes.serving())
                 await root.run()
+        if self.root is None:  # cut off while compacting
+            return RunOutcome(None, self._error or RunTimeout("the run ended before it began"))
+        root = self.root
         outcome = root.outcome
         answered = outcome is not None and outcome.status == "answered"
         if self._error is None and run_scope.cancelled_caught and not answered:
@@ -164,6 +200,50 @@ class Runtime:
                 return final.answer
         return None
 
+    async def _compact(self, carry: SessionCarry) -> None:
+        """Replace a session's older steps by a summary the root model writes.
+
+        The system prompt and the first question stay; everything after them
+        becomes one summary.  A failed summary request leaves the history as it
+        was (the next query then runs with the long history).
+        """
+        history = carry.history
+        if len(history) < 3:
+            return
+        transcript = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in history[2:])
+        request = CompletionRequest(
+            messages=[
+                {"role": "system", "content": _COMPACT_SYSTEM},
+                {"role": "user", "content": transcript[-_COMPACT_INPUT_CHARS:]},
+            ],
+            model=self.config.model,
+            lane="root",
+            max_tokens=self.config.max_tokens,
+            call_id="root",
+        )
+        try:
+            summary = (await self.gate.complete(request)).text.strip()
+        except RLMError as exc:
+            if exc.ends_run:
+                raise
+            return
+        before = sum(len(m["content"]) for m in history)
+        count = len(history)
+        history[2:] = [
+            {"role": "assistant", "content": f"Summary of the session so far:\n{summary}"}
+        ]
+        self.events.emit(
+            HistoryCompacted(
+                call_id="root",
+                parent_id=None,
+                depth=0,
+                messages_before=count,
+                chars_before=before,
+                chars_after=sum(len(m["content"]) for m in history),
+                summary=summary,
+            )
+        )
+
     def kill_sandboxes(self) -> None:
         """Kill every live sandbox's process group now, synchronously."""
         self.sandboxes.kill_all()
@@ -180,15 +260,38 @@ class Runtime:
             self._run_scope.cancel()
 
 
+_COMPACT_SYSTEM = (
+    "You are the root of a recursive language model in a long session: you answer queries "
+    "about a large `context` by writing Python in a persistent REPL. Summarise the session "
+    "below for your future self: the queries and their answers, what you found, and every "
+    "REPL variable you defined with what it holds (they still exist). Be brief and exact."
+)
+_COMPACT_INPUT_CHARS = 400_000
+
+
+def _too_long(carry: SessionCarry) -> bool:
+    limit = carry.max_history_chars
+    return limit is not None and sum(len(m["content"]) for m in carry.history) > limit
+
+
 def default_launcher(
-    config: RunConfig, events: EventBus, *, early_zygote: EarlyZygote | None = None
-) -> Launcher:
-    """Real sandbox processes, as ``config`` asks for them (from ``early_zygote`` if given)."""
+    config: RunConfig,
+    events: EventBus,
+    *,
+    tools: Sequence[str] = (),
+    answer_json: bool = False,
+    early_zygote: EarlyZygote | None = None,
+) -> SandboxLauncher:
+    """Real sandbox processes, as ``config`` asks for them (from ``early_zygote`` if given),
+    with the host tools' names, and JSON answers from FINAL_VAR when the run wants
+    structured data."""
     return SandboxLauncher(
         events=events,
         max_output_chars=config.max_output_chars,
         require_isolation=config.require_isolation,
         early_zygote=early_zygote,
+        tools=tools,
+        answer_json=answer_json,
     )
 
 

@@ -31,6 +31,11 @@ class ReplSandbox(Protocol):
         """Run ``code``; raise ExecutionTimeout or SandboxCrashed when the sandbox is lost."""
         ...
 
+    async def export_variables(self) -> tuple[str, list[str]]:
+        """JSON of its plain-data variables (``rlm_sandbox/plaindata.py``) and the names
+        of those that are not plain data."""
+        ...
+
     def kill(self, reason: str = "killed") -> None:
         """Kill it at once (synchronous; safe to repeat)."""
 

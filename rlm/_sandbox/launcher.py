@@ -65,8 +65,12 @@ class SandboxLauncher:
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         use_zygote: bool = True,
         early_zygote: EarlyZygote | None = None,
+        tools: Iterable[str] = (),
+        answer_json: bool = False,
     ) -> None:
         self._events = events
+        self._tools = list(tools)
+        self._answer_json = answer_json
         self._max_output_chars = max_output_chars
         self._required = parse_layers(require_isolation)
         self._pool_size = pool_size
@@ -162,7 +166,8 @@ class SandboxLauncher:
                           owner: SandboxIdentity, requested_at: float) -> None:
         await box.initialize(
             context=context, context_fd=context_fd, max_output_chars=self._max_output_chars,
-            owner=owner, requested_at=requested_at,
+            owner=owner, requested_at=requested_at, tools=self._tools,
+            answer_json=self._answer_json,
         )
         try:
             check_required(box.layers, self._required)

@@ -31,6 +31,7 @@ from rlm_sandbox.protocol import (
     HOST_FRAME_MAX_BYTES,
     BridgeAnswer,
     ExecFrame,
+    ExportFrame,
     FrameDecoder,
     FrameError,
     InitFrame,
@@ -155,12 +156,18 @@ class Sandbox:
         max_output_chars: int,
         owner: SandboxIdentity,
         requested_at: float,
+        tools: list[str] | None = None,
+        answer_json: bool = False,
     ) -> None:
         """Send ``init`` (the context inline, or ``context_fd``: a sealed memfd) and
         wait for ``ready``.  On failure or cancellation the sandbox is closed."""
         self._owner = owner
         self._max_output_chars = max_output_chars
         init: InitFrame = {"t": "init", "max_output_chars": max_output_chars}
+        if tools:
+            init["tools"] = tools
+        if answer_json:
+            init["answer_json"] = True
         try:
             with trio.fail_after(_START_TIMEOUT):
                 if context_fd is None:
@@ -263,6 +270,24 @@ class Sandbox:
             duration_s=duration_s,
         )
 
+    async def export_variables(self) -> tuple[str, list[str]]:
+        """JSON of the namespace's plain-data variables and the names left out
+        (``rlm_sandbox/plaindata.py``); SandboxCrashed if the sandbox does not answer."""
+        self._exec_ids += 1
+        export_id = self._exec_ids
+        await self._send_frame(ExportFrame(t="export", id=export_id))
+        with trio.move_on_after(_START_TIMEOUT):
+            frame = await self._next_frame()
+            data, skipped = frame.get("data"), frame.get("skipped")
+            if (frame.get("t") == "exported" and frame.get("id") == export_id
+                    and isinstance(data, str) and isinstance(skipped, list)
+                    and all(isinstance(name, str) for name in skipped)):
+                return data, skipped
+            self.kill("protocol-error")
+            raise SandboxCrashed("the sandbox answered 'export' with a malformed frame")
+        self.kill("timeout")
+        raise SandboxCrashed("the sandbox did not export its variables within 30 s")
+
     def kill(self, reason: str = "killed") -> None:
         """Kill the whole process group at once.  Safe to call repeatedly."""
         if self._process.returncode is None and not self._killed:
@@ -303,7 +328,9 @@ class Sandbox:
     def alive(self) -> bool:
         return not (self._closed or self._killed) and self._process.returncode is None
 
-    async def _send_frame(self, message: InitFrame | ExecFrame | ReplyFrame) -> None:
+    async def _send_frame(
+        self, message: InitFrame | ExecFrame | ReplyFrame | ExportFrame
+    ) -> None:
         try:
             data = encode_frame(message, HOST_FRAME_MAX_BYTES)
         except FrameError as exc:

@@ -38,6 +38,11 @@ class SandboxSlot:
         self.executing = False
 
     @property
+    def started(self) -> bool:
+        """Whether a sandbox is live or on its way (a session's slot between queries)."""
+        return self._ready is not None
+
+    @property
     def losses(self) -> int:
         """How many sandboxes this call lost to a crash or a timeout so far."""
         return self._failures
@@ -76,6 +81,11 @@ class SandboxSlot:
         self.executing = True
         try:
             return await sandbox.execute(code, on_bridge, limit=limit)
+        except trio.Cancelled:
+            # Cut off mid-execution, it would go on running this code: a session's next
+            # query must not get it (the next execute finds it dead and starts afresh).
+            sandbox.kill("interrupted")
+            raise
         except (ExecutionTimeout, SandboxCrashed) as exc:
             self._failures += 1
             await self.discard()
@@ -118,6 +128,15 @@ class SandboxSlot:
                 return None
             return result.final
         return None
+
+    async def export_variables(self) -> tuple[str, list[str]]:
+        """JSON of the sandbox's plain-data variables, and the names left out."""
+        if self._ready is None:
+            return "{}", []
+        await self._ready.wait()
+        if self._sandbox is None or not self._sandbox.alive:
+            return "{}", []
+        return await self._sandbox.export_variables()
 
     def kill(self) -> None:
         """Kill the sandbox at once (synchronous; reaping happens in ``discard``)."""

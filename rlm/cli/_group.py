@@ -22,6 +22,7 @@ __all__ = ["COMMANDS", "LazyGroup", "main"]
 # Command name → "module:attribute" of its click command.
 COMMANDS: Mapping[str, str] = {
     "bench": "rlm.cli.bench_cmd:bench",
+    "chat": "rlm.cli.chat_cmd:chat",
     "config": "rlm.cli.config_cmd:config_group",
     "doctor": "rlm.cli.doctor_cmd:doctor",
     "fixture": "rlm.cli.fixture_generators:fixture_group",

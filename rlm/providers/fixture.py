@@ -36,6 +36,7 @@ from typing import Any, Literal
 import trio
 
 from rlm.errors import ProviderConnectionError, ProviderStatusError
+from rlm.providers._fixture_extras import extra_reply, structured_tail
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
 
 __all__ = [
@@ -277,6 +278,9 @@ def _repl(code: str) -> str:
 
 def root_reply(messages: Sequence[Message], model: FixtureModel) -> str:
     """The scripted root's next reply, derived from the conversation alone."""
+    extra = extra_reply(messages)  # a session's follow-up, or a host tool call
+    if extra is not None:
+        return extra
     question = _query_of(messages)
     steps = sum(1 for m in messages if m["role"] == "assistant")
     if steps == 0:
@@ -284,7 +288,7 @@ def root_reply(messages: Sequence[Message], model: FixtureModel) -> str:
         return (
             "The context is too long to read at once, so I will split it into about "
             f"{model.chunks} overlapping chunks and ask a sub-model about each, {how}.\n\n"
-            + _repl(step_one_code(question, model))
+            + _repl(step_one_code(question, model) + structured_tail(messages))
             + "\n\nThe code prints how many chunks had a value and answers with the most "
             "common one; if none did, I will look again."
         )

@@ -53,6 +53,11 @@ class LineSandbox:
         text = "\n".join(output)
         return ExecResult(True, text, len(text), None, final, trio.current_time() - started)
 
+    async def export_variables(self) -> tuple[str, list[str]]:
+        """The line language has no variables: nothing to export."""
+        await trio.lowlevel.checkpoint()
+        return "{}", []
+
     def kill(self, reason: str = "killed") -> None:
         self.alive = False
 

@@ -1,0 +1,382 @@
+"""Sessions: a root call kept alive across queries.
+
+A session keeps the root's sandbox (so its REPL variables survive), the loaded
+context and the conversation; each query is still its own run, with its own
+budget, events and trace.  The session can carry a total budget across its
+queries.  When the conversation would pass ``max_history_chars``, its older
+steps are compacted into a summary by the root model (a ``history_compacted``
+event) while the REPL variables stay.
+
+:class:`AsyncSession` is the trio form (``async with model.asession(ctx)``).
+:class:`Session` is the blocking form: it runs an :class:`AsyncSession` in a
+trio loop on a thread of its own, so it can live between calls of plain code.
+``save(path)`` writes the conversation and the plain-data variables (str,
+numbers, bools, None, lists, tuples, dicts, sets) as JSON; ``RLM.load_session``
+resumes it in another process, over the same context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from rlm._events import EventBus
+from rlm._result import RunResult
+from rlm._run.call import SessionCarry
+from rlm._run.context import Context
+from rlm._run.runtime import default_launcher
+from rlm._sandbox.process import ExecResult, SandboxIdentity
+from rlm._sandbox.slot import SandboxSlot
+from rlm.errors import RLMError, UsageError
+from rlm.providers.base import Message
+from rlm_sandbox.protocol import BridgeAnswer
+
+if TYPE_CHECKING:
+    from rlm._api import RLM
+
+__all__ = ["AsyncSession", "SavedSession", "Session", "read_saved_session"]
+
+SESSION_FORMAT = 1
+DEFAULT_MAX_HISTORY_CHARS = 200_000
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    """What a saved session file holds (see :meth:`AsyncSession.save`)."""
+
+    settings: dict[str, Any]
+    history: list[Message]
+    variables: dict[str, Any]
+
+
+class AsyncSession:
+    """A root call kept alive across queries, in the caller's trio loop."""
+
+    def __init__(
+        self,
+        model: RLM,
+        context: Context = "",
+        *,
+        max_history_chars: int | None = DEFAULT_MAX_HISTORY_CHARS,
+        max_total_llm_calls: int | None = None,
+        max_total_cost: float | None = None,
+        restore: SavedSession | None = None,
+    ) -> None:
+        if max_history_chars is not None and max_history_chars < 1_000:
+            raise UsageError("max_history_chars must be at least 1,000 (or None for no limit)")
+        self._model = model
+        self._context = context
+        self._max_history_chars = max_history_chars
+        self._max_total_llm_calls = max_total_llm_calls
+        self._max_total_cost = max_total_cost
+        self._restore = restore
+        self._carry: SessionCarry | None = None
+        self._stack: AsyncExitStack | None = None
+        self._lock = trio.Lock()
+        self._launcher: Any = None
+        #: What the session's queries have spent so far.
+        self.total_llm_calls = 0
+        self.total_cost = 0.0
+        self.queries = 0
+
+    async def __aenter__(self) -> AsyncSession:
+        stack = AsyncExitStack()
+        try:
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)
+            model = self._model
+            # The session's own sandbox start and exit belong to no single query's trace.
+            self._launcher = default_launcher(
+                model.config, EventBus(keep=False), tools=model.tool_names
+            )
+            await stack.enter_async_context(self._launcher.serving())
+            slot = SandboxSlot(self._launcher, self._context, SandboxIdentity("root", None, 0))
+            stack.push_async_callback(slot.discard)
+            history = list(self._restore.history) if self._restore else []
+            self._carry = SessionCarry(slot, nursery, history, self._max_history_chars)
+            if self._restore is not None and self._restore.variables:
+                await self._load_variables(self._restore.variables)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Kill the session's sandbox and stop serving; safe to call twice."""
+        stack, self._stack, self._carry = self._stack, None, None
+        if stack is not None:  # the sandbox's and the launcher's exits shield themselves
+            await stack.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self._stack is None
+
+    async def completion(self, query: str) -> RunResult:
+        """Answer ``query`` as the next turn of the session (one run of its own).
+
+        Queries run one at a time; limits end the query with that status and
+        leave the session usable.
+        """
+        async with self._lock:
+            carry = self._open_carry()
+            config = self._query_config()
+            try:
+                result = await self._model._arun(
+                    query, self._context, carry=carry, sandboxes=self._launcher, config=config
+                )
+            except RLMError as exc:
+                if exc.result is not None:
+                    self._count(exc.result)
+                raise
+            self._count(result)
+            return result
+
+    def interrupt(self) -> None:
+        """Stop the query in progress (it ends ``interrupted``); the session stays open."""
+        self._model.interrupt()
+
+    async def save(self, path: str | os.PathLike[str]) -> list[str]:
+        """Write the conversation and the plain-data variables to ``path`` (JSON, atomic).
+
+        Returns the names of variables left out because they are not plain data.
+        The API key is never written.
+        """
+        async with self._lock:
+            carry = self._open_carry()
+            data, skipped = "{}", list[str]()
+            if carry.slot.started:
+                data, skipped = await carry.slot.export_variables()
+            settings = {
+                k: v
+                for k, v in dataclasses.asdict(self._model.config).items()
+                if k != "api_key"
+            }
+            document = {
+                "rlm_session": SESSION_FORMAT,
+                "settings": settings,
+                "context_sha256": _digest(self._context),
+                "history": carry.history,
+                "variables": json.loads(data),
+                "skipped": skipped,
+            }
+            await trio.to_thread.run_sync(_write_atomically, Path(path), json.dumps(document))
+            return skipped
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _open_carry(self) -> SessionCarry:
+        if self._carry is None:
+            raise UsageError("the session is closed; start a new one with RLM(...).session()")
+        return self._carry
+
+    def _query_config(self) -> Any:
+        """The model's settings, with the session's remaining total budget as this run's."""
+        config = self._model.config
+        changes: dict[str, Any] = {}
+        if self._max_total_llm_calls is not None:
+            left = max(0, self._max_total_llm_calls - self.total_llm_calls)
+            mine = config.max_llm_calls
+            changes["max_llm_calls"] = left if mine is None else min(mine, left)
+        if self._max_total_cost is not None:
+            left_cost = max(0.0, self._max_total_cost - self.total_cost)
+            mine_cost = config.max_cost
+            changes["max_cost"] = left_cost if mine_cost is None else min(mine_cost, left_cost)
+        return dataclasses.replace(config, **changes) if changes else config
+
+    def _count(self, result: RunResult) -> None:
+        self.queries += 1
+        self.total_llm_calls += result.usage.llm_calls
+        cost = result.usage_detail.get("cost")
+        if isinstance(cost, int | float):
+            self.total_cost += float(cost)
+
+    async def _load_variables(self, variables: dict[str, Any]) -> None:
+        """Assign restored variables in the new sandbox (as Python literals)."""
+        carry = self._open_carry()
+        code = restore_source(variables)
+
+        async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:
+            return {"ok": False, "value": None, "error": "restoring a session", "kind": "usage"}
+
+        result: ExecResult = await carry.slot.execute(
+            code, carry.nursery, no_bridge, self._model.config.exec_timeout
+        )
+        if not result.ok:
+            raise UsageError(f"the saved variables could not be restored: {result.error}")
+
+
+class Session:
+    """A blocking session (see :class:`AsyncSession`): its trio loop runs on a thread."""
+
+    def __init__(self, model: RLM, context: Context = "", **options: Any) -> None:
+        self._async = AsyncSession(model, context, **options)
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._done: trio.Event | None = None
+        self._thread = threading.Thread(target=self._serve, name="rlm-session", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise self._failure
+
+    def _serve(self) -> None:
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._done = trio.Event()
+            try:
+                async with self._async:
+                    self._ready.set()
+                    await self._done.wait()
+            except BaseException as exc:
+                if not self._ready.is_set():
+                    self._failure = exc
+                    self._ready.set()
+                    return
+                raise
+
+        trio.run(main)
+
+    def completion(self, query: str) -> RunResult:
+        """Answer ``query`` as the session's next turn (blocks until it is answered)."""
+        return trio.from_thread.run(self._async.completion, query, trio_token=self._open())
+
+    def interrupt(self) -> None:
+        """Stop the query in progress (from another thread, e.g. on Ctrl-C)."""
+        trio.from_thread.run_sync(self._async.interrupt, trio_token=self._open())
+
+    def save(self, path: str | os.PathLike[str]) -> list[str]:
+        """See :meth:`AsyncSession.save`."""
+        return trio.from_thread.run(self._async.save, path, trio_token=self._open())
+
+    @property
+    def total_llm_calls(self) -> int:
+        return self._async.total_llm_calls
+
+    @property
+    def total_cost(self) -> float:
+        return self._async.total_cost
+
+    def close(self) -> None:
+        """Kill the session's sandbox and end its thread; safe to call twice."""
+        if self._token is not None and self._thread.is_alive():
+            done = self._done
+            assert done is not None
+            trio.from_thread.run_sync(done.set, trio_token=self._token)
+        self._thread.join()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> trio.lowlevel.TrioToken:
+        if self._token is None or not self._thread.is_alive() or self._async.closed:
+            raise UsageError("the session is closed; start a new one with RLM(...).session()")
+        return self._token
+
+
+def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedSession:
+    """The saved session at ``path``; UsageError if unreadable, newer, or for another context."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the saved session {path}: {exc}") from None
+    if not isinstance(document, dict) or "rlm_session" not in document:
+        raise UsageError(f"{path} is not a saved rlm session")
+    if document["rlm_session"] != SESSION_FORMAT:
+        raise UsageError(
+            f"{path} was saved by a newer rlm (format {document['rlm_session']}); upgrade rlm"
+        )
+    if document.get("context_sha256") != _digest(context):
+        raise UsageError(
+            f"the context differs from the one {path} was saved with; pass the same context "
+            "(its variables were computed from it)"
+        )
+    history = document.get("history")
+    variables = document.get("variables")
+    settings = document.get("settings")
+    if not (isinstance(history, list) and isinstance(variables, dict)
+            and isinstance(settings, dict)):
+        raise UsageError(f"{path} is damaged: history, variables or settings are missing")
+    return SavedSession(settings=settings, history=history, variables=variables)
+
+
+def restore_source(variables: dict[str, Any]) -> str:
+    """Python code that assigns each saved variable from its tagged tree
+    (``rlm_sandbox/plaindata.py``); UsageError for anything else."""
+    lines = []
+    for name, tree in variables.items():
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+            raise UsageError(f"the saved session names a variable {name!r}, which is not allowed")
+        lines.append(f"{name} = {_literal(tree, 0)}")
+    lines.append("print(" + repr(f"restored {len(variables)} variable(s)") + ")")
+    return "\n".join(lines) + "\n"
+
+
+def _literal(tree: Any, depth: int) -> str:
+    if depth > 64 or not isinstance(tree, list) or len(tree) != 2:
+        raise UsageError("the saved session's variables are damaged")
+    tag, payload = tree
+    if tag == "v" and (payload is None or isinstance(payload, bool | int | float | str)):
+        return repr(payload)
+    if tag == "x" and payload in ("inf", "-inf", "nan"):
+        return f"float({payload!r})"
+    if tag in ("l", "t", "s", "f") and isinstance(payload, list):
+        items = [_literal(item, depth + 1) for item in payload]
+        if tag == "l":
+            return "[" + ", ".join(items) + "]"
+        if tag == "t":
+            return "(" + "".join(f"{item}, " for item in items) + ")"
+        body = "[" + ", ".join(items) + "]"
+        return f"set({body})" if tag == "s" else f"frozenset({body})"
+    if tag == "d" and isinstance(payload, list):
+        pairs = []
+        for pair in payload:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise UsageError("the saved session's variables are damaged")
+            pairs.append(f"{_literal(pair[0], depth + 1)}: {_literal(pair[1], depth + 1)}")
+        return "{" + ", ".join(pairs) + "}"
+    raise UsageError("the saved session's variables are damaged")
+
+
+def _digest(context: Context) -> str:
+    digest = hashlib.sha256()
+    for doc in [context] if isinstance(context, str) else context:
+        digest.update(doc.encode("utf-8", "surrogatepass"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

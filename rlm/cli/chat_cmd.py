@@ -1,0 +1,155 @@
+"""``rlm chat``: a session at a prompt — follow-up questions keep the REPL's variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from rlm._api import RLM
+from rlm._run.tools import load_tool
+from rlm._session import Session
+from rlm.cli._context_input import read_context
+from rlm.cli.run_cmd import run
+from rlm.errors import RLMError, UsageError
+
+__all__ = ["chat"]
+
+#: ``rlm run`` options that mean something else (or nothing) in a chat.
+_NOT_SHARED = {"query", "as_json", "stream", "trace_path", "quiet"}
+_BANNER = (
+    "rlm chat: ask about the context; follow-ups keep the REPL's variables.\n"
+    "Ctrl-C cancels the current question; Ctrl-D or 'exit' ends."
+)
+
+
+def _chat(
+    context_files: tuple[str, ...],
+    encoding: str,
+    as_json: bool,
+    tools: tuple[str, ...],
+    load: str | None,
+    save: str | None,
+    **settings: Any,
+) -> None:
+    """Ask questions about a large context, one after another, in one session.
+
+    The root call stays alive between questions: its sandbox keeps the
+    variables earlier answers computed, and the conversation goes on without
+    describing the context again.  On a terminal it is a prompt with line
+    editing; with --json (or from a pipe) it reads one question per line and
+    writes one JSON object per answer.  --tools module:function offers your
+    own Python functions to the model's code: they run on this machine with
+    your privileges.
+
+    \b
+    Examples:
+      rlm fixture needle --chars 2000000 > big.txt
+      rlm chat --context-file big.txt --provider fixture
+      printf 'What is the magic number?\\nHow many chunks did you search?\\n' | \\
+          rlm chat --context-file big.txt --provider fixture --json
+    """
+    if settings["provider"] == "fixture" and not settings["model"]:
+        settings["model"] = "fixture"
+    vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
+    api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
+    interactive = sys.stdin.isatty() and not as_json
+    try:
+        context = read_context(context_files, encoding)
+        functions = [load_tool(spec) for spec in tools]
+        if load is not None:
+            session = RLM.load_session(load, context, api_key=api_key, tools=functions)
+        else:
+            model = RLM(api_key=api_key, tools=functions, **settings)
+            session = model.session(context)
+    except UsageError as exc:
+        _fail(str(exc), exc.exit_code)
+    except RLMError as exc:
+        _fail(str(exc), exc.exit_code)
+    exit_code = 0
+    try:
+        if interactive:
+            import readline  # noqa: F401  (line editing and history for input())
+
+            click.echo(_BANNER, err=True)
+        exit_code = _loop(session, interactive=interactive, as_json=as_json)
+        if save is not None:
+            skipped = session.save(save)
+            note = f" (not plain data, left out: {', '.join(skipped)})" if skipped else ""
+            click.echo(f"session saved to {save}{note}", err=True)
+    finally:
+        session.close()
+    sys.exit(exit_code)
+
+
+def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
+    """Answer questions until end of input; the exit code (4 when credentials were refused)."""
+    while True:
+        try:
+            line = input("rlm> " if interactive else "")
+        except EOFError:
+            if interactive:
+                click.echo("", err=True)
+            return 0
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            continue
+        query = line.strip()
+        if not query:
+            continue
+        if interactive and query in ("exit", "quit"):
+            return 0
+        try:
+            result = session.completion(query)
+        except KeyboardInterrupt:
+            session.interrupt()
+            click.echo("(cancelled)", err=True)
+            continue
+        except RLMError as exc:
+            if as_json:
+                click.echo(json.dumps({"query": query, "status": "error", "error": str(exc)}))
+            else:
+                click.echo(f"Error: {exc}", err=True)
+            if exc.exit_code == 4:
+                return 4
+            continue
+        if as_json:
+            shown = {"query": query, **result.to_dict()}
+            click.echo(json.dumps(shown, ensure_ascii=False))
+        else:
+            click.echo(result.answer if result.answer is not None else f"({result.status})")
+            if result.status != "answered":
+                click.echo(f"the question ended with status {result.status}", err=True)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+chat = click.Command(
+    "chat",
+    callback=_chat,
+    help=_chat.__doc__,
+    params=[
+        *(param for param in run.params if param.name not in _NOT_SHARED),
+        click.Option(
+            ["--json", "as_json"],
+            is_flag=True,
+            help="Read one question per line; write one JSON object per answer.",
+        ),
+        click.Option(
+            ["--tools"],
+            multiple=True,
+            metavar="MODULE:FUNCTION",
+            help="Offer a Python function to the model's code (host code, host privileges).",
+        ),
+        click.Option(["--load"], metavar="PATH", help="Resume a session saved with --save."),
+        click.Option(
+            ["--save"], metavar="PATH", help="At the end, save the conversation and variables."
+        ),
+    ],
+)

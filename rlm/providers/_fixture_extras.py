@@ -1,0 +1,106 @@
+"""The fixture root's scripts for sessions, host tools and structured answers.
+
+Like the rest of the fixture model these are scripts, not intelligence: they
+exist so sessions, tools and schemas are exercised offline, end to end.
+
+- **A session's follow-up** (a later ``Query:`` message): the root answers from
+  variables an earlier query left in the REPL — ``len(chunks)`` when the
+  question mentions chunks, else ``answer`` — printing ``answer: X``, then ends
+  with ``FINAL(X)``.
+- **A tool call** (a query ``Call NAME(ARGS)`` with NAME listed in the system
+  prompt's host tools): the root calls it in code and answers with its result,
+  or with the ``ToolError`` it raised.
+- **A structured root answer** (``Answer schema: {...}`` in the first user
+  message): step one's code also builds ``answer_data`` shaped by the schema
+  from ``answer`` and ends with ``FINAL_VAR("answer_data")``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from rlm.providers.base import Message
+
+__all__ = ["ANSWER_SCHEMA_PREFIX", "extra_reply", "structured_tail"]
+
+ANSWER_SCHEMA_PREFIX = "Answer schema: "
+_TOOL_QUERY = re.compile(r"^Call (\w+)\((.*)\)\s*$")
+_ANSWER_LINE = re.compile(r"^answer: (.+)$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^(\w*Error: .+)$", re.MULTILINE)
+
+
+def _queries(messages: Sequence[Message]) -> list[int]:
+    """Indexes of user messages that ask a query (the first one, and each follow-up)."""
+    return [
+        i for i, m in enumerate(messages)
+        if m["role"] == "user" and any(
+            line.startswith("Query:") for line in m["content"].splitlines()
+        )
+    ]
+
+
+def _query_text(message: Message) -> str:
+    lines = [line for line in message["content"].splitlines() if line.startswith("Query:")]
+    return lines[-1].removeprefix("Query:").strip() if lines else ""
+
+
+def extra_reply(messages: Sequence[Message]) -> str | None:
+    """The root's reply when the conversation is a follow-up or a tool call, else None."""
+    asked = _queries(messages)
+    if not asked:
+        return None
+    latest = asked[-1]
+    query = _query_text(messages[latest])
+    since = messages[latest + 1:]
+    steps = sum(1 for m in since if m["role"] == "assistant")
+    tool = _TOOL_QUERY.match(query)
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    if tool and f"- `{tool.group(1)}(" in system:
+        if steps == 0:
+            code = f"result = {tool.group(1)}({tool.group(2)})\nprint(f\"answer: {{result}}\")\n"
+            return f"I will call the host tool {tool.group(1)}.\n\n```repl\n{code}```"
+        return _final_from(since)
+    if len(asked) < 2:
+        return None
+    if steps == 0:
+        name = "len(chunks)" if "chunk" in query.lower() else "answer"
+        code = f"print(f\"answer: {{{name}}}\")\n"
+        return f"The REPL still holds my earlier work.\n\n```repl\n{code}```"
+    return _final_from(since)
+
+
+def _final_from(since: Sequence[Message]) -> str:
+    for message in reversed(since):
+        if message["role"] != "user":
+            continue
+        error = _ERROR_LINE.search(message["content"])
+        if error:
+            return f"The code failed.\nFINAL({error.group(1).strip()})"
+        found = _ANSWER_LINE.findall(message["content"])
+        if found:
+            return f"Found it.\nFINAL({found[-1].strip()})"
+    return "Nothing was printed.\nFINAL(NOT FOUND)"
+
+
+def structured_tail(messages: Sequence[Message]) -> str:
+    """Code that ends step one with ``FINAL_VAR("answer_data")`` shaped by the answer
+    schema in the first user message ('' when the run wants no structured answer)."""
+    first = next((m["content"] for m in messages if m["role"] == "user"), "")
+    line = next(
+        (x for x in first.splitlines() if x.startswith(ANSWER_SCHEMA_PREFIX)), None
+    )
+    if line is None:
+        return ""
+    try:
+        schema = json.loads(line.removeprefix(ANSWER_SCHEMA_PREFIX))
+    except ValueError:
+        return ""
+    fields = []
+    for name, spec in (schema.get("properties") or {}).items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        value = "(int(answer) if answer.isdigit() else None)" if kind == "integer" else "answer"
+        fields.append(f"{name!r}: {value}")
+    body = "{" + ", ".join(fields) + "}" if schema.get("type") == "object" else "[answer]"
+    return f"if found:\n    answer_data = {body}\n    FINAL_VAR(\"answer_data\")\n"

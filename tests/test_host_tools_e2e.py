@@ -1,0 +1,63 @@
+"""Host tools called from real sandbox code: checked arguments, errors, no objects."""
+
+from __future__ import annotations
+
+from rlm import RLM
+
+CALLS: list[tuple[str, int]] = []
+
+
+def lookup(key: str, limit: int = 2) -> dict[str, object]:
+    """Look a key up in the host's table."""
+    CALLS.append((key, limit))
+    return {"key": key, "hits": [key.upper()] * limit}
+
+
+def broken(key: str) -> str:
+    """Always fails."""
+    raise LookupError(f"no entry for {key}")
+
+
+def ask(query: str, **settings: object) -> tuple[str | None, list[dict[str, object]]]:
+    model = RLM(provider="fixture", tools=[lookup, broken], **settings)  # type: ignore[arg-type]
+    result = model.completion(query, "some context")
+    return result.answer, [e for e in result.trace if e["event"] == "tool_called"]
+
+
+def test_sandbox_code_calls_a_host_tool_with_checked_arguments() -> None:
+    CALLS.clear()
+    answer, calls = ask("Call lookup('abc', limit=3)")
+    assert answer == "{'key': 'abc', 'hits': ['ABC', 'ABC', 'ABC']}"
+    assert CALLS == [("abc", 3)]
+    assert calls[0]["tool"] == "lookup" and calls[0]["ok"] is True
+
+
+def test_a_wrong_argument_type_comes_back_as_a_clear_tool_error() -> None:
+    CALLS.clear()
+    answer, calls = ask("Call lookup(5)")
+    assert answer == "ToolError: lookup: argument 'key': 5 is not of type 'string'"
+    assert CALLS == []  # the function never ran
+    assert calls[0]["ok"] is False
+
+
+def test_a_raising_tool_comes_back_as_its_error() -> None:
+    answer, _ = ask("Call broken('x')")
+    assert answer == "ToolError: broken raised LookupError: no entry for x"
+
+
+def test_a_tool_cannot_be_handed_a_sandbox_object() -> None:
+    CALLS.clear()
+    answer, calls = ask("Call lookup(print)")
+    assert answer is not None and answer.startswith("TypeError: lookup(): arguments must be plain")
+    assert CALLS == [] and calls == []  # refused in the sandbox: nothing crossed
+
+
+def test_the_system_prompt_lists_each_tool_with_its_signature_and_docstring() -> None:
+    result = RLM(provider="fixture", tools=[lookup]).completion("Call lookup('k')", "ctx")
+    assert result.status == "answered"
+    started = next(e for e in result.trace if e["event"] == "call_started")
+    assert started["call_id"] == "root"
+    from rlm._run.tools import ToolBox
+
+    listed = ToolBox([lookup]).describe()
+    assert "- `lookup(key: str, limit: int = 2) -> dict[str, object]`: Look a key up" in listed

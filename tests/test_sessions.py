@@ -1,0 +1,137 @@
+"""Sessions on the fixture model with real sandboxes: follow-ups, close, save and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlm import RLM, UsageError
+from rlm.fixtures import generate_needle
+from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers.fixture import FixtureProvider
+
+NEEDLE = generate_needle(chars=60_000, seed=3)
+TEXT = NEEDLE.text
+
+
+def sandbox_children() -> list[int]:
+    """Live sandbox processes descended from this test process (zygote forks included)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, bytes] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(") ", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                commands[int(entry)] = f.read()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    me, found = os.getpid(), []
+    for pid in parents:
+        ancestor = parents.get(pid)
+        while ancestor and ancestor != me:
+            ancestor = parents.get(ancestor)
+        if ancestor == me and b"rlm_sandbox" in commands.get(pid, b""):
+            found.append(pid)
+    return found
+
+
+def test_a_follow_up_uses_variables_of_the_previous_query_and_close_kills_the_sandbox() -> None:
+    model = RLM(provider="fixture")
+    with model.session(TEXT) as session:
+        first = session.completion("What is the magic number?")
+        assert first.status == "answered" and first.answer == NEEDLE.answer
+        follow = session.completion("How many chunks did you search?")
+        assert sandbox_children(), "the session's sandbox lives between queries"
+    assert follow.status == "answered" and follow.answer == "16"  # len(chunks) from query 1
+    # The follow-up's steps did not describe the context again.
+    requests = [e for e in follow.trace if e["event"] == "step_completed"]
+    assert len(requests) == 2
+    assert session.total_llm_calls == first.usage.llm_calls + follow.usage.llm_calls
+    assert sandbox_children() == []
+    with pytest.raises(UsageError, match="session is closed"):
+        session.completion("again?")
+
+
+def test_the_follow_up_request_does_not_resend_the_context_description() -> None:
+    seen: list[list[dict[str, str]]] = []
+
+    class Recording(FixtureProvider):
+        async def complete(self, request: CompletionRequest) -> Completion:
+            seen.append([dict(m) for m in request.messages])
+            return await super().complete(request)
+
+    provider = Recording()
+    with RLM(providers={"root": provider, "sub": provider}).session(TEXT) as session:
+        session.completion("What is the magic number?")
+        session.completion("What was the answer again?")
+    last_step = [m for m in seen if m[0]["role"] == "system"][-1]
+    assert sum("Your context is" in m["content"] for m in last_step) == 1
+    assert {"role": "user", "content": "Query: What was the answer again?"} in last_step
+
+
+def test_a_saved_session_resumes_in_a_new_process_with_its_variables(tmp_path: Path) -> None:
+    saved = tmp_path / "session.json"
+    with RLM(provider="fixture").session(TEXT) as session:
+        session.completion("What is the magic number?")
+        left_out = session.save(saved)
+    assert "collections" in left_out  # a module is not plain data
+    document = json.loads(saved.read_text())
+    assert document["variables"]["chunks"][0] == "l"
+    assert "api_key" not in document["settings"]
+    context_file = tmp_path / "context.txt"
+    context_file.write_text(TEXT)
+    code = (
+        "import sys; from rlm import RLM\n"
+        "text = open(sys.argv[2]).read()\n"
+        "s = RLM.load_session(sys.argv[1], text)\n"
+        "r = s.completion('How many chunks did you search?')\n"
+        "print(r.status, r.answer); s.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(saved), str(context_file)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["answered", "16"]
+
+
+def test_a_saved_session_refuses_another_context(tmp_path: Path) -> None:
+    saved = tmp_path / "session.json"
+    with RLM(provider="fixture").session(TEXT) as session:
+        session.completion("What is the magic number?")
+        session.save(saved)
+    with pytest.raises(UsageError, match="context differs"):
+        RLM.load_session(str(saved), TEXT + "x")
+    saved.write_text('{"rlm_session": 99}')
+    with pytest.raises(UsageError, match="newer rlm"):
+        RLM.load_session(str(saved), TEXT)
+
+
+def test_a_session_total_budget_spans_its_queries() -> None:
+    model = RLM(provider="fixture")
+    with model.session(TEXT, max_total_llm_calls=18) as session:
+        first = session.completion("What is the magic number?")  # 17 calls
+        second = session.completion("How many chunks did you search?")  # needs 2, 1 left
+    assert first.status == "answered"
+    assert second.status == "budget_exceeded"
+    assert session.total_llm_calls <= 18
+
+
+def test_history_past_its_limit_is_compacted_and_variables_stay() -> None:
+    model = RLM(provider="fixture")
+    with model.session(TEXT, max_history_chars=1_000) as session:
+        session.completion("What is the magic number?")
+        follow = session.completion("How many chunks did you search?")
+    compacted = [e for e in follow.trace if e["event"] == "history_compacted"]
+    assert len(compacted) == 1 and compacted[0]["chars_after"] < compacted[0]["chars_before"]
+    assert follow.answer == "16"
