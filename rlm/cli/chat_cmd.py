@@ -12,14 +12,18 @@ import click
 from rlm._api import RLM
 from rlm._run.tools import load_tool
 from rlm._session import Session
-from rlm.cli._context_input import read_context
+from rlm.cli._context_input import context_paths, read_context
+from rlm.cli._errors import fail
+from rlm.cli._profile_option import profile_only_settings
+from rlm.cli._terminal import answer_for_stdout, say
 from rlm.cli.run_cmd import run
-from rlm.errors import RLMError, UsageError
+from rlm.errors import RLMError
+from rlm.providers.keys import missing_key_message
 
 __all__ = ["chat"]
 
 #: ``rlm run`` options that mean something else (or nothing) in a chat.
-_NOT_SHARED = {"query", "as_json", "stream", "trace_path", "quiet"}
+_NOT_SHARED = {"query", "as_json", "stream", "trace_path", "quiet", "history", "view"}
 _BANNER = (
     "rlm chat: ask about the context; follow-ups keep the REPL's variables.\n"
     "Ctrl-C cancels the current question; Ctrl-D or 'exit' ends."
@@ -28,6 +32,8 @@ _BANNER = (
 
 def _chat(
     context_files: tuple[str, ...],
+    more_paths: tuple[str, ...],
+    glob_pattern: str,
     encoding: str,
     as_json: bool,
     tools: tuple[str, ...],
@@ -52,34 +58,37 @@ def _chat(
       printf 'What is the magic number?\\nHow many chunks did you search?\\n' | \\
           rlm chat --context-file big.txt --provider fixture --json
     """
+    settings.update(profile_only_settings())
     if settings["provider"] == "fixture" and not settings["model"]:
         settings["model"] = "fixture"
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     interactive = sys.stdin.isatty() and not as_json
     try:
-        context = read_context(context_files, encoding)
         functions = [load_tool(spec) for spec in tools]
+        model = RLM(api_key=api_key, tools=functions, **settings)
+        if not api_key:
+            problem = missing_key_message(model.config)
+            if problem:
+                fail(problem, 4, as_json=as_json)
+        context = read_context(context_paths(context_files, more_paths), encoding, glob_pattern)
         if load is not None:
             session = RLM.load_session(load, context, api_key=api_key, tools=functions)
         else:
-            model = RLM(api_key=api_key, tools=functions, **settings)
             session = model.session(context)
-    except UsageError as exc:
-        _fail(str(exc), exc.exit_code)
     except RLMError as exc:
-        _fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code, as_json=as_json)
     exit_code = 0
     try:
         if interactive:
             import readline  # noqa: F401  (line editing and history for input())
 
-            click.echo(_BANNER, err=True)
+            say(_BANNER)
         exit_code = _loop(session, interactive=interactive, as_json=as_json)
         if save is not None:
             skipped = session.save(save)
             note = f" (not plain data, left out: {', '.join(skipped)})" if skipped else ""
-            click.echo(f"session saved to {save}{note}", err=True)
+            say(f"session saved to {save}{note}")
     finally:
         session.close()
     sys.exit(exit_code)
@@ -106,13 +115,13 @@ def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
             result = session.completion(query)
         except KeyboardInterrupt:
             session.interrupt()
-            click.echo("(cancelled)", err=True)
+            say("(cancelled)")
             continue
         except RLMError as exc:
             if as_json:
                 click.echo(json.dumps({"query": query, "status": "error", "error": str(exc)}))
             else:
-                click.echo(f"Error: {exc}", err=True)
+                say(f"Error: {exc}")
             if exc.exit_code == 4:
                 return 4
             continue
@@ -120,14 +129,10 @@ def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
             shown = {"query": query, **result.to_dict()}
             click.echo(json.dumps(shown, ensure_ascii=False))
         else:
-            click.echo(result.answer if result.answer is not None else f"({result.status})")
+            shown_answer = result.answer if result.answer is not None else f"({result.status})"
+            click.echo(answer_for_stdout(shown_answer))
             if result.status != "answered":
-                click.echo(f"the question ended with status {result.status}", err=True)
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(code)
+                say(f"the question ended with status {result.status}")
 
 
 chat = click.Command(
