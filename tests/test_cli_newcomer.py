@@ -192,6 +192,8 @@ def test_bare_rlm_prints_help_and_dash_v_prints_the_version() -> None:
     runner = CliRunner()
     bare = runner.invoke(main, [])
     assert bare.exit_code == 0 and "Usage:" in bare.output and "run" in bare.output
+    group_alone = runner.invoke(main, ["config"])
+    assert group_alone.exit_code == 0 and "show" in group_alone.output
     version = runner.invoke(main, ["-V"])
     assert version.exit_code == 0 and "version" in version.output
 

@@ -22,7 +22,14 @@ from rlm._run.context import Context
 from rlm.cli._terminal import plural, say
 from rlm.errors import UsageError
 
-__all__ = ["MAX_DIR_BYTES", "MAX_DIR_FILES", "context_paths", "read_context", "read_text"]
+__all__ = [
+    "MAX_DIR_BYTES",
+    "MAX_DIR_FILES",
+    "context_paths",
+    "read_context",
+    "read_text",
+    "warn_if_empty",
+]
 
 MAX_DIR_FILES = 10_000
 MAX_DIR_BYTES = 512 * 1024 * 1024
@@ -67,14 +74,15 @@ def read_context(
             texts.extend(_read_directory(Path(path), files, encoding, glob))
         else:
             texts.append(read_text(path, encoding))
-    _warn_if_empty(paths, texts)
     if not texts:
         return ""
     single = len(texts) == 1 and not any(p != "-" and os.path.isdir(p) for p in paths)
     return texts[0] if single else texts
 
 
-def _warn_if_empty(paths: tuple[str, ...], texts: list[str]) -> None:
+def warn_if_empty(paths: tuple[str, ...], context: Context) -> None:
+    """Say so on stderr when a run's context is empty, and when stdin holds what was meant."""
+    texts = [context] if isinstance(context, str) else context
     if not paths:
         if _stdin_has_data():
             say(

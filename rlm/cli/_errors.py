@@ -74,6 +74,9 @@ class RLMGroup(click.Group):
         kwargs["standalone_mode"] = False
         try:
             code = super().main(argv, *extra, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `rlm config` alone: help, not a mistake
+            exc.show()
+            sys.exit(0)
         except click.UsageError as exc:
             if "--json" in argv:
                 echo_json_error(exc.format_message(), exc.exit_code)

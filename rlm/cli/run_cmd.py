@@ -245,7 +245,7 @@ def run(
     from rlm._result import STATUS_EXIT_CODES
     from rlm._run.runtime import default_launcher
     from rlm._trace import check_trace_path
-    from rlm.cli._context_input import context_paths, read_context
+    from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
     from rlm.cli._live import JSONLines, LiveDisplay
     from rlm.cli._progress import ProgressPrinter
@@ -279,6 +279,7 @@ def run(
             require_isolation(settings["require_isolation"])
         paths = context_paths(context_files, more_paths)
         context = read_context(paths, encoding, glob_pattern)
+        warn_if_empty(paths, context)
         on_event = (JSONLines() if as_json else LiveDisplay()) if stream else None
         keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
