@@ -31,6 +31,7 @@ from rlm.errors import (
     RunTimeout,
     SandboxCrashed,
     SandboxError,
+    SettingError,
     UsageError,
 )
 
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from rlm._events import Event
     from rlm._result import RunResult
     from rlm._traffic.usage import Usage
+
+#: The one place the version is written (pyproject reads it from here).
+__version__ = "0.1.0"
 
 __all__ = [
     "RLM",
@@ -62,6 +66,7 @@ __all__ = [
     "RunTimeout",
     "SandboxCrashed",
     "SandboxError",
+    "SettingError",
     "Usage",
     "UsageError",
 ]

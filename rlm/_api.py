@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from rlm import prompts
-from rlm._config import RunConfig
-from rlm._events import Event, EventBus, LLMResponse, RunFinished, RunStarted, StreamSink
+from rlm._config import DEFAULTS, ProviderName, RunConfig, TraceContent
+from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
 from rlm._run.call import CallOutcome, SessionCarry
 from rlm._run.context import Context, context_chars
@@ -22,10 +22,12 @@ from rlm._run.schema import SchemaError, normalise_schema
 from rlm._run.tools import HostTool, ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._session import AsyncSession, Session, read_saved_session
+from rlm._status import RunStatus
 from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Lane, Provider
+from rlm.providers.fixture import FixtureProvider, is_fixture_answer
 from rlm.providers.open import open_providers
 from rlm.streaming.run import stream_events
 from rlm.volley.api import VolleyStream, make_volley, stream_volley
@@ -38,31 +40,28 @@ if TYPE_CHECKING:
 
 __all__ = ["RLM"]
 
+_SETTINGS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+
 
 class RLM:
     """A configured recursive language model.
 
-    Every keyword is a field of :class:`rlm.RunConfig`, named like the ``rlm
-    run`` flag with dashes as underscores: ``model``, ``base_url``,
-    ``sub_model``, ``sub_base_url``, ``provider`` ("openai" or "fixture"),
-    ``api_key``, ``max_depth``, ``max_iterations``, ``max_concurrent``,
-    ``root_permits``, ``rpm``, ``tpm``, ``burst``, ``max_retries``, ``retry_delay``,
-    ``adaptive``, ``max_llm_calls``, ``max_input_tokens``, ``max_output_tokens``,
-    ``max_total_tokens``, ``max_cost``, ``prices_path``, ``timeout``,
-    ``exec_timeout``, ``max_output_chars``, ``max_tokens``,
-    ``require_isolation``, ``request_timeout`` (one HTTP attempt, s),
-    ``stream_idle_timeout`` (a stream with no bytes this long fails, s),
-    ``cache_path`` (a journal that stores and replays responses: a file, or a
-    postgresql:// URL) with ``cache_mode`` ("read-write", "read-only",
-    "refresh"), ``fixture_root_latency`` / ``fixture_sub_latency``,
-    ``fixture_chunk_chars`` / ``fixture_chunk_delay`` (the fixture model's
-    generation pace), and ``stream`` (stream every step and run its code
-    blocks as they close, even with no live consumer).  Bad values raise
-    :class:`rlm.UsageError` here, not mid-run.  ``trace_path`` writes the JSONL
-    trace; ``providers`` replaces the providers by lane (for tests and custom
-    back ends); ``sinks`` receive every event as it happens; ``sandboxes``
-    makes each run's sandbox launcher (default: real sandbox processes,
-    ``rlm._run.runtime.default_launcher``).
+    Every setting is a keyword-only parameter with its default from
+    :class:`rlm.RunConfig` (the ``rlm run`` flags are the same names with
+    dashes: ``max_depth`` is ``--max-depth``).  ``provider`` is one of
+    ``"openai"`` (any OpenAI-compatible endpoint at ``base_url``),
+    ``"anthropic"`` (the Messages API; ``base_url`` optional) or ``"fixture"``
+    (the built-in scripted model, no key needed).  ``stream`` streams every
+    step and runs its code blocks as they close, even with no live consumer.
+    ``fixture_*`` pace the built-in fixture model (latencies, streamed pieces).
+    A bad value raises :class:`rlm.SettingError` here, naming the parameter,
+    not mid-run.  ``docs/settings.md`` describes every setting.
+
+    ``trace_path`` writes the JSONL trace; ``sinks`` receive every event as it
+    happens.  ``providers`` replaces the providers by lane (custom back ends,
+    tests): then no endpoint is needed.  ``sandboxes`` makes each run's
+    sandbox launcher from its configuration and event bus (default:
+    hardened sandbox processes, ``rlm._run.runtime.default_launcher``).
 
     Example::
 
@@ -73,21 +72,54 @@ class RLM:
     def __init__(
         self,
         *,
+        model: str = DEFAULTS.model,
+        base_url: str | None = DEFAULTS.base_url,
+        sub_model: str | None = DEFAULTS.sub_model,
+        sub_base_url: str | None = DEFAULTS.sub_base_url,
+        provider: ProviderName = DEFAULTS.provider,
+        api_key: str | None = DEFAULTS.api_key,
+        max_depth: int = DEFAULTS.max_depth,
+        max_iterations: int = DEFAULTS.max_iterations,
+        max_concurrent: int = DEFAULTS.max_concurrent,
+        root_permits: int = DEFAULTS.root_permits,
+        timeout: float | None = DEFAULTS.timeout,
+        exec_timeout: float = DEFAULTS.exec_timeout,
+        max_output_chars: int = DEFAULTS.max_output_chars,
+        max_tokens: int | None = DEFAULTS.max_tokens,
+        request_timeout: float = DEFAULTS.request_timeout,
+        stream_idle_timeout: float = DEFAULTS.stream_idle_timeout,
+        stream: bool = DEFAULTS.stream,
+        max_llm_calls: int | None = DEFAULTS.max_llm_calls,
+        max_input_tokens: int | None = DEFAULTS.max_input_tokens,
+        max_output_tokens: int | None = DEFAULTS.max_output_tokens,
+        max_total_tokens: int | None = DEFAULTS.max_total_tokens,
+        max_cost: float | None = DEFAULTS.max_cost,
+        prices_path: str | None = DEFAULTS.prices_path,
+        rpm: float | None = DEFAULTS.rpm,
+        tpm: float | None = DEFAULTS.tpm,
+        burst: int = DEFAULTS.burst,
+        max_retries: int = DEFAULTS.max_retries,
+        retry_delay: float = DEFAULTS.retry_delay,
+        adaptive: bool = DEFAULTS.adaptive,
+        fixture_root_latency: float = DEFAULTS.fixture_root_latency,
+        fixture_sub_latency: float = DEFAULTS.fixture_sub_latency,
+        fixture_chunk_chars: int = DEFAULTS.fixture_chunk_chars,
+        fixture_chunk_delay: float = DEFAULTS.fixture_chunk_delay,
+        require_isolation: tuple[str, ...] = DEFAULTS.require_isolation,
+        cache_path: str | None = DEFAULTS.cache_path,
+        trace_content: TraceContent = DEFAULTS.trace_content,
+        cache_mode: str = DEFAULTS.cache_mode,
         trace_path: str | None = None,
-        providers: Mapping[Lane, Provider] | None = None,
         sinks: list[Any] | None = None,
+        providers: Mapping[Lane, Provider] | None = None,
         sandboxes: LauncherFactory | None = None,
         tools: Sequence[Callable[..., Any] | HostTool] | None = None,
-        **settings: Any,
     ) -> None:
-        names = {f.name for f in dataclasses.fields(RunConfig)}
-        unknown = sorted(set(settings) - names)
-        if unknown:
-            raise UsageError(f"unknown RLM setting(s): {', '.join(unknown)}")
+        settings = {name: value for name, value in locals().items() if name in _SETTINGS}
         self.config = RunConfig(**settings).validate()
         if providers is None:
             self.config.validate_endpoint()
-        # A bad price table or an unpriced model under --max-cost fails here, not mid-run.
+        # A bad price table or an unpriced model under max_cost fails here, not mid-run.
         self._prices = load_prices(self.config)
         make_budget(self.config, self._prices)
         self.trace_path = trace_path
@@ -354,8 +386,7 @@ class RLM:
             trace=tuple(e.to_dict() for e in events.events),
             trace_path=self.trace_path,
             error=message,
-            fixture=(self.config.provider == "fixture" and self._providers is None)
-            or _saw_fixture(events.events),
+            fixture=_saw_fixture(events.events),
             traffic=traffic,
             usage_detail=detail,
             last_output=root.last_output if root is not None else None,
@@ -399,7 +430,7 @@ class RLM:
 def _emit_finished(
     events: EventBus,
     runtime: Runtime | None,
-    status: str,
+    status: RunStatus,
     error: str | None,
     answer: str | None = None,
 ) -> RunFinished:
@@ -422,20 +453,25 @@ def _emit_finished(
     return finished
 
 
-def _status(root: CallOutcome | None, error: RLMError | None) -> str:
+def _status(root: CallOutcome | None, error: RLMError | None) -> RunStatus:
     if isinstance(error, RunTimeout):
         return "timeout"
     if isinstance(error, LimitExceeded):
         return "budget_exceeded"
     if isinstance(error, Interrupted):
         return "interrupted"
-    if error is not None or root is None:
-        return "error"
+    if error is not None or root is None or root.status == "stopped":
+        return "error"  # (a stopped root always comes with the error that stopped the run)
     return root.status
 
 
 def _saw_fixture(events: list[Event]) -> bool:
-    return any(isinstance(e, LLMResponse) and e.metadata.get("fixture") for e in events)
+    """Whether the fixture model wrote an answer (sent, or replayed from the cache)."""
+    return any(
+        (isinstance(e, LLMResponse) and is_fixture_answer(e.metadata))
+        or (isinstance(e, LLMCached) and e.provider == FixtureProvider.name)
+        for e in events
+    )
 
 
 def _require_trio() -> None:

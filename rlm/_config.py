@@ -1,16 +1,24 @@
-"""Run configuration: every knob of one run, validated in one place."""
+"""Run configuration: every knob of one run, its default and its checks, in one place.
+
+The CLI's flag defaults, ``RLM(...)``'s keyword defaults and
+``docs/settings.md`` all come from :class:`RunConfig` (tests check that they
+agree).  Errors name settings through :class:`rlm.errors.SettingError`, so the
+Python API says ``max_depth`` and the CLI says ``--max-depth``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from rlm._sandbox.isolation import parse_layers
-from rlm.errors import UsageError
+from rlm.errors import SettingError
 
-__all__ = ["ProviderName", "RunConfig", "TraceContent"]
+__all__ = ["DEFAULTS", "PROVIDERS", "ProviderName", "RunConfig", "TraceContent"]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
+#: Every provider, in the order help texts list them.
+PROVIDERS: tuple[ProviderName, ...] = get_args(ProviderName)
 #: What the trace file keeps: ``full`` content (prompts, replies, code, outputs) or ``meta``
 #: (sizes and timings only, for sensitive inputs).
 TraceContent = Literal["full", "meta"]
@@ -18,7 +26,7 @@ TraceContent = Literal["full", "meta"]
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs to know.  ``validate()`` names the offending flag.
+    """Everything a run needs to know.  ``validate()`` names the offending setting.
 
     ``api_key`` is held here (never logged, never sent to a sandbox); the CLI
     reads it from ``RLM_API_KEY`` / ``OPENAI_API_KEY``, never from argv.
@@ -53,6 +61,8 @@ class RunConfig:
     max_retries: int = 3
     retry_delay: float = 1.0  # base of the exponential back-off (s); Retry-After wins
     adaptive: bool = True
+    # The in-process fixture model's pace (provider="fixture"): kept here because volley
+    # journals store them with a volley's settings; FixtureProvider takes them as arguments.
     fixture_root_latency: float = 0.0
     fixture_sub_latency: float = 0.0
     fixture_chunk_chars: int = 16
@@ -67,89 +77,92 @@ class RunConfig:
         return self.sub_model or self.model
 
     def validate(self) -> RunConfig:
-        """Return self, or raise UsageError naming the flag that is wrong."""
-        _positive("--max-depth", self.max_depth)
-        _positive("--max-iterations", self.max_iterations)
-        _positive("--max-concurrent", self.max_concurrent)
+        """Return self, or raise SettingError naming the setting that is wrong."""
+        _positive("max_depth", self.max_depth)
+        _positive("max_iterations", self.max_iterations)
+        _positive("max_concurrent", self.max_concurrent)
         if self.root_permits < 0:
-            raise UsageError("--root-permits must be 0 or more")
+            raise SettingError("<root_permits> must be 0 or more")
         if self.root_permits >= self.max_concurrent:
-            raise UsageError(
-                f"--root-permits ({self.root_permits}) must be less than --max-concurrent "
+            raise SettingError(
+                f"<root_permits> ({self.root_permits}) must be less than <max_concurrent> "
                 f"({self.max_concurrent}), or sub-queries could never run"
             )
         if self.timeout is not None and self.timeout <= 0:
-            raise UsageError("--timeout must be a positive number of seconds")
+            raise SettingError("<timeout> must be a positive number of seconds")
         if self.exec_timeout <= 0:
-            raise UsageError("--exec-timeout must be a positive number of seconds")
+            raise SettingError("<exec_timeout> must be a positive number of seconds")
         if self.stream_idle_timeout <= 0:
-            raise UsageError("--stream-idle-timeout must be a positive number of seconds")
-        _positive("--max-output-chars", self.max_output_chars)
+            raise SettingError("<stream_idle_timeout> must be a positive number of seconds")
+        _positive("max_output_chars", self.max_output_chars)
         _positive("fixture_chunk_chars", self.fixture_chunk_chars)
         latencies = (self.fixture_root_latency, self.fixture_sub_latency, self.fixture_chunk_delay)
         if min(latencies) < 0:
-            raise UsageError("the fixture model's latencies and chunk delay must not be negative")
-        for flag, rate in (("--rpm", self.rpm), ("--tpm", self.tpm)):
+            raise SettingError("the fixture model's latencies and chunk delay must not be negative")
+        for name, rate in (("rpm", self.rpm), ("tpm", self.tpm)):
             if rate is not None and rate <= 0:
-                raise UsageError(f"{flag} must be a positive rate per minute, got {rate:g}")
-        _positive("--burst", self.burst)
-        for flag, limit in (
-            ("--max-llm-calls", self.max_llm_calls),
-            ("--max-input-tokens", self.max_input_tokens),
-            ("--max-output-tokens", self.max_output_tokens),
-            ("--max-total-tokens", self.max_total_tokens),
+                raise SettingError(f"<{name}> must be a positive rate per minute, got {rate:g}")
+        _positive("burst", self.burst)
+        for name, limit in (
+            ("max_llm_calls", self.max_llm_calls),
+            ("max_input_tokens", self.max_input_tokens),
+            ("max_output_tokens", self.max_output_tokens),
+            ("max_total_tokens", self.max_total_tokens),
         ):
             if limit is not None:
-                _positive(flag, limit)
+                _positive(name, limit)
         if self.max_cost is not None and self.max_cost <= 0:
-            raise UsageError(f"--max-cost must be a positive amount of USD, got {self.max_cost:g}")
+            raise SettingError(
+                f"<max_cost> must be a positive amount of USD, got {self.max_cost:g}"
+            )
         if self.max_retries < 0:
-            raise UsageError(f"--max-retries must be 0 or more, got {self.max_retries}")
+            raise SettingError(f"<max_retries> must be 0 or more, got {self.max_retries}")
         if not self.retry_delay > 0:
-            raise UsageError(f"--retry-delay must be a positive duration, got {self.retry_delay:g}")
+            raise SettingError(
+                f"<retry_delay> must be a positive duration, got {self.retry_delay:g}"
+            )
         if self.max_tokens is not None:
-            _positive("--max-tokens", self.max_tokens)
+            _positive("max_tokens", self.max_tokens)
         if self.cache_mode not in ("read-write", "read-only", "refresh"):
-            raise UsageError(
-                f"--cache-mode must be read-write, read-only or refresh, got {self.cache_mode!r}"
+            raise SettingError(
+                f"<cache_mode> must be read-write, read-only or refresh, got {self.cache_mode!r}"
             )
         if self.trace_content not in ("full", "meta"):
-            raise UsageError(
-                f"--trace-content must be 'full' or 'meta', got {self.trace_content!r}"
+            raise SettingError(
+                f"<trace_content> must be 'full' or 'meta', got {self.trace_content!r}"
             )
         try:
             parse_layers(self.require_isolation)
         except ValueError as exc:
-            raise UsageError(f"--require-isolation: {exc}") from None
+            raise SettingError(f"<require_isolation>: {exc}") from None
+        if self.provider not in PROVIDERS:
+            raise SettingError(
+                f"<provider> must be 'openai', 'anthropic' or 'fixture', got {self.provider!r}"
+            )
         return self
 
     def validate_endpoint(self) -> RunConfig:
-        """Return self, or raise UsageError when ``provider`` cannot be reached as configured.
+        """Return self, or raise SettingError when ``provider`` cannot be reached as configured.
 
         Only for runs whose providers are made from this configuration: a
         caller that brings its own providers needs no endpoint.
         """
-        if self.provider in ("openai", "anthropic"):
-            if self.base_url and not self.base_url.startswith(("http://", "https://")):
-                raise UsageError(
-                    f"--base-url must start with http:// or https://, got {self.base_url!r}"
-                )
-            if self.sub_base_url and not self.sub_base_url.startswith(("http://", "https://")):
-                raise UsageError(
-                    f"--sub-base-url must start with http:// or https://, got {self.sub_base_url!r}"
-                )
-            if not self.model:
-                raise UsageError(
-                    "no model: pass --model M (or set RLM_MODEL), or use --provider fixture "
-                    "for the built-in fixture model"
-                )
-        elif self.provider != "fixture":
-            raise UsageError(
-                f"--provider must be 'openai', 'anthropic' or 'fixture', got {self.provider!r}"
+        if self.provider == "fixture":
+            return self
+        for name, url in (("base_url", self.base_url), ("sub_base_url", self.sub_base_url)):
+            if url and not url.startswith(("http://", "https://")):
+                raise SettingError(f"<{name}> must start with http:// or https://, got {url!r}")
+        if not self.model:
+            raise SettingError(
+                "no model: pass <model=M>, or use <provider=fixture> for the built-in fixture model"
             )
         return self
 
 
-def _positive(flag: str, value: int) -> None:
+#: Every setting at its default: what the CLI's flags and ``RLM(...)`` start from.
+DEFAULTS = RunConfig()
+
+
+def _positive(name: str, value: int) -> None:
     if value <= 0:
-        raise UsageError(f"{flag} must be a positive integer, got {value}")
+        raise SettingError(f"<{name}> must be a positive integer, got {value}")

@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Protocol
 
 import trio
 
+from rlm._status import AttemptStatus, CallStatus, RunStatus
+
 __all__ = [
     "BridgeCallFinished",
     "BridgeCallStarted",
@@ -77,7 +79,7 @@ class RunStarted(Event):
 @dataclass(frozen=True, kw_only=True)
 class RunFinished(Event):
     kind: ClassVar[str] = "run_finished"
-    status: str
+    status: RunStatus
     answer: str | None
     error: str | None
     duration_s: float
@@ -99,7 +101,7 @@ class CallStarted(Event):
 @dataclass(frozen=True, kw_only=True)
 class CallFinished(Event):
     kind: ClassVar[str] = "call_finished"
-    status: str
+    status: CallStatus
     iterations: int
     answer: str | None
     error: str | None
@@ -204,7 +206,7 @@ class LLMResponse(Event):
     lane: str
     model: str
     provider: str
-    status: str
+    status: AttemptStatus
     http_status: int | None
     latency_s: float
     input_tokens: int

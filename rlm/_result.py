@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm._status import RunStatus
 from rlm._traffic.usage import Usage
 
 __all__ = ["STATUS_EXIT_CODES", "RunResult"]
 
 #: Exit code of ``rlm run`` for each status that is not an error.
-STATUS_EXIT_CODES = {
+STATUS_EXIT_CODES: dict[RunStatus, int] = {
     "answered": 0,
     "iterations": 3,
     "timeout": 3,
@@ -38,7 +39,7 @@ class RunResult:
     """
 
     answer: str | None
-    status: str
+    status: RunStatus
     iterations: int
     usage: Usage
     duration_s: float

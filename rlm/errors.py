@@ -8,6 +8,7 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
 
     RLMError                        exit 1
     ├── UsageError                  exit 2  bad flag, missing or unreadable file, bad input
+    │   └── SettingError                    a setting's value (named as the caller spells it)
     ├── ProviderError               exit 1  the LLM endpoint failed
     │   ├── ProviderConnectionError         cannot connect, reset, timed out
     │   ├── ProviderResponseError           reply is not the JSON we expect
@@ -27,6 +28,8 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "RunTimeout",
     "SandboxCrashed",
     "SandboxError",
+    "SettingError",
     "UsageError",
 ]
 
@@ -68,6 +72,35 @@ class UsageError(RLMError):
     """The user asked for something impossible: a bad flag, a missing file, bad input."""
 
     exit_code = 2
+
+
+#: Renders a setting's name (and, when the message suggests one, a value) in a message.
+SettingNamer = Callable[[str, str | None], str]
+
+_SETTING = re.compile(r"<(\w+)(?:=([^>]*))?>")
+
+
+def python_setting(name: str, value: str | None) -> str:
+    """``max_depth``, or ``provider="fixture"``: how the Python API spells a setting."""
+    return name if value is None else f'{name}="{value}"'
+
+
+class SettingError(UsageError):
+    """A setting has a value rlm cannot run with.
+
+    The message names settings with markers (``<max_depth>``, or
+    ``<provider=fixture>`` to suggest a value): ``str()`` spells them as the
+    Python API does (``max_depth``); :meth:`spelled` spells them another way
+    (the CLI passes its flags: ``--max-depth``).
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        super().__init__(self.spelled(python_setting))
+
+    def spelled(self, namer: SettingNamer) -> str:
+        """The message with every setting spelled by ``namer(name, value)``."""
+        return _SETTING.sub(lambda m: namer(m.group(1), m.group(2)), self.template)
 
 
 class ProviderError(RLMError):

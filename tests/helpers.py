@@ -1,75 +1,23 @@
-"""Shared test helpers: a scripted in-process provider and process checks."""
+"""Shared test helpers: process checks, REPL replies, a loopback fixture server.
+
+The fake provider is :class:`rlm.testing.provider.FunctionProvider`.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
-from rlm.errors import ProviderError
-from rlm.providers.base import Completion, CompletionRequest
+from rlm.testing.provider import assistant_turns, is_root_request
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
-Script = Callable[[CompletionRequest], str]
-
-
-def is_root_request(request: CompletionRequest) -> bool:
-    return any(m["role"] == "system" for m in request.messages)
-
-
-def assistant_turns(request: CompletionRequest) -> int:
-    return sum(1 for m in request.messages if m["role"] == "assistant")
-
-
-class ScriptedProvider:
-    """Answers root steps from a list of replies (by step) and sub-queries by a function.
-
-    ``fail`` may raise a ProviderError for a request (by returning one).
-    ``latency`` sleeps on trio's clock before answering.
-    """
-
-    name = "scripted"
-
-    def __init__(
-        self,
-        root: list[str] | Script,
-        sub: Script = lambda r: "sub-answer",
-        *,
-        latency: Callable[[CompletionRequest], float] = lambda r: 0.0,
-        fail: Callable[[CompletionRequest], ProviderError | None] = lambda r: None,
-    ) -> None:
-        self.root = root
-        self.sub = sub
-        self.latency = latency
-        self.fail = fail
-        self.requests: list[CompletionRequest] = []
-
-    async def complete(self, request: CompletionRequest) -> Completion:
-        self.requests.append(request)
-        await trio.sleep(self.latency(request))
-        error = self.fail(request)
-        if error is not None:
-            raise error
-        if is_root_request(request):
-            if callable(self.root):
-                text = self.root(request)
-            else:
-                text = self.root[min(assistant_turns(request), len(self.root) - 1)]
-        else:
-            text = self.sub(request)
-        chars = sum(len(m["content"]) for m in request.messages)
-        return Completion(
-            text=text, model=request.model, input_tokens=chars // 4, output_tokens=len(text) // 4
-        )
-
-    async def aclose(self) -> None:
-        return None
-
-    def root_requests(self) -> list[CompletionRequest]:
-        return [r for r in self.requests if is_root_request(r)]
+__all__ = [
+    "assistant_turns", "is_root_request", "pid_alive", "repl", "sandbox_pids", "serving",
+]
 
 
 def pid_alive(pid: int) -> bool:

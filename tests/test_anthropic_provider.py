@@ -116,5 +116,5 @@ def test_anthropic_needs_no_base_url_but_a_model() -> None:
     assert RLM(provider="anthropic", model="claude-sonnet-4").config.base_url is None
     from rlm.errors import UsageError
 
-    with pytest.raises(UsageError, match="--model"):
+    with pytest.raises(UsageError, match="pass model="):
         RLM(provider="anthropic", model="")

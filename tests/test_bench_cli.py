@@ -16,6 +16,7 @@ from rlm.bench.run import measure, run_scenario
 from rlm.bench.scenarios import DEFAULT, QUICK, Scenario
 from rlm.cli import main
 from rlm.providers.base import CompletionRequest
+from rlm.providers.fixture import FixtureProvider
 
 TINY = Scenario("tiny", "4 sub-queries of 10 ms at C=2", n=4, c=2, sub_latency=0.01,
                 context_chars=5_000)
@@ -101,7 +102,8 @@ async def test_bench_provider_uses_latencies_in_dispatch_order(autojump_clock: o
 def test_runs_without_nominal_latencies_are_measured_from_the_scenario() -> None:
     # Over HTTP the trace has no nominal latencies: the scenario's own are used.
 
-    run = RLM(provider="fixture", model="fixture:2", fixture_sub_latency=0.01,
+    fixture = FixtureProvider(sub_latency=0.01)
+    run = RLM(model="fixture:2", providers={"root": fixture, "sub": fixture},
               max_concurrent=3).completion("What is the magic number?", "the magic number is 7")
     http = replace(TINY, n=2, transport="http")
     assert measure(http, run).t_star == 0.01

@@ -20,33 +20,26 @@ from rlm._traffic.prices import PriceTable
 from rlm._traffic.retry import RetryPolicy
 from rlm.errors import BudgetExceeded, ProviderStatusError, UsageError
 from rlm.providers.base import Completion, CompletionRequest
+from rlm.testing.provider import FunctionProvider
 
 
-class RandomProvider:
+def random_provider(
+    rng: random.Random, fail_rate: float, output_tokens: int = 50
+) -> FunctionProvider:
     """Random latency, random retryable failures, random output size."""
 
-    name = "random"
-
-    def __init__(self, rng: random.Random, fail_rate: float, output_tokens: int = 50) -> None:
-        self.rng = rng
-        self.fail_rate = fail_rate
-        self.output_tokens = output_tokens
-        self.sent = 0
-
-    async def complete(self, request: CompletionRequest) -> Completion:
-        self.sent += 1
-        await trio.sleep(self.rng.random())
-        if self.rng.random() < self.fail_rate:
+    async def reply(request: CompletionRequest) -> Completion:
+        await trio.sleep(rng.random())
+        if rng.random() < fail_rate:
             raise ProviderStatusError("flaky", status=500, retryable=True)
         return Completion(
             text="x",
             model=request.model,
             input_tokens=100,
-            output_tokens=self.rng.randint(1, self.output_tokens),
+            output_tokens=rng.randint(1, output_tokens),
         )
 
-    async def aclose(self) -> None:
-        return None
+    return FunctionProvider(reply)
 
 
 def sub_request(chars: int = 400, max_tokens: int | None = 50) -> CompletionRequest:
@@ -65,9 +58,9 @@ def run_batches(
     seed: int,
     retries: int,
     max_tokens: int | None = 50,
-) -> tuple[Budget, RandomProvider]:
+) -> tuple[Budget, FunctionProvider]:
     budget = Budget(limits=limits)
-    provider = RandomProvider(random.Random(seed), fail_rate)
+    provider = random_provider(random.Random(seed), fail_rate)
 
     async def main() -> None:
         gate = Gate(
@@ -115,8 +108,8 @@ def test_call_limit_is_never_exceeded(
     budget, provider = run_batches(
         BudgetLimits(max_llm_calls=limit), batches, fail_rate, seed, retries
     )
-    assert provider.sent <= limit
-    assert budget.spent.calls == provider.sent
+    assert len(provider.requests) <= limit
+    assert budget.spent.calls == len(provider.requests)
     assert budget.reserved.calls == 0 and budget.reserved.input_tokens == 0
 
 
@@ -142,7 +135,7 @@ def test_without_max_tokens_overshoot_stays_within_the_documented_bound() -> Non
         BudgetLimits(max_total_tokens=3_000), [16, 16], 0.0, 1, 0, max_tokens=None
     )
     used = budget.spent.input_tokens + budget.spent.output_tokens
-    assert used <= 3_000 and provider.sent >= 1
+    assert used <= 3_000 and len(provider.requests) >= 1
 
 
 def test_a_batch_that_cannot_fit_is_refused_whole() -> None:

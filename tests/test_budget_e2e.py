@@ -16,7 +16,8 @@ from rlm import RLM
 from rlm._events import Event, RunFinished
 from rlm.fixtures.needle import generate_needle
 from rlm.providers.base import CompletionRequest
-from tests.helpers import ScriptedProvider, pid_alive, repl, sandbox_pids, serving
+from rlm.testing.provider import FunctionProvider
+from tests.helpers import pid_alive, repl, sandbox_pids, serving
 
 QUESTION = "What is the magic number?"
 RLM_CMD = [sys.executable, "-m", "rlm", "run", QUESTION]
@@ -74,7 +75,7 @@ async def test_budget_exhaustion_is_visible_to_model_code() -> None:
         "except BudgetExceeded as e:\n    print('refused:', e)\n"
         "answer = 'partial'"
     )
-    provider = ScriptedProvider([repl(code), "FINAL(done)"])
+    provider = FunctionProvider.scripted([repl(code), "FINAL(done)"])
     model = RLM(providers={"root": provider, "sub": provider}, max_llm_calls=3)
     result = await model.acompletion("q", "ctx")
     fed_back = provider.root_requests()[1].messages[-1]["content"]
@@ -86,7 +87,8 @@ async def test_budget_exhaustion_is_visible_to_model_code() -> None:
 
 
 async def test_a_run_stopped_by_the_budget_keeps_its_answer_variable() -> None:
-    provider = ScriptedProvider([repl("answer = 'half-way'"), repl("print(1)"), "FINAL(x)"])
+    steps = [repl("answer = 'half-way'"), repl("print(1)"), "FINAL(x)"]
+    provider = FunctionProvider.scripted(steps)
     model = RLM(providers={"root": provider, "sub": provider}, max_llm_calls=2)
     result = await model.acompletion("q", "ctx")
     assert result.status == "budget_exceeded"
@@ -99,13 +101,13 @@ async def test_a_run_stopped_by_the_budget_keeps_its_answer_variable() -> None:
 async def test_a_final_extract_step_runs_when_the_budget_allows_one() -> None:
     big_step = repl("answer = 'x' * 10\nprint('the needle is 42')")
 
-    def root(request: object) -> str:
-        messages = request.messages  # type: ignore[attr-defined]
+    def root(request: CompletionRequest) -> str:
+        messages = request.messages
         if "budget is exhausted" in messages[-1]["content"]:
             return "FINAL(42 from extract)"
         return big_step
 
-    provider = ScriptedProvider(root)
+    provider = FunctionProvider.scripted(root)
     # Each regular step re-sends a growing history; the small extract request still fits.
     model = RLM(
         providers={"root": provider, "sub": provider}, max_input_tokens=3_400, max_tokens=50
@@ -176,7 +178,7 @@ async def test_interrupt_during_the_extract_step_stops_it() -> None:
     def is_extract(request: CompletionRequest) -> bool:
         return "budget is exhausted" in request.messages[-1]["content"]
 
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         lambda r: repl("answer = 'partial'\nprint('x' * 10)"),
         latency=lambda r: 5.0 if is_extract(r) else 0.0,
     )
@@ -198,7 +200,7 @@ async def test_interrupt_during_the_extract_step_stops_it() -> None:
 
 
 async def test_a_cancelled_run_still_reports_what_it_sent() -> None:
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         [repl("print(1)"), repl("print(2)")],
         latency=lambda r: 0.0 if len(r.messages) < 4 else 30.0,
     )

@@ -25,7 +25,8 @@ from rlm.cli._live import LiveDisplay
 from rlm.cli._progress import ProgressPrinter, format_cost, stderr_console
 from rlm.cli._terminal import safe_text
 from rlm.errors import BudgetExceeded
-from tests.helpers import ScriptedProvider, repl, serving
+from rlm.testing.provider import FunctionProvider
+from tests.helpers import repl, serving
 
 RLM_CMD = [sys.executable, "-m", "rlm"]
 ESCAPE_ANSWER = "42\x1b]0;x\x07"  # FINAL("\x1b]0;x\x07") of issue 10, after visible text
@@ -42,7 +43,7 @@ def _printer(width: int = 40) -> tuple[ProgressPrinter, io.StringIO]:
 
 async def _progress_of(root: list[str], **settings: object) -> str:
     printer, out = _printer()
-    provider = ScriptedProvider(root)
+    provider = FunctionProvider.scripted(root)
     model = RLM(providers={"root": provider, "sub": provider}, sinks=[printer], **settings)
     await model.acompletion("q", "some context")
     return out.getvalue()

@@ -15,10 +15,12 @@ from rlm.errors import ProviderStatusError
 from rlm.fixtures import generate_needle
 from rlm.providers.base import CompletionRequest, Message
 from rlm.providers.fixture import (
+    FIXTURE_FINGERPRINT,
     NOT_FOUND,
     FixtureModel,
     FixtureProvider,
     fixture_reply,
+    is_fixture_answer,
     is_root_request,
     parse_fixture_model,
     sub_reply,
@@ -251,7 +253,8 @@ async def test_provider_completion_fields() -> None:
     assert completion.input_tokens == 3  # ceil(9 / 4)
     assert completion.output_tokens == 3  # ceil(len("NOT FOUND") / 4)
     assert completion.finish_reason == "stop"
-    assert completion.metadata == {"fixture": True}
+    assert completion.metadata == {"system_fingerprint": FIXTURE_FINGERPRINT}
+    assert is_fixture_answer(completion.metadata)
     assert provider.name == "fixture"
 
 

@@ -1,7 +1,7 @@
 """One test per design invariant (DESIGN.md, "Invariants worth a test each").
 
 Scheduling and limits run the real Runtime (calls, gate, budget, bridge)
-in virtual time with in-process fakes: a counting provider and the in-process
+in virtual time with in-process fakes: a scripted ``FunctionProvider`` and the in-process
 sandboxes of ``rlm.testing.sandboxes`` whose "code" is a line language
 (``batch N``, ``query``).  Tests that
 need real sandbox processes use the real clock and small latencies.
@@ -26,9 +26,11 @@ from rlm._events import EventBus
 from rlm._run.runtime import RunOutcome, Runtime
 from rlm._sandbox.process import HostEnds, Sandbox
 from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, SandboxCrashed
-from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers.base import CompletionRequest, Lane
+from rlm.testing.provider import FunctionProvider, assistant_turns
 from rlm.testing.sandboxes import LineLauncher
-from tests.helpers import ScriptedProvider, assistant_turns, pid_alive, repl
+from rlm_sandbox.protocol import BridgeAnswer
+from tests.helpers import pid_alive, repl
 
 Trace = list[dict[str, Any]]
 
@@ -36,26 +38,7 @@ Trace = list[dict[str, Any]]
 # -- in-process fakes ----------------------------------------------------------
 
 
-class CountingProvider(ScriptedProvider):
-    """A ScriptedProvider that records the most requests it held at once, per lane and in all."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.held: dict[str, int] = defaultdict(int)
-        self.peak: dict[str, int] = defaultdict(int)
-
-    async def complete(self, request: CompletionRequest) -> Completion:
-        for key in ("all", request.lane):
-            self.held[key] += 1
-            self.peak[key] = max(self.peak[key], self.held[key])
-        try:
-            return await super().complete(request)
-        finally:
-            for key in ("all", request.lane):
-                self.held[key] -= 1
-
-
-async def run_fake(provider: ScriptedProvider, **settings: Any) -> tuple[RunOutcome, Trace]:
+async def run_fake(provider: FunctionProvider, **settings: Any) -> tuple[RunOutcome, Trace]:
     """The real Runtime with fake sandboxes; returns the outcome and the trace."""
     config = RunConfig(provider="fixture", **settings).validate()
     events = EventBus()
@@ -87,7 +70,9 @@ def by_call(script: dict[str, list[str]]) -> Callable[[CompletionRequest], str]:
     return reply
 
 
-def fail_first_attempt(status: int, retry_after: float | None = None) -> Callable[..., Any]:
+def fail_first_attempt(
+    status: int, retry_after: float | None = None
+) -> Callable[[CompletionRequest], ProviderError | None]:
     """Every sub-query prompt fails once with ``status``, then succeeds."""
     seen: set[int] = set()
 
@@ -109,7 +94,7 @@ async def test_1_every_request_passes_the_gate_under_the_cap(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     script = {"root": [code("batch 4"), "FINAL(root done)"], "child": [code("batch 3"), "FINAL(c)"]}
-    provider = CountingProvider(by_call(script), latency=lambda r: 1.0)
+    provider = FunctionProvider.scripted(by_call(script), latency=lambda r: 1.0)
     outcome, trace = await run_fake(provider, max_depth=2, max_concurrent=3, root_permits=1)
     assert outcome.root is not None and outcome.root.answer == "root done"
     requests = kinds(trace, "llm_request")
@@ -123,7 +108,9 @@ async def test_1_every_request_passes_the_gate_under_the_cap(
 async def test_1_root_step_takes_its_reserved_permit_while_subs_saturate(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    provider = CountingProvider(["FINAL(x)"], latency=lambda r: 10.0 if r.lane == "sub" else 1.0)
+    provider = FunctionProvider.scripted(
+        ["FINAL(x)"], latency=lambda r: 10.0 if r.lane == "sub" else 1.0
+    )
     runtime = Runtime(
         RunConfig(provider="fixture", max_concurrent=3, root_permits=1).validate(),
         providers={"root": provider, "sub": provider},
@@ -131,8 +118,8 @@ async def test_1_root_step_takes_its_reserved_permit_while_subs_saturate(
     )
     done: dict[str, float] = {}
 
-    async def ask(lane: str, name: str) -> None:
-        request = CompletionRequest([{"role": "user", "content": name}], "m", lane=lane)  # type: ignore[arg-type]
+    async def ask(lane: Lane, name: str) -> None:
+        request = CompletionRequest([{"role": "user", "content": name}], "m", lane=lane)
         await runtime.gate.complete(request)
         done[name] = trio.current_time()
 
@@ -163,7 +150,9 @@ async def test_2_max_llm_calls_never_exceeded(
             "child": [code("batch 2"), "FINAL(c)"],
         }
     )
-    provider = CountingProvider(script, latency=lambda r: 1.0, fail=fail_first_attempt(503))
+    provider = FunctionProvider.scripted(
+        script, latency=lambda r: 1.0, fail=fail_first_attempt(503)
+    )
     outcome, trace = await run_fake(
         provider, max_llm_calls=limit, max_depth=max_depth, max_concurrent=5
     )
@@ -186,7 +175,7 @@ async def test_3_commands_of_a_call_are_ordered_and_calls_do_not_block_each_othe
         slow_step = request.call_id == "root.1" and request.messages[0]["role"] == "system"
         return 100.0 if slow_step else 1.0
 
-    provider = CountingProvider(script, latency=latency)
+    provider = FunctionProvider.scripted(script, latency=latency)
     outcome, trace = await run_fake(provider, max_depth=2)
     assert outcome.root is not None and outcome.root.answer == "r"
     steps: dict[str, list[tuple[str, int]]] = defaultdict(list)
@@ -249,7 +238,7 @@ async def test_6_every_wait_and_retry_is_in_the_trace(
     autojump_clock: trio.abc.Clock, items: int
 ) -> None:
     script = by_call({"root": [code(f"batch {items}", "batch 2"), "FINAL(done)"], "child": [""]})
-    provider = CountingProvider(
+    provider = FunctionProvider.scripted(
         script, latency=lambda r: 1.0, fail=fail_first_attempt(503, retry_after=5.0)
     )
     outcome, trace = await run_fake(provider, max_concurrent=3, root_permits=1, rpm=30)
@@ -271,7 +260,7 @@ async def test_7_hundred_second_latencies_run_in_virtual_time(
     autojump_clock: trio.abc.Clock, run_timeout: float | None
 ) -> None:
     script = by_call({"root": [code("batch 4"), "FINAL(done)"], "child": [""]})
-    provider = CountingProvider(script, latency=lambda r: 100.0)
+    provider = FunctionProvider.scripted(script, latency=lambda r: 100.0)
     wall, start = time.monotonic(), trio.current_time()
     outcome, trace = await run_fake(provider, timeout=run_timeout)
     assert time.monotonic() - wall < 2.0
@@ -356,7 +345,7 @@ async def test_4_no_sandbox_process_survives_the_run(ending: str) -> None:
     }
     settings = {"max_depth": 2, **limits.get(ending, {})}
     model = RLM(
-        providers={"root": (p := ScriptedProvider(script, fail=fail)), "sub": p},
+        providers={"root": (p := FunctionProvider.scripted(script, fail=fail)), "sub": p},
         sinks=[watch],
         **settings,
     )
@@ -393,7 +382,7 @@ async def test_5_flood_hang_and_crash_cost_only_an_error() -> None:
         repl("import time\ntime.sleep(30)"),  # killed from outside below
         "FINAL(survived)",
     ]
-    provider = ScriptedProvider(steps)
+    provider = FunctionProvider.scripted(steps)
     trace: list[Any] = []
     fourth_step = trio.Event()
 
@@ -424,7 +413,7 @@ async def test_5_flood_hang_and_crash_cost_only_an_error() -> None:
     assert "64 MiB" in executed[1]["error"] and "--exec-timeout" in executed[2]["error"]
 
 
-async def no_bridge(frame: dict[str, Any]) -> dict[str, Any]:
+async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:
     raise AssertionError("no bridge call expected")
 
 

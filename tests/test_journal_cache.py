@@ -21,7 +21,8 @@ from rlm.journal import JournalStore, ResponseCache, open_store, request_digest
 from rlm.journal._threads import GroupCommit, inline_run_sync
 from rlm.journal.cache import CacheMode
 from rlm.providers.base import CompletionRequest
-from tests.test_gate import FakeProvider, request
+from rlm.testing.provider import FunctionProvider
+from tests.test_gate import fake_provider, request
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def store(tmp_path: Path) -> Iterator[JournalStore]:
     opened.close()
 
 
-def _gate(store: JournalStore, provider: FakeProvider, mode: CacheMode, calls: int) -> Gate:
+def _gate(store: JournalStore, provider: FunctionProvider, mode: CacheMode, calls: int) -> Gate:
     return Gate(
         limiter=TieredLimiter(4, 0),
         providers={"root": provider, "sub": provider},
@@ -44,14 +45,14 @@ def _gate(store: JournalStore, provider: FakeProvider, mode: CacheMode, calls: i
 async def test_a_cached_answer_is_not_sent_and_takes_no_budget(
     autojump_clock: trio.abc.Clock, store: JournalStore
 ) -> None:
-    provider = FakeProvider(latency=1.0)
+    provider = fake_provider(latency=1.0)
     first = _gate(store, provider, "read-write", calls=1)
     sent = await first.complete(request())
     again = _gate(store, provider, "read-write", calls=1)
     started = trio.current_time()
     replies = [await again.complete(dataclasses.replace(request(), call_id=c)) for c in "abc"]
     assert trio.current_time() == started  # no latency: nothing was sent
-    assert len(provider.attempt_times) == 1
+    assert len(provider.times) == 1
     assert [r.text for r in replies] == [sent.text] * 3
     assert again.cached_calls == 3 and again.ledger.usage().llm_calls == 0
     cached = [e for e in again._events.events if isinstance(e, LLMCached)]
@@ -61,13 +62,13 @@ async def test_a_cached_answer_is_not_sent_and_takes_no_budget(
 async def test_read_only_never_stores_and_refresh_never_replays(
     autojump_clock: trio.abc.Clock, store: JournalStore
 ) -> None:
-    provider = FakeProvider(latency=1.0)
+    provider = fake_provider(latency=1.0)
     await _gate(store, provider, "read-only", calls=5).complete(request())
     await _gate(store, provider, "read-write", calls=5).complete(request())
-    assert len(provider.attempt_times) == 2  # read-only stored nothing
+    assert len(provider.times) == 2  # read-only stored nothing
     refresh = _gate(store, provider, "refresh", calls=5)
     await refresh.complete(request())
-    assert len(provider.attempt_times) == 3 and refresh.cached_calls == 0
+    assert len(provider.times) == 3 and refresh.cached_calls == 0
 
 
 def test_the_digest_covers_what_decides_the_answer() -> None:

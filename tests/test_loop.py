@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import pytest
 
 from rlm import RLM, RunResult
+from rlm._run.context import Context
 from rlm.providers.base import CompletionRequest
-from tests.helpers import ScriptedProvider, pid_alive, repl, sandbox_pids
+from rlm.testing.provider import FunctionProvider
+from tests.helpers import pid_alive, repl, sandbox_pids
 
 
 async def run(
-    provider: ScriptedProvider, query: str = "q", context: object = "ctx", **settings: object
+    provider: FunctionProvider, query: str = "q", context: Context = "ctx", **settings: Any
 ) -> RunResult:
     model = RLM(providers={"root": provider, "sub": provider}, **settings)
-    return await model.acompletion(query, context)  # type: ignore[arg-type]
+    return await model.acompletion(query, context)
 
 
 def last_user(request: CompletionRequest) -> str:
@@ -24,7 +27,7 @@ def last_user(request: CompletionRequest) -> str:
 
 
 async def test_code_output_is_fed_back_then_final_line_answers() -> None:
-    provider = ScriptedProvider([repl("print(len(context), context[:3])"), "FINAL(done)"])
+    provider = FunctionProvider.scripted([repl("print(len(context), context[:3])"), "FINAL(done)"])
     result = await run(provider, context="abcdef")
     assert result.status == "answered" and result.answer == "done"
     assert result.iterations == 2
@@ -35,7 +38,7 @@ async def test_code_output_is_fed_back_then_final_line_answers() -> None:
 
 async def test_context_is_described_not_shown() -> None:
     big = "x" * 50_000 + "SECRET-TAIL"
-    provider = ScriptedProvider(["FINAL(ok)"])
+    provider = FunctionProvider.scripted(["FINAL(ok)"])
     await run(provider, context=big)
     first = provider.root_requests()[0]
     prompt = "\n".join(m["content"] for m in first.messages)
@@ -44,26 +47,26 @@ async def test_context_is_described_not_shown() -> None:
 
 
 async def test_final_var_outside_code_reads_the_sandbox_variable() -> None:
-    provider = ScriptedProvider([repl("answer = str(6 * 7)"), "FINAL_VAR(answer)"])
+    provider = FunctionProvider.scripted([repl("answer = str(6 * 7)"), "FINAL_VAR(answer)"])
     result = await run(provider)
     assert result.answer == "42"
 
 
 async def test_final_inside_code_ends_the_call() -> None:
-    provider = ScriptedProvider([repl("x = 'from code'\nFINAL_VAR('x')"), "FINAL(never)"])
+    provider = FunctionProvider.scripted([repl("x = 'from code'\nFINAL_VAR('x')"), "FINAL(never)"])
     result = await run(provider)
     assert result.answer == "from code" and result.iterations == 1
 
 
 async def test_reply_without_code_or_final_gets_a_reminder() -> None:
-    provider = ScriptedProvider(["I think the answer is somewhere.", "FINAL(found)"])
+    provider = FunctionProvider.scripted(["I think the answer is somewhere.", "FINAL(found)"])
     result = await run(provider)
     assert result.answer == "found"
     assert "no ```repl code block and no FINAL" in last_user(provider.root_requests()[1])
 
 
 async def test_errors_reach_the_model_as_the_traceback_tail() -> None:
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         [repl("x = 1\ny = x / 0"), repl("def broken(:\n  pass"), "FINAL(ok)"]
     )
     result = await run(provider)
@@ -74,13 +77,14 @@ async def test_errors_reach_the_model_as_the_traceback_tail() -> None:
 
 
 async def test_namespace_persists_across_steps() -> None:
-    provider = ScriptedProvider([repl("total = 40"), repl("total += 2\nprint(total)"), "FINAL(x)"])
+    steps = [repl("total = 40"), repl("total += 2\nprint(total)"), "FINAL(x)"]
+    provider = FunctionProvider.scripted(steps)
     await run(provider)
     assert "42" in last_user(provider.root_requests()[2])
 
 
 async def test_long_output_is_truncated_with_a_note() -> None:
-    provider = ScriptedProvider([repl("print('y' * 5000)"), "FINAL(ok)"])
+    provider = FunctionProvider.scripted([repl("print('y' * 5000)"), "FINAL(ok)"])
     await run(provider, max_output_chars=100)
     fed_back = last_user(provider.root_requests()[1])
     assert "[output truncated: showing the first 100 of 5,001 characters" in fed_back
@@ -88,7 +92,7 @@ async def test_long_output_is_truncated_with_a_note() -> None:
 
 
 async def test_iterations_run_out_then_one_forced_final_step() -> None:
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         lambda r: repl("print(1)") if "used all" not in last_user(r) else "FINAL(best guess)"
     )
     result = await run(provider, max_iterations=3)
@@ -97,26 +101,20 @@ async def test_iterations_run_out_then_one_forced_final_step() -> None:
 
 
 async def test_no_answer_even_when_forced_is_status_iterations() -> None:
-    provider = ScriptedProvider(lambda r: repl("print(1)"))
+    provider = FunctionProvider.scripted(lambda r: repl("print(1)"))
     result = await run(provider, max_iterations=2)
     assert result.status == "iterations" and result.answer is None
 
 
 async def test_exec_timeout_restarts_the_sandbox_and_the_call_goes_on() -> None:
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         [
             repl("keep = 1"),
             repl("while True:\n    pass"),
-            repl("print('keep' in dir())"),
+            repl("try:\n    print(keep)\nexcept NameError:\n    print('gone')"),
             "FINAL(survived)",
         ]
     )
-    provider.root = [
-        repl("keep = 1"),
-        repl("while True:\n    pass"),
-        repl("try:\n    print(keep)\nexcept NameError:\n    print('gone')"),
-        "FINAL(survived)",
-    ]
     result = await run(provider, exec_timeout=1.0)
     assert result.answer == "survived"
     assert "exceeded the 1 s limit" in last_user(provider.root_requests()[2])
@@ -148,7 +146,7 @@ async def test_a_killed_sandbox_costs_an_error_not_the_host() -> None:
         if getattr(event, "kind", "") == "sandbox_started":
             started.append(event.pid)  # type: ignore[attr-defined]
 
-    provider = ScriptedProvider(root)
+    provider = FunctionProvider.scripted(root)
     model = RLM(providers={"root": provider, "sub": provider}, sinks=[track, killer])
     result = await model.acompletion("q", "ctx")
     assert result.answer == "alive"
@@ -174,7 +172,7 @@ async def test_batched_results_keep_order_and_failures_hold_error_strings(depth:
             return ProviderStatusError("bad item", status=400)
         return None
 
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         [repl(code)], sub, fail=fail, latency=lambda r: 0.01 * len(r.messages[-1]["content"])
     )
     result = await run(provider)
@@ -193,7 +191,7 @@ async def test_depth_two_sub_calls_are_child_calls_with_their_own_sandbox() -> N
             return repl(f"found = llm_query('look for {query}')")
         return "FINAL_VAR(found)"
 
-    provider = ScriptedProvider(root, sub=lambda r: r.messages[-1]["content"] + "!")
+    provider = FunctionProvider.scripted(root, sub=lambda r: r.messages[-1]["content"] + "!")
     result = await run(provider, max_depth=2)
     assert result.answer == "look for alpha! + look for beta!"
     calls = {e["call_id"]: e["depth"] for e in result.trace if e["event"] == "call_started"}
@@ -206,7 +204,7 @@ async def test_depth_two_sub_calls_are_child_calls_with_their_own_sandbox() -> N
 
 async def test_blocks_after_a_lost_sandbox_are_skipped_with_a_note() -> None:
     reply = "Two blocks.\n```repl\nx = 1\nwhile True:\n    pass\n```\n```repl\nprint(x)\n```"
-    provider = ScriptedProvider([reply, "FINAL(ok)"])
+    provider = FunctionProvider.scripted([reply, "FINAL(ok)"])
     result = await run(provider, exec_timeout=1.0)
     fed_back = last_user(provider.root_requests()[1])
     assert "exceeded the 1 s limit" in fed_back
@@ -216,7 +214,7 @@ async def test_blocks_after_a_lost_sandbox_are_skipped_with_a_note() -> None:
 
 
 async def test_a_failed_final_var_at_the_forced_step_is_an_error_that_says_why() -> None:
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         lambda r: "FINAL_VAR(missing)" if "used all" in last_user(r) else repl("print(1)")
     )
     result = await run(provider, max_iterations=1)

@@ -21,7 +21,7 @@ from rlm.errors import (
 )
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import CompletionRequest, StreamingProvider
-from rlm.providers.fixture import fixture_reply
+from rlm.providers.fixture import fixture_reply, is_fixture_answer
 from rlm.providers.openai import OpenAIProvider
 from tests.helpers import serving
 
@@ -95,7 +95,7 @@ async def test_a_streamed_reply_arrives_in_pieces_with_usage_over_loopback() -> 
     assert all(len(p) <= 5 for p in sink.pieces)
     assert root.input_tokens > 0 and root.output_tokens > 0
     assert root.finish_reason == "stop"
-    assert root.metadata["fixture"] is True and root.metadata["streamed"] is True
+    assert is_fixture_answer(root.metadata) and root.metadata["streamed"] is True
     assert server.stats.streams == 1
 
 

@@ -20,15 +20,16 @@ from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
 from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, RLMError
-from rlm.providers.base import CompletionRequest
+from rlm.providers.base import CompletionRequest, Provider
+from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
-from tests.helpers import ScriptedProvider, repl
+from tests.helpers import repl
 
 
 class Run:
     """The parts a runtime would give its calls, built by hand."""
 
-    def __init__(self, provider: ScriptedProvider, **settings: Any) -> None:
+    def __init__(self, provider: Provider, **settings: Any) -> None:
         self.config = RunConfig(**settings).validate()
         self.events = EventBus()
         self.launcher = LineLauncher()
@@ -66,7 +67,7 @@ def latency_by_call(latencies: dict[str, float]) -> Callable[[CompletionRequest]
 
 async def test_one_calls_steps_run_one_after_another(autojump_clock: trio.abc.Clock) -> None:
     steps = [repl("sleep 5"), repl("sleep 1"), "FINAL(done)"]
-    run = Run(ScriptedProvider(steps, latency=lambda r: 2))
+    run = Run(FunctionProvider.scripted(steps, latency=lambda r: 2))
     outcome = await Call.root(run.parts, "q", "ctx").run()
     assert outcome.status == "answered" and outcome.answer == "done"
     assert run.timeline("root") == [
@@ -84,7 +85,7 @@ async def test_one_calls_steps_run_one_after_another(autojump_clock: trio.abc.Cl
 
 
 async def test_a_slow_call_never_delays_another(autojump_clock: trio.abc.Clock) -> None:
-    provider = ScriptedProvider(
+    provider = FunctionProvider.scripted(
         [repl("sleep 1"), "FINAL(x)"], latency=latency_by_call({"root": 100.0, "root.1": 1.0})
     )
     run = Run(provider)
@@ -103,7 +104,7 @@ async def test_calls_asked_for_by_a_batch_run_concurrently(autojump_clock: trio.
         turns = sum(1 for m in request.messages if m["role"] == "assistant")
         return steps[min(turns, len(steps) - 1)]
 
-    run = Run(ScriptedProvider(reply, latency=lambda r: 1.0), max_depth=2)
+    run = Run(FunctionProvider.scripted(reply, latency=lambda r: 1.0), max_depth=2)
     outcome = await Call.root(run.parts, "q", "ctx").run()
     assert outcome.answer == "root"
     children = [f"root.{i}" for i in (1, 2, 3)]
@@ -119,7 +120,7 @@ async def test_an_error_of_the_root_aborts_the_run_and_closes_its_sandbox(
         second_step = any(m["role"] == "assistant" for m in request.messages)
         return AuthenticationError("HTTP 401", status=401) if second_step else None
 
-    run = Run(ScriptedProvider([repl("sleep 1"), "FINAL(x)"], fail=fail))
+    run = Run(FunctionProvider.scripted([repl("sleep 1"), "FINAL(x)"], fail=fail))
     outcome = await Call.root(run.parts, "q", "ctx").run()
     assert [type(e) for e in run.aborted] == [AuthenticationError]
     assert outcome.status == "stopped"
@@ -137,7 +138,7 @@ async def test_an_error_of_the_root_aborts_the_run_and_closes_its_sandbox(
 async def test_a_childs_error_is_its_outcome_unless_it_ends_the_run(
     autojump_clock: trio.abc.Clock, error: ProviderError, status: str
 ) -> None:
-    run = Run(ScriptedProvider(["FINAL(x)"], fail=lambda r: error))
+    run = Run(FunctionProvider.scripted(["FINAL(x)"], fail=lambda r: error))
     child = Call.root(run.parts, "q", "ctx").child("sub", "ctx")
     outcome = await child.run()
     assert outcome.status == status
@@ -147,7 +148,7 @@ async def test_a_childs_error_is_its_outcome_unless_it_ends_the_run(
 async def test_a_cancelled_call_closes_its_sandbox_and_concludes_stopped(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    run = Run(ScriptedProvider([repl("sleep 100"), "FINAL(x)"]))
+    run = Run(FunctionProvider.scripted([repl("sleep 100"), "FINAL(x)"]))
     call = Call.root(run.parts, "q", "ctx")
     with trio.move_on_after(10):
         await call.run()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import pytest
 import trio
@@ -16,7 +17,8 @@ import trio
 from rlm import RLM
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm.errors import ExecutionTimeout, SandboxCrashed
-from tests.helpers import ScriptedProvider, pid_alive, repl
+from rlm.testing.provider import FunctionProvider
+from tests.helpers import pid_alive, repl
 from tests.test_security_harness import (
     CANARY,
     OWNER,
@@ -119,9 +121,9 @@ async def test_garbage_on_the_frame_pipe_costs_a_crash_not_the_host() -> None:
 # --- nothing left behind -------------------------------------------------------------------
 
 
-def _run(*root_replies: str, **settings: object) -> RLM:
-    provider = ScriptedProvider(list(root_replies))
-    return RLM(providers={"root": provider, "sub": provider}, **settings)  # type: ignore[arg-type]
+def _run(*root_replies: str, **settings: Any) -> RLM:
+    provider = FunctionProvider.scripted(list(root_replies))
+    return RLM(providers={"root": provider, "sub": provider}, **settings)
 
 
 async def test_no_process_left_after_a_run_that_answers() -> None:

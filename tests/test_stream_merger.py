@@ -12,36 +12,20 @@ from rlm._events import Event, EventBus, LLMResponse, StreamDiscarded, TextDelta
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
 from rlm.errors import ProviderConnectionError
-from rlm.providers.base import Completion, CompletionRequest, TextSink
+from rlm.providers.base import Completion, CompletionRequest, Provider
 from rlm.providers.fixture import FixtureProvider
 from rlm.streaming import StreamMerger
+from rlm.testing.provider import FunctionProvider
 
 
-class PacedProvider:
-    """Streams ``text`` in pieces of ``size`` chars, ``delay_for(request)`` s before each."""
+def paced(delays: dict[str, float], size: int = 3) -> FunctionProvider:
+    """Streams ``answer of CALL: xxx…`` in ``size``-char pieces, ``delays[call]`` s before each."""
 
-    name = "paced"
-
-    def __init__(self, delays: dict[str, float], size: int = 3) -> None:
-        self.delays = delays
-        self.size = size
-
-    @staticmethod
-    def text_for(request: CompletionRequest) -> str:
-        return f"answer of {request.call_id}: " + "x" * 20
-
-    async def complete(self, request: CompletionRequest) -> Completion:
-        raise AssertionError("a streaming consumer is attached: stream() must be used")
-
-    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
-        text = self.text_for(request)
-        for i in range(0, len(text), self.size):
-            await trio.sleep(self.delays[request.call_id])
-            await on_text(text[i : i + self.size])
+    async def reply(request: CompletionRequest) -> Completion:
+        text = f"answer of {request.call_id}: " + "x" * 20
         return Completion(text=text, model=request.model, output_tokens=len(text) // 4)
 
-    async def aclose(self) -> None:
-        return None
+    return FunctionProvider(reply, chunk_chars=size, chunk_delay=lambda r: delays[r.call_id])
 
 
 def request(call_id: str, lane: str = "sub", task: int | None = None) -> CompletionRequest:
@@ -57,10 +41,10 @@ def request(call_id: str, lane: str = "sub", task: int | None = None) -> Complet
     )
 
 
-def gate_for(provider: object, events: EventBus, permits: int = 16) -> Gate:
+def gate_for(provider: Provider, events: EventBus, permits: int = 16) -> Gate:
     return Gate(
         limiter=TieredLimiter(permits, 1),
-        providers={"root": provider, "sub": provider},  # type: ignore[dict-item]
+        providers={"root": provider, "sub": provider},
         events=events,
         adaptive=False,
     )
@@ -79,7 +63,8 @@ async def test_eight_streams_at_different_rates_merge_as_they_arrive(
     events = EventBus()
     merger = StreamMerger(capacity=8)
     events.add_stream(merger)
-    gate = gate_for(PacedProvider(delays), events)
+    provider = paced(delays)
+    gate = gate_for(provider, events)
     seen: list[tuple[float, Event]] = []
     finals: dict[str, str] = {}
 
@@ -115,6 +100,7 @@ async def test_eight_streams_at_different_rates_merge_as_they_arrive(
     assert len(slow_before) < len(by_call["root.7"]) // 3
     ttft = {e.call_id: e.ttft_s for _, e in seen if isinstance(e, LLMResponse)}
     assert ttft == pytest.approx(delays)
+    assert provider.streamed == len(provider.requests) == 8  # a consumer is attached: streamed
 
 
 async def test_a_slow_consumer_slows_producers_and_the_buffer_stays_bounded(

@@ -12,7 +12,8 @@ from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import Provider
 from rlm.providers.fixture import INVALID_JSON_ALWAYS, INVALID_JSON_ONCE
 from rlm.providers.openai import OpenAIProvider
-from tests.helpers import ScriptedProvider, repl, serving
+from rlm.testing.provider import FunctionProvider
+from tests.helpers import repl, serving
 
 CODE = f"""
 spec = {{"number": "int", "where": str}}
@@ -30,7 +31,7 @@ print(json.dumps({{"one": one, "many": many, "types": kinds}}))
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 async def test_structured_sub_queries_return_validated_dicts(dialect: str) -> None:
-    root = ScriptedProvider([repl("import json\n" + CODE), "FINAL(done)"])
+    root = FunctionProvider.scripted([repl("import json\n" + CODE), "FINAL(done)"])
     client = make_http_client(max_connections=8, request_timeout=10, tls=False)
     async with serving() as (base_url, server), client:
         sub: Provider = (
@@ -52,7 +53,7 @@ async def test_structured_sub_queries_return_validated_dicts(dialect: str) -> No
 
 def test_a_bad_schema_is_an_error_model_code_can_read() -> None:
     code = "r = llm_query('What is x?', 'the x is 1', schema={'x': 'strng'})\nprint(r)"
-    root = ScriptedProvider([repl(code), "FINAL(done)"])
+    root = FunctionProvider.scripted([repl(code), "FINAL(done)"])
     result = RLM(providers={"root": root, "sub": root}).completion("q", "ctx")
     assert "Error: schema: schema.x: unknown type 'strng'" in (result.last_output or "")
 
@@ -68,7 +69,7 @@ def test_a_root_answer_can_be_validated_data() -> None:
 
 
 def test_a_root_answer_that_does_not_fit_is_sent_back_to_the_model() -> None:
-    root = ScriptedProvider(['FINAL({"number": "x"})', 'FINAL({"number": 5})'])
+    root = FunctionProvider.scripted(['FINAL({"number": "x"})', 'FINAL({"number": 5})'])
     model = RLM(providers={"root": root, "sub": root})
     result = model.completion("q", "ctx", schema={"number": "int"})
     assert result.data == {"number": 5}

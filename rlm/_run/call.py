@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -39,6 +39,7 @@ from rlm._run.schema import JsonSchema, parse_json_answer, validation_error
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
+from rlm._status import CallStatus
 from rlm._traffic.gate import Gate
 from rlm.errors import BudgetExceeded, RLMError
 from rlm.providers.base import CompletionRequest, Lane, Message
@@ -48,10 +49,6 @@ if TYPE_CHECKING:
     from rlm._run.bridge import Bridge
 
 __all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
-
-#: How a call ended: ``stopped`` means the run ended around it.
-CallStatus = Literal["answered", "iterations", "budget_exceeded", "error", "stopped"]
-
 
 @dataclass(frozen=True)
 class CallOutcome:

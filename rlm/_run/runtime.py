@@ -34,7 +34,7 @@ from rlm._traffic.pacer import Pacer
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.retry import RetryPolicy
 from rlm._traffic.usage import Usage
-from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, UsageError
+from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, SettingError
 from rlm.providers.base import CompletionRequest, Lane, Provider
 
 __all__ = ["RunOutcome", "Runtime", "default_launcher"]
@@ -317,9 +317,12 @@ def make_budget(config: RunConfig, prices: PriceTable | None = None) -> Budget:
         ),
         prices=prices,
     )
-    for model in {config.model, config.effective_sub_model}:
+    for model in sorted({config.model, config.effective_sub_model}):
         try:
             budget.check_priced(model)
         except BudgetExceeded as exc:
-            raise UsageError(str(exc)) from exc
+            raise SettingError(
+                f"model {model!r} has no price, so <max_cost> cannot be enforced for it; "
+                "add it with <prices_path=FILE>"
+            ) from exc
     return budget

@@ -7,11 +7,13 @@ import importlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
+from rlm._config import DEFAULTS, PROVIDERS, TraceContent
 from rlm.cli._errors import fail
+from rlm.cli._flags import usage_message
 from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._terminal import answer_for_stdout, plural, say
 from rlm.errors import RLMError, UsageError
@@ -52,8 +54,8 @@ __all__ = ["run"]
 @click.option("--sub-base-url", help="Endpoint for sub-queries (default: --base-url).")
 @click.option(
     "--provider",
-    type=click.Choice(["openai", "anthropic", "fixture"]),
-    default="openai",
+    type=click.Choice(PROVIDERS),
+    default=DEFAULTS.provider,
     show_default=True,
     envvar="RLM_PROVIDER",
     help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API; fixture: "
@@ -62,28 +64,28 @@ __all__ = ["run"]
 @click.option(
     "--max-depth",
     type=int,
-    default=1,
+    default=DEFAULTS.max_depth,
     show_default=True,
     help="Depth of the call tree: 1 makes every llm_query a one-shot sub-query.",
 )
 @click.option(
     "--max-iterations",
     type=int,
-    default=20,
+    default=DEFAULTS.max_iterations,
     show_default=True,
     help="Steps per call before it is asked for its final answer.",
 )
 @click.option(
     "--max-concurrent",
     type=int,
-    default=8,
+    default=DEFAULTS.max_concurrent,
     show_default=True,
     help="LLM requests in flight at once, all lanes together.",
 )
 @click.option(
     "--root-permits",
     type=int,
-    default=1,
+    default=DEFAULTS.root_permits,
     show_default=True,
     help="Permits reserved for root steps, so sub-queries never stall them.",
 )
@@ -104,36 +106,41 @@ __all__ = ["run"]
 @click.option(
     "--burst",
     type=int,
-    default=1,
+    default=DEFAULTS.burst,
     show_default=True,
     help="Requests that may go back to back before --rpm spacing applies.",
 )
 @click.option(
     "--max-retries",
     type=int,
-    default=3,
+    default=DEFAULTS.max_retries,
     show_default=True,
     help="Retries per request (429, 5xx, network); Retry-After is honoured.",
 )
 @click.option(
     "--adapt/--no-adapt",
     "adaptive",
-    default=True,
+    default=DEFAULTS.adaptive,
     show_default=True,
     help="Shrink sub-query concurrency when the provider pushes back; grow it back after.",
 )
-@click.option("--timeout", type=float, default=None, help="Wall-clock limit for the whole run (s).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULTS.timeout,
+    help="Wall-clock limit for the whole run (s).",
+)
 @click.option(
     "--exec-timeout",
     type=float,
-    default=60.0,
+    default=DEFAULTS.exec_timeout,
     show_default=True,
     help="Limit for one code execution in the sandbox (s).",
 )
 @click.option(
     "--max-output-chars",
     type=int,
-    default=10_000,
+    default=DEFAULTS.max_output_chars,
     show_default=True,
     help="Printed output shown to the model per code block.",
 )
@@ -154,15 +161,15 @@ __all__ = ["run"]
 @click.option(
     "--cache-mode",
     type=click.Choice(["read-write", "read-only", "refresh"]),
-    default="read-write",
+    default=DEFAULTS.cache_mode,
     show_default=True,
     help="read-only: replay, never store; refresh: never replay, store what is sent.",
 )
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
 @click.option(
     "--trace-content",
-    type=click.Choice(["full", "meta"]),
-    default="full",
+    type=click.Choice(get_args(TraceContent)),
+    default=DEFAULTS.trace_content,
     show_default=True,
     help="full: the trace keeps prompts, replies, code and outputs (`rlm view` shows them); "
     "meta: sizes and timings only, for sensitive inputs.",
@@ -179,7 +186,7 @@ __all__ = ["run"]
 @click.option(
     "--stream-idle-timeout",
     type=float,
-    default=60.0,
+    default=DEFAULTS.stream_idle_timeout,
     show_default=True,
     help="A streamed reply with no bytes for this long fails its attempt (s).",
 )
@@ -285,7 +292,7 @@ def run(
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
         keeper.close(getattr(exc, "result", None), str(exc), page=False)
-        fail(str(exc), exc.exit_code, as_json=as_json and not stream)
+        fail(usage_message(exc, run), exc.exit_code, as_json=as_json and not stream)
     except RLMError as exc:
         partial: RunResult | None = getattr(exc, "result", None)
         keeper.close(partial, str(exc))

@@ -28,8 +28,6 @@ def usage_metadata(data: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any
     for key in ("system_fingerprint", "id"):
         if isinstance(data.get(key), str):
             metadata[key] = data[key]
-    if data.get("system_fingerprint") == "rlm-fixture":
-        metadata["fixture"] = True
     cost = usage.get("cost")
     if isinstance(cost, int | float) and math.isfinite(cost) and cost >= 0:
         metadata["cost"] = float(cost)

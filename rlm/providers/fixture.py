@@ -40,12 +40,14 @@ from rlm.providers._fixture_extras import extra_reply, structured_tail
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
 
 __all__ = [
+    "FIXTURE_FINGERPRINT",
     "NOT_FOUND",
     "FixtureModel",
     "FixtureProvider",
     "PrefixCache",
     "estimate_tokens",
     "fixture_reply",
+    "is_fixture_answer",
     "is_root_request",
     "is_volley_request",
     "parse_fixture_model",
@@ -57,6 +59,9 @@ __all__ = [
 ]
 
 NOT_FOUND = "NOT FOUND"
+#: The ``system_fingerprint`` of every fixture answer, in-process or served over HTTP: the
+#: field OpenAI-compatible replies already carry, so no provider needs to know about fixtures.
+FIXTURE_FINGERPRINT = "rlm-fixture"
 MAX_ROOT_STEPS = 3  # after this many assistant replies the root always answers
 _ROOT_MARKER = "llm_query_batched"
 _VOLLEY_MARKER = "one task of a volley"  # in rlm/prompts/volley.md
@@ -367,6 +372,11 @@ def _is_repair(messages: Sequence[Message]) -> bool:
     return any(m["role"] == "assistant" for m in messages)
 
 
+def is_fixture_answer(metadata: Mapping[str, object]) -> bool:
+    """Whether a completion's metadata says the fixture model wrote it."""
+    return metadata.get("system_fingerprint") == FIXTURE_FINGERPRINT
+
+
 def stream_pieces(text: str, chunk_chars: int) -> list[str]:
     """``text`` cut into the pieces a fixture stream sends (``chunk_chars`` each)."""
     return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
@@ -449,7 +459,10 @@ class FixtureProvider:
             input_tokens=math.ceil(prompt_chars / 4),
             output_tokens=estimate_tokens(text),
             finish_reason="stop",
-            metadata={"fixture": True, **({"cached_tokens": cached} if cached else {})},
+            metadata={
+                "system_fingerprint": FIXTURE_FINGERPRINT,
+                **({"cached_tokens": cached} if cached else {}),
+            },
         )
 
     async def aclose(self) -> None:

@@ -1,7 +1,7 @@
 """In-process sandboxes for virtual-time tests: a launcher to inject, no processes.
 
 Pass ``LineLauncher()`` where the runtime takes ``sandboxes=`` (or
-``RLM(sandboxes=lambda events: LineLauncher())``).  Its "code" is a line
+``RLM(sandboxes=lambda config, events: LineLauncher())``).  Its "code" is a line
 language, one instruction a line:
 
 - ``batch N``: ``llm_query_batched`` with N prompts (``item 0`` … ``item N-1``);

@@ -460,7 +460,7 @@ class FixtureServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
-            "system_fingerprint": "rlm-fixture",
+            "system_fingerprint": scripted.FIXTURE_FINGERPRINT,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": "stop"}],
             "usage": {**usage, "prompt_tokens_details": {"cached_tokens": cached}}

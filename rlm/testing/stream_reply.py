@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlm.providers.fixture import stream_pieces
+from rlm.providers.fixture import FIXTURE_FINGERPRINT, stream_pieces
 
 __all__ = ["StreamReply", "stream_reply"]
 
@@ -48,7 +48,7 @@ def stream_reply(
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "system_fingerprint": "rlm-fixture",
+        "system_fingerprint": FIXTURE_FINGERPRINT,
     }
 
     def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlm._events import Event, LLMRequest, LLMResponse, LLMRetry
+from rlm.providers.fixture import is_fixture_answer
 
 __all__ = ["TaskTally", "TaskUsage"]
 
@@ -64,7 +65,7 @@ class TaskTally:
                 self.rate_limited += 1
             usage.input_tokens += event.input_tokens
             usage.output_tokens += event.output_tokens
-            if event.metadata.get("fixture"):
+            if is_fixture_answer(event.metadata):
                 self.fixture = True
             cached = event.metadata.get("cached_tokens")
             if isinstance(cached, int):

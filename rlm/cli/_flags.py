@@ -1,0 +1,39 @@
+"""Settings as the CLI spells them: errors from the API name flags, not parameters.
+
+:class:`rlm.errors.SettingError` messages mark each setting; here they are
+spelled as the command's own option (``max_depth`` → ``--max-depth``,
+``prices_path`` → ``--prices``), with its environment variable when it has one.
+"""
+
+from __future__ import annotations
+
+import click
+
+from rlm.errors import SettingError, SettingNamer
+
+__all__ = ["flag_namer", "usage_message"]
+
+
+def flag_namer(command: click.Command) -> SettingNamer:
+    """Spell a setting as ``command``'s option for it (``--base-url URL (or set RLM_BASE_URL)``)."""
+    options = {p.name: p for p in command.params if isinstance(p, click.Option)}
+
+    def spell(name: str, value: str | None) -> str:
+        option = options.get(name)
+        flag = option.opts[-1] if option is not None else "--" + name.replace("_", "-")
+        if value is None:
+            return flag
+        text = f"{flag} {value}"
+        envvar = option.envvar if option is not None else None
+        if isinstance(envvar, str):
+            text += f" (or set {envvar})"
+        return text
+
+    return spell
+
+
+def usage_message(exc: Exception, command: click.Command) -> str:
+    """The message of ``exc`` for this command's user."""
+    if isinstance(exc, SettingError):
+        return exc.spelled(flag_namer(command))
+    return str(exc)

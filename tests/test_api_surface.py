@@ -1,0 +1,117 @@
+"""The Python API speaks Python; the CLI speaks flags; both read one table of defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import inspect
+import pydoc
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import rlm
+from rlm import RLM, RunConfig, SettingError, UsageError
+from rlm._config import DEFAULTS, PROVIDERS
+from rlm.cli import main
+from rlm.cli.run_cmd import run
+from rlm.providers.fixture import FixtureProvider
+from rlm.testing.provider import FunctionProvider
+
+NOT_SETTINGS = {"trace_path", "sinks", "providers", "sandboxes", "tools"}
+
+
+def test_rlm_takes_every_setting_as_a_keyword_with_the_config_default() -> None:
+    parameters = inspect.signature(RLM).parameters
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+    settings = {name: p.default for name, p in parameters.items() if name not in NOT_SETTINGS}
+    fields = {f.name: getattr(DEFAULTS, f.name) for f in dataclasses.fields(RunConfig)}
+    assert settings == fields
+
+
+def test_a_misspelt_setting_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="max_detph"):
+        RLM(max_detph=2)  # type: ignore[call-arg]  # what an editor flags
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"max_depth": 0}, "max_depth must be a positive integer, got 0"),
+        ({"root_permits": 8}, "root_permits (8) must be less than max_concurrent (8)"),
+        ({"provider": "openai", "base_url": "ftp://x"}, "base_url must start with http://"),
+        ({"provider": "anthropic", "model": ""}, 'no model: pass model="M", or use provider='),
+    ],
+)
+def test_api_errors_name_python_parameters(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingError) as caught:
+        RLM(**settings)  # type: ignore[arg-type]
+    assert message in str(caught.value)
+    assert "--" not in str(caught.value)
+    assert isinstance(caught.value, UsageError)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--provider", "fixture", "--max-depth", "0"], "--max-depth must be a positive integer"),
+        (["--provider", "fixture", "--root-permits", "8"], "--root-permits (8) must be less"),
+        (["--provider", "openai", "--model", ""], "no model: pass --model M (or set RLM_MODEL)"),
+    ],
+)
+def test_cli_errors_name_flags(args: list[str], message: str) -> None:
+    env = {"RLM_BASE_URL": None, "RLM_MODEL": None, "RLM_PROVIDER": None, "RLM_API_KEY": "k"}
+    result = CliRunner().invoke(main, ["run", "q", *args], env=env)
+    assert result.exit_code == 2
+    assert f"Error: {message}" in result.output
+
+
+def test_cli_defaults_are_the_config_defaults() -> None:
+    options = {p.name: p for p in run.params if isinstance(p, click.Option)}
+    fields = [f.name for f in dataclasses.fields(RunConfig)]
+    # Flags with a default of their own (not an environment variable, not a conversion).
+    checked = [
+        name
+        for name in fields
+        if name in options
+        and isinstance(options[name].default, int | float | str)
+        and options[name].callback is None
+    ]
+    assert len(checked) >= 10
+    for name in checked:
+        assert options[name].default == getattr(DEFAULTS, name), name
+    provider = options["provider"].type
+    assert isinstance(provider, click.Choice) and tuple(provider.choices) == PROVIDERS
+
+
+def test_help_lists_every_provider_and_the_version_exists() -> None:
+    text = pydoc.render_doc(RLM)
+    assert all(f'"{name}"' in text for name in PROVIDERS)
+    assert rlm.__version__ == importlib.metadata.version("rlm")
+
+
+async def test_injected_providers_need_no_endpoint_and_fixture_answers_are_marked() -> None:
+    scripted = FunctionProvider.scripted(["FINAL(done)"])
+    model = RLM(providers={"root": scripted, "sub": scripted})
+    assert model.config.provider == "openai"  # not silently switched to the fixture
+    result = await model.acompletion("q", "ctx")
+    assert result.answer == "done" and not result.fixture
+    fixture = FixtureProvider()
+    marked = await RLM(providers={"root": fixture, "sub": fixture}).acompletion(
+        "What is the magic number?", "the magic number is 7"
+    )
+    assert marked.answer == "7" and marked.fixture
+
+
+def test_the_settings_doc_lists_every_setting_with_its_flag_and_default() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    rows = [line.split(" | ")[:3] for line in doc.splitlines() if line.startswith("| `")]
+    options = {p.name: p for p in run.params if isinstance(p, click.Option)}
+    expected = []
+    for f in dataclasses.fields(RunConfig):
+        option = options.get(f.name)
+        flag = f"`{'/'.join(option.opts + option.secondary_opts)}`" if option else "—"
+        expected.append([f"| `{f.name}`", flag, f"`{getattr(DEFAULTS, f.name)!r}`"])
+    assert rows == expected
