@@ -136,3 +136,16 @@ def test_a_killed_run_is_listed_as_killed_and_its_cut_trace_can_be_viewed(
     assert done.returncode == 0, done.stderr
     assert "cut" in done.stderr
     assert Path(done.stdout.strip()) == entry.path / "trace.html"
+
+
+def test_a_volley_is_kept_too(state: tuple[Path, dict[str, str], Path]) -> None:
+    tmp, env, _ = state
+    done = rlm("volley", "What is the magic number?", "Summarise it", "--context-file",
+               str(tmp / "F.txt"), "--provider", "fixture", "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    newest = listed(env)[0]
+    assert newest["kind"] == "volley" and newest["status"] == "succeeded"
+    assert newest["calls"] == 2
+    page = rlm_in_process("view", "last", env=env)
+    assert page.returncode == 0, page.stderr
+    assert "volley_finished" not in page.stderr  # a known kind, not "from a newer rlm"

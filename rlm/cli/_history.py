@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from rlm._api import RLM
+from rlm._config import RunConfig
 from rlm._result import RunResult
 from rlm.errors import RLMError, UsageError
 from rlm.history import RunEntry, RunHistory, history_enabled, summary_of
@@ -33,38 +35,49 @@ class RunKeeper:
 
     def attach(self, model: RLM) -> None:
         """Open the run's history entry; its trace goes there unless --trace says elsewhere."""
+        trace = self.open(model.config)
+        if model.trace_path is None:
+            model.trace_path = trace
+
+    def open(self, config: RunConfig, *, kind: str = "run",
+             query: str | None = None) -> str | None:
+        """Open the history entry of a run (or volley); the trace path it should write."""
+        self.query = query if query is not None else self.query
         if self.view and self.user_trace is None and not self.keep:
             raise UsageError("--view writes the page next to the trace: pass --trace PATH, "
                              "or keep the run history on")
         if not self.keep:
-            return
+            return self.user_trace
         self.history = RunHistory()
-        config = model.config
         self.entry = self.history.begin({
-            "kind": "run", "query": self.query[:500], "model": config.model,
+            "kind": kind, "query": self.query[:500], "model": config.model,
             "sub_model": config.effective_sub_model, "provider": config.provider,
             "max_depth": config.max_depth, "user_trace": self.user_trace})
-        if model.trace_path is None:
-            model.trace_path = str(self.entry.trace_path)
+        return self.user_trace or str(self.entry.trace_path)
 
     def close(self, result: RunResult | None, error: str | None = None, *,
-              page: bool = True) -> None:
-        """Record how the run ended; write the page if asked.  Never hides the run's outcome."""
+              page: bool = True, summary: dict[str, Any] | None = None) -> None:
+        """Record how the run ended; write the page if asked.  Never hides the run's outcome.
+
+        ``summary`` replaces the one built from ``result`` (a volley brings its own).
+        """
         if self.entry is not None and self.history is not None:
             try:
-                self._record(self.entry, self.history, result, error)
+                self._record(self.entry, self.history, result, error, summary)
             except OSError as exc:
                 click.echo(f"note: the run history could not be updated: {exc}", err=True)
         if self.view and page:
             self._write_page()
 
     def _record(self, entry: RunEntry, history: RunHistory, result: RunResult | None,
-                error: str | None) -> None:
+                error: str | None, ended: dict[str, Any] | None) -> None:
         summary = entry.summary()
         summary.pop("trace", None)
         summary.update(status="error", error=error, pid=None)
         if result is not None:
             summary.update(summary_of(result))
+        if ended is not None:
+            summary.update(ended)
         if self.user_trace and Path(self.user_trace).exists():
             keep_trace(Path(self.user_trace), entry.trace_path)
         entry.write_summary(summary)

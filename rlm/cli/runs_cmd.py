@@ -76,6 +76,8 @@ def runs(ctx: click.Context, limit: int, as_json: bool) -> None:
                          else "left")
     for s in summaries:
         query = " ".join(str(s.get("query") or "").split())
+        if s.get("kind") == "volley":
+            query = f"volley: {query}"
         table.add_row(s["id"], _when(s.get("started")), str(s.get("status")),
                       str(s.get("llm_calls", "—")), _money(s.get("cost")),
                       _seconds(s.get("duration_s")), query[:80])

@@ -19,6 +19,7 @@ from rlm._durations import parse_duration
 from rlm._events import Event
 from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
+from rlm.cli._history import RunKeeper
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
     JournalFlags,
@@ -30,6 +31,7 @@ from rlm.cli.volley_journal import (
     resumed_options,
 )
 from rlm.errors import RLMError, UsageError
+from rlm.history.record import volley_summary
 from rlm.journal import Spend
 from rlm.journal.volleys import run_config
 from rlm.streaming import StreamMerger, drain
@@ -105,6 +107,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Show every task's text as it arrives on stderr, each line prefixed with its "
               "task; with --output-format jsonl, every event as a JSON line on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--history/--no-history", default=True, show_default=True,
+              help="Keep this volley's trace and summary in the run history (`rlm runs`).")
 @resume_options
 def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
@@ -112,7 +116,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            output_format: str, trace_path: str | None, quiet: bool,
            fixture_latency: float | None, timeout: float | None, stream: bool,
            journal_path: str | None, resume: str | None, skip_failed: bool, stale_timeout: float,
-           **settings: Any) -> None:
+           history: bool, **settings: Any) -> None:
     """Run many independent TASKs, optionally over one shared context, as fast as allowed.
 
     Every request is [system prompt] + [shared context] + [task], the shared
@@ -141,6 +145,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     """
     flags = JournalFlags(journal_path, resume, skip_failed, stale_timeout)
     err = Console(stderr=True, highlight=False)
+    keeper = RunKeeper(keep=history, view=False, trace_path=trace_path, query="")
     try:
         if resume is not None and (tasks or task_file or from_stdin):
             raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
@@ -175,6 +180,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                      else [ProgressLines(len(task_list), prompts.__getitem__, err)])
             merger = StreamMerger() if stream else None
             worker = session.worker(volley_id)
+            trace_path = keeper.open(config, kind="volley", query=" · ".join(
+                t.prompt for t in task_list[:3]) + (" · …" if len(task_list) > 3 else ""))
             run = Volley(config, task_list, context=context, options=options, sinks=sinks,
                          trace_path=trace_path, on_result=writer.add, stream=merger,
                          volley_id=volley_id, source=worker, sink=worker, earlier=earlier)
@@ -183,8 +190,10 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
             result = trio.run(session.work, run, worker, main, spent)
     except RLMError as exc:
+        keeper.close(None, str(exc), page=False)
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    keeper.close(None, summary=volley_summary(result))
     writer.finish(result)
     _report(result, quiet)
     sys.exit(result.exit_code)

@@ -161,7 +161,7 @@ async def _sibling(argv: list[str]) -> None:
 #: Plain `rlm volley` flags that mean nothing to `create` (the ones that only quiet a
 #: run, -q, -y and --no-estimate, are accepted so a command line can switch verbs).
 _NOT_FOR_CREATE = (
-    "resume", "skip_failed", "stale_timeout", "estimate_only", "trace_path", "stream",
+    "resume", "skip_failed", "stale_timeout", "estimate_only", "trace_path", "stream", "history",
 )  # fmt: skip
 _IGNORED_BY_CREATE = ("no_estimate", "yes", "quiet")
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rlm._result import RunResult
+from rlm.volley.records import VolleyResult
 
-__all__ = ["keep_trace", "summary_of"]
+__all__ = ["keep_trace", "summary_of", "volley_summary"]
 
 
 def summary_of(result: RunResult) -> dict[str, Any]:
@@ -26,6 +27,18 @@ def summary_of(result: RunResult) -> dict[str, Any]:
         "duration_s": round(result.duration_s, 3),
         "calls": calls,
         "fixture": result.fixture,
+    }
+
+
+def volley_summary(result: VolleyResult) -> dict[str, Any]:
+    """The same fields for a volley: its tasks are its calls."""
+    s = result.summary
+    return {
+        "status": result.status, "answer": None, "error": result.error,
+        "llm_calls": s.total_tasks - s.cancelled + s.total_retries,
+        "input_tokens": s.tokens_input, "output_tokens": s.tokens_output,
+        "cost": s.total_cost, "duration_s": round(s.duration_sec, 3),
+        "calls": s.total_tasks, "fixture": result.fixture,
     }
 
 
