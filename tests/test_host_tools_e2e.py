@@ -61,3 +61,11 @@ def test_the_system_prompt_lists_each_tool_with_its_signature_and_docstring() ->
 
     listed = ToolBox([lookup]).describe()
     assert "- `lookup(key: str, limit: int = 2) -> dict[str, object]`: Look a key up" in listed
+
+
+def test_arguments_nested_past_the_hosts_json_depth_are_a_tool_error_not_a_crash() -> None:
+    # 990 levels pass the sandbox's json.dumps but exceed the host's decoder depth
+    deep = "(x := [], [x := [x] for _ in range(990)], x)[2]"
+    answer, calls = ask(f"Call lookup({deep})")
+    assert answer == "ToolError: lookup: the arguments are not JSON data"
+    assert calls[0]["ok"] is False

@@ -272,7 +272,7 @@ class Bridge:
             try:
                 payload = json.loads(arguments)
                 args, kwargs = payload["args"], payload["kwargs"]
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):  # nesting: the sandbox's
                 raise ToolFailure(f"{name}: the arguments are not JSON data") from None
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ToolFailure(f"{name}: the arguments are not JSON data")
