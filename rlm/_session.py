@@ -321,6 +321,10 @@ def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedS
     if not (isinstance(history, list) and isinstance(variables, dict)
             and isinstance(settings, dict)):
         raise UsageError(f"{path} is damaged: history, variables or settings are missing")
+    if not all(isinstance(m, dict) and m.keys() == {"role", "content"}
+               and m["role"] in ("system", "user", "assistant") and isinstance(m["content"], str)
+               for m in history):
+        raise UsageError(f"{path} is damaged: its history holds something that is not a message")
     return SavedSession(settings=settings, history=history, variables=variables)
 
 

@@ -112,6 +112,11 @@ def test_a_saved_session_refuses_another_context(tmp_path: Path) -> None:
         session.save(saved)
     with pytest.raises(UsageError, match="context differs"):
         RLM.load_session(str(saved), TEXT + "x")
+    document = json.loads(saved.read_text())
+    document["history"].append({"role": 5})  # hand-edited: was a KeyError from the call loop
+    saved.write_text(json.dumps(document))
+    with pytest.raises(UsageError, match="not a message"):
+        RLM.load_session(str(saved), TEXT)
     saved.write_text('{"rlm_session": 99}')
     with pytest.raises(UsageError, match="newer rlm"):
         RLM.load_session(str(saved), TEXT)
