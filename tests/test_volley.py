@@ -107,7 +107,8 @@ async def test_every_request_starts_with_the_same_shared_prefix(autojump_clock: 
     first = requests[0].messages
     assert first[0]["role"] == "system" and "one task of a volley" in first[0]["content"]
     assert first[1]["content"].index("doc A") < first[1]["content"].index("doc B")
-    assert [r.messages[-1]["content"] for r in requests] == ["one", "two", "three"]
+    # Requests granted permits at the same instant go out in any order.
+    assert sorted(r.messages[-1]["content"] for r in requests) == ["one", "three", "two"]
     assert all(r.messages[-1]["role"] == "user" for r in requests)
 
 
@@ -165,11 +166,14 @@ async def test_refused_credentials_stop_everything_at_once(autojump_clock: Clock
     tasks = [f"task {i}" for i in range(1, 11)]
     result = await model(fake, max_concurrent=3).avolley(tasks)
     assert result.status == "credentials_refused" and result.exit_code == 4
-    assert len(fake.requests) == 3  # nothing was sent after the 401
+    # Only the first wave (tasks 1-3 hold the permits) can have been sent, and nothing
+    # after the 401: tasks 1 and 2 were cancelled in flight, or before they were sent.
+    sent = [r.messages[-1]["content"] for _, r in fake.requests]
+    assert sent[-1] == "task 3" and set(sent) <= {"task 1", "task 2", "task 3"}
     assert result.summary.duration_sec == pytest.approx(0.0)  # in-flight ones were cancelled
     statuses = [t.status for t in result.tasks]
     assert statuses[2] == "failed" and statuses.count("cancelled") == 9
-    assert [t.error for t in result.tasks[:2]] == ["cancelled while running"] * 2
+    assert {t.error for t in result.tasks[3:]} == {"not started"}
 
 
 async def test_a_permanently_failing_task_fails_alone(autojump_clock: Clock) -> None:

@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 import tracemalloc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,14 @@ from rlm.fixtures import generate_needle, lognormal_latencies
 from rlm.providers._http import load_http_transport
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
-__all__ = ["ScenarioResult", "measure", "run_scenario", "time_phases"]
+__all__ = [
+    "ScenarioResult",
+    "max_rss_mib",
+    "measure",
+    "run_scenario",
+    "time_phases",
+    "traced_peak",
+]
 
 
 @dataclass(frozen=True)
@@ -216,12 +223,22 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
         t_seq=t_seq, speedup=t_seq / t if t_seq and t > 0 else None,
         correct=result.answer == answer, status=result.status, wall_s=wall_s,
         peak_mib=peak_bytes / 2**20 if peak_bytes is not None else None,
-        max_rss_mib=_max_rss_mib(), phases=phases,
+        max_rss_mib=max_rss_mib(), phases=phases,
         target_eta=s.target_eta, target_rate=s.target_rate,
     )
 
 
-def _max_rss_mib() -> float:
+def traced_peak(run: Callable[[], object]) -> int:
+    """Peak Python heap (bytes, tracemalloc) while ``run()`` runs: a second, slower run."""
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def max_rss_mib() -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB else
 
@@ -241,14 +258,7 @@ def run_scenario(s: Scenario, *, baseline: bool = True) -> list[ScenarioResult]:
         seq_result, seq_boot_s = _one_run(seq)
         twin = measure(seq, seq_result, wall_s=time.perf_counter() - started,
                        zygote_boot_s=seq_boot_s)
-    peak = None
-    if s.memory:
-        tracemalloc.start()
-        try:
-            _one_run(s)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+    peak = traced_peak(lambda: _one_run(s)) if s.memory else None
     main = measure(s, result, wall_s=wall_s, t_seq=twin.t if twin else None, peak_bytes=peak,
                    zygote_boot_s=boot_s)
     return [main] if twin is None else [main, twin]

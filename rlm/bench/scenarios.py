@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-__all__ = ["DEFAULT", "QUICK", "Scenario", "by_name"]
+__all__ = ["DEFAULT", "QUICK", "AnyScenario", "Scenario", "VolleyScenario", "by_name"]
 
 Transport = Literal["in-process", "http"]
 
@@ -53,7 +53,26 @@ class Scenario:
                        baseline=False, memory=False, target_eta=None, target_rate=None)
 
 
-DEFAULT: tuple[Scenario, ...] = (
+@dataclass(frozen=True)
+class VolleyScenario:
+    """A volley: ``n`` independent completions at C = ``c`` (``rlm.bench.volley`` runs it)."""
+
+    name: str
+    about: str
+    n: int
+    c: int
+    latency: float = 0.0  # the median when sigma > 0
+    sigma: float = 0.0  # > 0: lognormal latencies
+    hidden_cap: int | None = None  # served over loopback by a server refusing more in flight
+    memory: bool = False
+    target_eta: float | None = None
+    target_rate: float | None = None  # tasks per second
+    seed: int = 1
+
+
+AnyScenario = Scenario | VolleyScenario
+
+DEFAULT: tuple[AnyScenario, ...] = (
     # Root steps take as long as sub-queries: a language model's step is never free, and the
     # call's sandbox starts while its first step is generated (docs/bench.md).
     Scenario("batched-32", "32 sub-queries of 0.5 s at C=8 in one llm_query_batched (issue 3)",
@@ -76,9 +95,16 @@ DEFAULT: tuple[Scenario, ...] = (
              target_eta=0.95),
     Scenario("throughput-10k", "10,000 zero-latency sub-queries at C=64: rate and memory",
              n=10_000, c=64, context_chars=1_000_000, memory=True, target_rate=2000.0),
+    VolleyScenario("volley-200", "rlm volley: 200 tasks, lognormal latencies (median 0.5 s, "
+                   "sigma 0.5) at C=32", n=200, c=32, latency=0.5, sigma=0.5, target_eta=0.95),
+    VolleyScenario("volley-10k", "rlm volley: 10,000 zero-latency tasks at C=64: rate and memory",
+                   n=10_000, c=64, memory=True, target_rate=3000.0),
+    VolleyScenario("volley-cap3-http", "rlm volley: 100 tasks of 0.2 s at C=16 against a server "
+                   "with a hidden cap of 3 (T* = the cap's limit)", n=100, c=16, latency=0.2,
+                   hidden_cap=3, target_eta=1 / 1.3),
 )
 
-QUICK: tuple[Scenario, ...] = (
+QUICK: tuple[AnyScenario, ...] = (
     Scenario("quick-batched", "8 sub-queries of 0.05 s at C=4", n=8, c=4, sub_latency=0.05,
              context_chars=20_000),
     Scenario("quick-batched-http", "quick-batched over loopback HTTP", n=8, c=4,
@@ -87,10 +113,12 @@ QUICK: tuple[Scenario, ...] = (
              sub_latency=0.03, sigma=0.6, context_chars=20_000, baseline=False),
     Scenario("quick-throughput", "500 zero-latency sub-queries at C=64", n=500, c=64,
              context_chars=100_000, baseline=False, memory=True),
+    VolleyScenario("quick-volley", "rlm volley: 50 lognormal tasks (median 0.03 s) at C=16",
+                   n=50, c=16, latency=0.03, sigma=0.5),
 )
 
 
-def by_name(names: tuple[str, ...]) -> tuple[Scenario, ...]:
+def by_name(names: tuple[str, ...]) -> tuple[AnyScenario, ...]:
     """The named scenarios from either set; raises ``KeyError`` naming an unknown one."""
     known = {s.name: s for s in (*DEFAULT, *QUICK)}
     missing = [name for name in names if name not in known]

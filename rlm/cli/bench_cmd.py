@@ -44,7 +44,8 @@ def bench(names: tuple[str, ...], quick: bool, no_baseline: bool, as_json: bool,
 
     from rlm.bench.report import bench_json, markdown_table, render_table
     from rlm.bench.run import run_scenario
-    from rlm.bench.scenarios import DEFAULT, QUICK, by_name
+    from rlm.bench.scenarios import DEFAULT, QUICK, VolleyScenario, by_name
+    from rlm.bench.volley import run_volley_scenario
 
     try:
         scenarios = by_name(names) if names else (QUICK if quick else DEFAULT)
@@ -62,7 +63,10 @@ def bench(names: tuple[str, ...], quick: bool, no_baseline: bool, as_json: bool,
     for s in scenarios:
         if not as_json:
             err.print(f"[dim]running {s.name}: {s.about}[/dim]")
-        results.extend(run_scenario(s, baseline=not no_baseline))
+        if isinstance(s, VolleyScenario):
+            results.extend(run_volley_scenario(s))
+        else:
+            results.extend(run_scenario(s, baseline=not no_baseline))
     elapsed = time.perf_counter() - started
     if as_json:
         click.echo(json.dumps(bench_json(results, elapsed_s=elapsed), indent=1))

@@ -45,6 +45,7 @@ class AnthropicStreamReader(JSONEventReader):
         self._id: str | None = None
         self._input = 0
         self._cached = 0
+        self._written = 0
         self._output = 0
         self._stop_reason: str | None = None
 
@@ -62,6 +63,7 @@ class AnthropicStreamReader(JSONEventReader):
             usage = message.get("usage") or {}
             self._input = count_tokens(usage.get("input_tokens"))
             self._cached = count_tokens(usage.get("cache_read_input_tokens"))
+            self._written = count_tokens(usage.get("cache_creation_input_tokens"))
             self._output = count_tokens(usage.get("output_tokens"))
         elif kind == "content_block_delta":
             delta = data["delta"]
@@ -102,7 +104,7 @@ class AnthropicStreamReader(JSONEventReader):
             text="".join(self.parts),
             model=self._model,
             # Anthropic counts cached input apart; the ledger wants all input.
-            input_tokens=self._input + self._cached,
+            input_tokens=self._input + self._cached + self._written,
             output_tokens=self._output,
             finish_reason=self._stop_reason,
             metadata=metadata,

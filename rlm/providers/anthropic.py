@@ -33,6 +33,7 @@ __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicProvider"]
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 8192
 API_VERSION = "2023-06-01"
+_EPHEMERAL = {"type": "ephemeral"}
 
 
 class AnthropicProvider(StreamingJSONProvider):
@@ -75,17 +76,29 @@ class AnthropicProvider(StreamingJSONProvider):
 
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
+        # Prompt caching: the end of a shared prefix (a volley's system prompt and
+        # context) is marked as a cache breakpoint, so later requests read it.
+        breakpoint_at = request.cache_prefix - 1
+        messages: list[dict[str, Any]] = []
+        for i, m in enumerate(request.messages):
+            if m["role"] == "system":
+                continue
+            content: Any = m["content"]
+            if i == breakpoint_at:
+                content = [{"type": "text", "text": content, "cache_control": _EPHEMERAL}]
+            messages.append({"role": m["role"], "content": content})
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": [
-                {"role": m["role"], "content": m["content"]}
-                for m in request.messages
-                if m["role"] != "system"
-            ],
+            "messages": messages,
         }
         if system:
-            body["system"] = system
+            at_system = breakpoint_at >= 0 and request.messages[breakpoint_at]["role"] == "system"
+            body["system"] = (
+                [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+                if at_system
+                else system
+            )
         if request.response_schema is not None:
             # Structured answers as a forced call of one tool whose input is the answer.
             schema, _ = object_schema(request.response_schema)
@@ -110,6 +123,7 @@ class AnthropicProvider(StreamingJSONProvider):
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         cached = count_tokens(usage.get("cache_read_input_tokens"))
+        written = count_tokens(usage.get("cache_creation_input_tokens"))
         metadata: dict[str, Any] = {}
         if isinstance(data.get("id"), str):
             metadata["id"] = data["id"]
@@ -121,8 +135,8 @@ class AnthropicProvider(StreamingJSONProvider):
         return Completion(
             text=clean_text(text),
             model=str(data.get("model") or ""),
-            # Anthropic counts cached input apart; the ledger wants all input.
-            input_tokens=count_tokens(usage.get("input_tokens")) + cached,
+            # Anthropic counts cache reads and writes apart; the ledger wants all input.
+            input_tokens=count_tokens(usage.get("input_tokens")) + cached + written,
             output_tokens=count_tokens(usage.get("output_tokens")),
             finish_reason=data.get("stop_reason")
             if isinstance(data.get("stop_reason"), str)

@@ -2,10 +2,10 @@
 
 Scheduling is the gate's (permits, pacing, adaptive concurrency, retries,
 budget); the runner only decides *which* task runs next and when a volley
-stops.  It keeps at most ``window`` tasks claimed and unfinished — more than
-the gate's permits, so a task backing off from a 429 never idles a permit,
-few enough that claims stay close to when the work happens (the journal's
-heartbeat has little to cover).
+stops.  ``window`` workers each claim a task and run it, so at most that many
+tasks are claimed and unfinished — more than the gate's permits, so a task
+backing off from a 429 never idles a permit, few enough that claims stay close
+to when the work happens (the journal's heartbeat has little to cover).
 
 Stopping, first reason wins:
 
@@ -87,7 +87,6 @@ class VolleyRunner:
         self._timeout = timeout
         self._on_result = on_result
         self._running: dict[str, _Running] = {}
-        self._launch_scope: trio.CancelScope | None = None
         self.stop: Stop | None = None
         self.finished = 0  # verdicts accepted by the sink
         self.cut_short: set[int] = set()  # tasks cancelled after sending something
@@ -99,33 +98,31 @@ class VolleyRunner:
 
     async def run(self) -> None:
         """Run until the source is empty or a stop; returns when every task has ended."""
+        if self._warm_first and self.stop is None:
+            # Warm the provider's prompt cache: the first task alone, the rest after it.
+            await self._work(once=True)
         async with trio.open_nursery() as nursery:
-            with trio.CancelScope() as self._launch_scope:
-                if self.stop is None:
-                    await self._launch(nursery)
+            for _ in range(self._window):
+                nursery.start_soon(self._work)
 
-    async def _launch(self, nursery: trio.Nursery) -> None:
-        window = trio.Semaphore(self._window)
-        warm = self._warm_first
-        while True:
-            await window.acquire()
+    async def _work(self, *, once: bool = False) -> None:
+        """One worker: claim a task, run it to its verdict, repeat.
+
+        Long-lived workers instead of a task per volley task: no spawn per task, and
+        nothing between a claim's return and the gate's FIFO queue can switch tasks,
+        so tasks are sent in the order they were claimed.
+        """
+        while self.stop is None:
             task = await self._source.claim()
             if task is None:
-                window.release()
                 return
             if self.stop is not None:  # stopped while claiming: give it back untouched
                 with trio.CancelScope(shield=True):
                     await self._source.release(task)
-                window.release()
                 return
-            done = trio.Event()
-            # start(), not start_soon(): the task takes its place in the gate's FIFO
-            # queue before the next one is claimed, so tasks are sent in task order.
-            await nursery.start(self._run_one, task, window, done)
-            if warm:
-                # Warm the provider's prompt cache: the first task alone, the rest after it.
-                warm = False
-                await done.wait()
+            await self._run_one(task)
+            if once:
+                return
 
     def interrupt(self) -> None:
         """Stop launching and cancel every running task (Ctrl-C)."""
@@ -134,26 +131,16 @@ class VolleyRunner:
     def _stop(self, stop: Stop) -> None:
         if self.stop is None:
             self.stop = stop
-        if self._launch_scope is not None:
-            self._launch_scope.cancel()
         for call_id, running in self._running.items():
             if stop.hard or not self._tally.sent(call_id):
                 running.scope.cancel()
 
-    async def _run_one(
-        self,
-        task: VolleyTask,
-        window: trio.Semaphore,
-        done: trio.Event,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
+    async def _run_one(self, task: VolleyTask) -> None:
         call_id = task_call_id(task.index)
         running = _Running(task, trio.CancelScope(), trio.current_time())
         self._running[call_id] = running
         result: TaskResult | None = None
         try:
-            task_status.started()  # no checkpoint from here to the gate's queue
             with running.scope:
                 result = await self._verdict(task, call_id, running.started)
         finally:
@@ -167,8 +154,6 @@ class VolleyRunner:
                     await self._source.release(task)
                 else:
                     await self._sink.accept(result)
-            window.release()
-            done.set()
             if result is not None:
                 self.finished += 1
                 self._report(result)

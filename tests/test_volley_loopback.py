@@ -1,0 +1,130 @@
+"""Volleys against the real fixture server on 127.0.0.1: hidden caps, rpm, Ctrl-C, the CLI."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from rlm import RLM
+from tests.helpers import serving
+
+RLM_BIN = [sys.executable, "-m", "rlm"]
+
+
+def tasks(n: int) -> list[str]:
+    return [f"task {i}" for i in range(1, n + 1)]
+
+
+async def test_hidden_cap_of_3_at_16_concurrent_all_succeed_with_few_429s() -> None:
+    latency = 0.2  # long enough that client start-up is small beside the limit
+    async with serving(max_concurrent=3, sub_latency=latency, retry_after=latency) as (url, server):
+        model = RLM(base_url=url, model="fixture", api_key="k", max_concurrent=16, max_retries=10)
+        started = trio.current_time()
+        result = await model.avolley(tasks(100))
+        makespan = trio.current_time() - started
+    assert result.status == "succeeded" and result.summary.succeeded == 100
+    assert [t.index for t in result.tasks] == list(range(1, 101))
+    assert all((t.output or "").startswith(f"Done: task {t.index} (") for t in result.tasks)
+    rejected = server.stats.by_status.get(429, 0)
+    assert rejected <= 0.15 * server.stats.total_requests
+    assert server.stats.max_in_flight <= 3
+    assert result.summary.rate_limited == rejected
+    physical_limit = math.ceil(100 / 3) * latency
+    assert makespan <= 1.3 * physical_limit
+
+
+async def test_a_server_enforcing_120_rpm_sees_no_429_with_rpm_120() -> None:
+    async with serving(rpm=120, sub_latency=0.01, retry_after=0.2) as (url, server):
+        model = RLM(base_url=url, model="fixture", api_key="k", max_concurrent=16, rpm=120)
+        result = await model.avolley(tasks(6))
+    assert result.status == "succeeded"
+    assert server.stats.by_status.get(429, 0) == 0 and server.stats.total_requests == 6
+    # The same volley without --rpm is refused: the server does enforce the limit.
+    async with serving(rpm=120, sub_latency=0.01, retry_after=0.2) as (url, server):
+        model = RLM(base_url=url, model="fixture", api_key="k", max_concurrent=16, max_retries=0)
+        unpaced = await model.avolley(tasks(6))
+    assert server.stats.by_status.get(429, 0) >= 4 and unpaced.status == "failed"
+
+
+async def run_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [*RLM_BIN, "volley", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+
+
+async def test_refused_credentials_exit_4_and_stop_sending() -> None:
+    async with serving(api_key="right", sub_latency=0.05) as (url, server):
+        done = await run_cli(*tasks(30), "--base-url", url, "--model", "fixture", "-y",
+                             "--max-concurrent", "4", env={"RLM_API_KEY": "wrong"})
+    assert done.returncode == 4
+    assert b"refused the credentials" in done.stderr
+    assert server.stats.total_requests <= 4  # the first wave, nothing after the 401
+
+
+async def test_sigint_prints_what_completed_in_order_then_exits_130(tmp_path: Path) -> None:
+    task_file = tmp_path / "tasks.txt"
+    task_file.write_text("\n".join(tasks(40)))
+    async with serving(sub_latency=0.2) as (url, server), trio.open_nursery() as nursery:
+        command = [*RLM_BIN, "volley", "-f", str(task_file), "--base-url", url, "--model",
+                   "fixture", "--max-concurrent", "2", "--output-format", "jsonl", "-y", "-q"]
+        proc = await nursery.start(functools.partial(
+            trio.run_process, command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, check=False,
+        ))
+        out = b""
+        while out.count(b"\n") < 3:
+            out += await proc.stdout.receive_some(65536)
+        proc.send_signal(signal.SIGINT)
+        async for chunk in proc.stdout:
+            out += chunk
+        err = b"".join([chunk async for chunk in proc.stderr])
+        await proc.wait()
+    assert proc.returncode == 130
+    lines = [json.loads(line) for line in out.decode().splitlines()]
+    *done, summary = lines
+    assert [d["index"] for d in done] == list(range(1, len(done) + 1))
+    assert all(d["status"] == "succeeded" for d in done) and len(done) >= 3
+    assert summary["status"] == "interrupted"
+    assert summary["summary"]["succeeded"] == len(done) < 40
+    assert b"completed" in err and b"not started" in err
+    assert server.stats.total_requests < 40
+
+
+async def test_estimate_prints_and_sends_nothing() -> None:
+    async with serving() as (url, server):
+        done = await run_cli(*tasks(12), "--base-url", url, "--model", "gpt-4.1-mini",
+                             "--context", "x" * 40_000, "--estimate", "--max-tokens", "100")
+    assert done.returncode == 0 and server.stats.total_requests == 0
+    text = done.stdout.decode()
+    assert "12 tasks" in text and "cost:   $" in text and "cached rate" in text
+
+
+async def test_without_a_tty_a_large_volley_shows_the_estimate_and_never_asks() -> None:
+    # stdin stays open and silent: a question would hang the process.
+    command = [*RLM_BIN, "volley", *tasks(20), "--provider", "fixture", "-q"]
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            proc = await nursery.start(functools.partial(
+                trio.run_process, command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, check=False,
+            ))
+            out = b"".join([chunk async for chunk in proc.stdout])
+            err = b"".join([chunk async for chunk in proc.stderr])
+    assert proc.returncode == 0
+    assert b"estimate: 20 tasks" in err and b"Continue?" not in err
+    assert out.count(b"=== [") == 20
