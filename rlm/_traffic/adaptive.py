@@ -52,6 +52,7 @@ class AdaptiveCapacity:
         self._on_change = on_change
         self._refused_at: float | None = None  # the window the provider last pushed back at
         self._patience = _FIRST_PATIENCE
+        self._unheeded = 0  # overloads within a round trip of the last decrease
         self.decreases = 0
 
     @property
@@ -78,8 +79,12 @@ class AdaptiveCapacity:
         self._apply("increase")
 
     def on_overload(self, now: float) -> None:
-        if not self.enabled or now - self._last_decrease < self._rtt:
+        if not self.enabled:
             return
+        if now - self._last_decrease < self._rtt:
+            self._unheeded += 1
+            return
+        first = self._last_decrease == -float("inf")
         self._last_decrease = now
         self.decreases += 1
         level = float(int(self._window))
@@ -89,7 +94,13 @@ class AdaptiveCapacity:
             self._patience = min(_MAX_PATIENCE, self._patience * 4)
             self._window = max(1.0, level - 1.0)
         else:
-            self._window = max(1.0, self._window * self._factor)
+            window = self._window * self._factor
+            if not first:
+                # Still refused one round trip after a decrease: the refusals not
+                # acted on since say how far over the limit the window still is.
+                window = min(window, self._window - self._unheeded)
+            self._window = max(1.0, window)
+        self._unheeded = 0
         self._refused_at = level
         self._apply("overload")
 
