@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rlm.bench.limit import (
+from rlm.view.limit import (
     Batch,
     CallWork,
     Request,

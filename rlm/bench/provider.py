@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import trio
 
-from rlm.bench.limit import NOMINAL_LATENCY_KEY
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider, is_root_request
+from rlm.view.limit import NOMINAL_LATENCY_KEY
 
 __all__ = ["BenchProvider"]
 

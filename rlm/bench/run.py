@@ -5,7 +5,7 @@ context — in-process (:class:`~rlm.bench.provider.BenchProvider`) or against a
 :class:`~rlm.testing.server.FixtureServer` on 127.0.0.1 served from the same
 trio loop.  T is the run's ``duration_s`` (run start to ``run_finished``, so
 sandbox start and teardown count); T* comes from replaying the run's own
-trace on the ideal runtime (:mod:`rlm.bench.limit`).
+trace on the ideal runtime (:mod:`rlm.view.limit`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,25 +26,25 @@ from rlm._result import RunResult
 from rlm._run.runtime import default_launcher
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import LauncherFactory
-from rlm.bench.limit import (
+from rlm.bench.provider import BenchProvider
+from rlm.bench.scenarios import Scenario
+from rlm.fixtures import generate_needle, lognormal_latencies
+from rlm.providers._http import load_http_transport
+from rlm.testing.server import FixtureServer, FixtureServerOptions
+from rlm.view.limit import (
     clairvoyant_bound,
     formula_limit,
     ideal_makespan,
     metadata_latency,
     work_from_trace,
 )
-from rlm.bench.provider import BenchProvider
-from rlm.bench.scenarios import Scenario
-from rlm.fixtures import generate_needle, lognormal_latencies
-from rlm.providers._http import load_http_transport
-from rlm.testing.server import FixtureServer, FixtureServerOptions
+from rlm.view.phases import time_phases
 
 __all__ = [
     "ScenarioResult",
     "max_rss_mib",
     "measure",
     "run_scenario",
-    "time_phases",
     "traced_peak",
 ]
 
@@ -165,32 +165,6 @@ def _http_latency(s: Scenario) -> Any:
     def rule(step: bool, response: Mapping[str, Any]) -> float:
         return s.root_latency if step else s.sub_latency
     return rule
-
-
-def time_phases(trace: Sequence[Mapping[str, Any]], t: float, t_star: float,
-                root_s: float) -> dict[str, float]:
-    """Split the run into before the first sub-query, the fan-out and after the last one.
-
-    ``startup_s``: run start to the first sub-lane request, minus root-step
-    latency spent there (sandbox start, REPL code, scheduling).  ``tail_s``:
-    last sub-lane response to the end of the run, minus root steps there
-    (aggregation, FINAL, sandbox teardown).  ``fanout_overhead_s``: the rest of
-    T − T*.  ``sandbox_start_s``: the slowest ``sandbox_started.startup_s``.
-    """
-    subs = [e for e in trace if e["event"] in ("llm_request", "llm_response")
-            and e.get("lane") == "sub"]
-    if not subs:
-        return {}
-    first, last = subs[0]["t"], subs[-1]["t"]
-    root_before = sum(float(e.get("latency_s", 0.0)) for e in trace
-                      if e["event"] == "llm_response" and e.get("lane") == "root"
-                      and e["t"] <= first)
-    root_before = min(root_before, root_s)
-    startup = max(0.0, first - root_before)
-    tail = max(0.0, t - last - (root_s - root_before))
-    starts = [float(e["startup_s"]) for e in trace if e["event"] == "sandbox_started"]
-    return {"startup_s": round(startup, 6), "fanout_overhead_s": round(t - t_star - startup
-            - tail, 6), "tail_s": round(tail, 6), "sandbox_start_s": max(starts, default=0.0)}
 
 
 def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,

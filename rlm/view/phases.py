@@ -1,8 +1,8 @@
 """Where the time went: the phases ``rlm bench`` reports, and the root call's own path.
 
 ``rlm bench`` compares a run's makespan T with T*, the same work replayed on
-an ideal zero-overhead runtime (:mod:`rlm.bench.limit`), and splits T − T*
-into start-up, fan-out overhead and tail (:func:`rlm.bench.run.time_phases`).
+an ideal zero-overhead runtime (:mod:`rlm.view.limit`), and splits T − T*
+into start-up, fan-out overhead and tail (:func:`time_phases`).
 Here T* replays the run with the latencies it actually saw (a bench run uses
 the nominal ones instead).  The root call's path splits its wall time into
 root-model steps, code, bridge calls (fan-out), sandbox start and the rest.
@@ -13,11 +13,37 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["REPLAY_LIMIT", "time_summary"]
+__all__ = ["REPLAY_LIMIT", "time_phases", "time_summary"]
 
 #: Above this many requests T* is not replayed: the replay runs every request as a trio task
 #: in virtual time (seconds for 10,000), and a page should appear at once.  `rlm bench` has it.
 REPLAY_LIMIT = 2_000
+
+
+def time_phases(trace: Sequence[Mapping[str, Any]], t: float, t_star: float,
+                root_s: float) -> dict[str, float]:
+    """Split the run into before the first sub-query, the fan-out and after the last one.
+
+    ``startup_s``: run start to the first sub-lane request, minus root-step
+    latency spent there (sandbox start, REPL code, scheduling).  ``tail_s``:
+    last sub-lane response to the end of the run, minus root steps there
+    (aggregation, FINAL, sandbox teardown).  ``fanout_overhead_s``: the rest of
+    T − T*.  ``sandbox_start_s``: the slowest ``sandbox_started.startup_s``.
+    """
+    subs = [e for e in trace if e["event"] in ("llm_request", "llm_response")
+            and e.get("lane") == "sub"]
+    if not subs:
+        return {}
+    first, last = subs[0]["t"], subs[-1]["t"]
+    root_before = sum(float(e.get("latency_s", 0.0)) for e in trace
+                      if e["event"] == "llm_response" and e.get("lane") == "root"
+                      and e["t"] <= first)
+    root_before = min(root_before, root_s)
+    startup = max(0.0, first - root_before)
+    tail = max(0.0, t - last - (root_s - root_before))
+    starts = [float(e["startup_s"]) for e in trace if e["event"] == "sandbox_started"]
+    return {"startup_s": round(startup, 6), "fanout_overhead_s": round(t - t_star - startup
+            - tail, 6), "tail_s": round(tail, 6), "sandbox_start_s": max(starts, default=0.0)}
 
 
 def _observed_latency(step: bool, response: Mapping[str, Any]) -> float:
@@ -26,9 +52,8 @@ def _observed_latency(step: bool, response: Mapping[str, Any]) -> float:
 
 def _bench_phases(events: Sequence[Mapping[str, Any]], t: float,
                   config: Mapping[str, Any]) -> dict[str, Any]:
-    # Imported here: rlm.bench pulls in the fixture server, which a plain `rlm view` never needs.
-    from rlm.bench.limit import ideal_makespan, work_from_trace
-    from rlm.bench.run import time_phases
+    # Imported here: the replay needs trio, which drawing a page does not.
+    from rlm.view.limit import ideal_makespan, work_from_trace
 
     try:
         work = work_from_trace(events, _observed_latency)
