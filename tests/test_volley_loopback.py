@@ -131,3 +131,15 @@ async def test_without_a_tty_a_large_volley_shows_the_estimate_and_never_asks() 
     assert proc.returncode == 0
     assert b"estimate: 20 tasks" in err and b"Continue?" not in err
     assert out.count(b"=== [") == 20
+
+
+def test_a_volley_without_a_model_says_which_flag_to_give(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rlm", "volley", "summarise x", "--journal",
+         str(tmp_path / "j.sqlite")],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        env={**os.environ, "RLM_MODEL": "", "RLM_PROVIDER": ""},
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: no model: pass --model M")
+    assert "TypeError" not in done.stderr

@@ -19,6 +19,7 @@ from rlm._durations import parse_duration
 from rlm._events import Event
 from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
+from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
@@ -191,7 +192,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             result = trio.run(session.work, run, worker, main, spent)
     except RLMError as exc:
         keeper.close(None, str(exc), page=False)
-        click.echo(f"Error: {exc}", err=True)
+        message = usage_message(exc, volley) if isinstance(exc, UsageError) else str(exc)
+        click.echo(f"Error: {message}", err=True)
         sys.exit(exc.exit_code)
     keeper.close(None, summary=volley_summary(result))
     writer.finish(result)
@@ -245,7 +247,7 @@ def _config(settings: dict[str, Any], file_cap: int | None, latency: float | Non
         api_key=os.environ.get("RLM_API_KEY") or os.environ.get(vendor),
         root_permits=0,
         fixture_sub_latency=latency or 0.0,
-    ).validate()
+    ).validate().validate_endpoint()  # no model, a bad URL: say so before anything runs
 
 
 def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
