@@ -3,11 +3,15 @@
 Model code never receives a real module object: a real module leads to its
 ``__dict__``, to other modules (``json.codecs``, ``datetime.sys``) and from
 there to ``os``.  A :class:`ModuleProxy` exposes only the public attributes of
-one module whose values are not modules (nor other objects that lead out of
-the sandbox), minus a short list of known gadgets: callables that look up
-attributes by a caller-chosen name with plain ``getattr`` (``string.Formatter``,
-``functools.update_wrapper``) or that ``eval`` annotations
-(``functools.singledispatch``).
+one module whose values are not modules, metaclasses or interpreter plumbing
+(nor other objects that lead out of the sandbox), minus a short list of known
+gadgets: callables that look up or set attributes by a caller-chosen name with
+plain ``getattr``/``setattr`` (``string.Formatter``, ``functools.update_wrapper``,
+``copy.dispatch_table``), that ``eval`` annotations (``functools.singledispatch``,
+``typing.get_type_hints``) or that build classes from a caller's namespace
+(``dataclasses.make_dataclass``).  A few callables are replaced by guarded
+equivalents that the policy registers (:func:`replace_attributes`):
+``operator.attrgetter``/``methodcaller`` and ``dataclasses.dataclass``.
 
 ``from X import Y`` resolves ``Y`` with plain ``getattr`` (the RestrictedPython
 guard is not involved), so the proxy is safe under plain attribute access on
@@ -31,16 +35,29 @@ __all__ = [
     "guarded_import",
     "import_module",
     "is_forbidden_value",
+    "is_metaclass",
     "plain_str",
+    "replace_attributes",
 ]
 
-#: Modules model code may import (top-level names only; no submodules).
+#: Modules model code may import (and the one submodule, ``collections.abc``).
 ALLOWED_MODULES = frozenset({
-    "bisect", "collections", "datetime", "functools", "heapq", "itertools", "json",
-    "math", "random", "re", "statistics", "string", "textwrap",
+    "bisect", "collections", "collections.abc", "copy", "dataclasses", "datetime", "decimal",
+    "difflib", "enum", "fractions", "functools", "heapq", "itertools", "json", "math",
+    "operator", "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata",
     # datetime.strftime imports time from C through the sandbox's __import__.
     "time",
 })
+
+#: Submodules reachable as attributes of their parent's proxy (``collections.abc``).
+_SUBMODULES: dict[str, tuple[str, ...]] = {"collections": ("abc",)}
+
+#: For these modules only the listed names are exposed.
+ONLY_ATTRIBUTES: dict[str, frozenset[str]] = {
+    # copy.dispatch_table is copyreg's: a reducer registered there makes
+    # copy() call setattr(any object, any name, any value).
+    "copy": frozenset({"copy", "deepcopy", "Error", "error"}),
+}
 
 #: Public attributes withheld even though their values are not modules.
 EXCLUDED_ATTRIBUTES: dict[str, frozenset[str]] = {
@@ -54,9 +71,35 @@ EXCLUDED_ATTRIBUTES: dict[str, frozenset[str]] = {
     # annotations with eval(); the rest is plumbing nobody analysing text needs.
     "functools": frozenset({
         "update_wrapper", "wraps", "singledispatch", "singledispatchmethod",
-        "RLock", "GenericAlias", "get_cache_token",
+        "RLock", "get_cache_token",
+    }),
+    # get_type_hints eval()s string annotations with real builtins; the others
+    # set attributes on whatever they are given, or print to the real stderr.
+    "typing": frozenset({
+        "get_type_hints", "no_type_check", "no_type_check_decorator", "reveal_type",
+        "dataclass_transform", "get_overloads", "clear_overloads",
+    }),
+    # make_dataclass copies a caller's namespace (any dunder) into a new class
+    # and pastes field names into the source it exec()s.
+    "dataclasses": frozenset({"make_dataclass"}),
+    # global_enum writes members into sys.modules[cls.__module__].__dict__.
+    "enum": frozenset({
+        "global_enum", "global_enum_repr", "global_flag_repr", "global_str",
+        "pickle_by_enum_name", "pickle_by_global_name",
     }),
 }
+
+#: Guarded stand-ins the policy registers before any proxy is built.
+_REPLACEMENTS: dict[str, dict[str, object]] = {}
+
+#: Interpreter plumbing: constructors of functions, methods and descriptors,
+#: and GenericAlias, which forwards attribute reads to any object it wraps.
+_PLUMBING: tuple[object, ...] = (
+    types.GenericAlias, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+    types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
+    types.ClassMethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType,
+    types.CellType,
+)
 
 _FORBIDDEN_TYPES: tuple[type, ...] = (
     types.ModuleType,
@@ -79,15 +122,27 @@ def plain_str(value: object, what: str) -> str:
     raise TypeError(f"{what} must be a str, not {type(value).__name__}")
 
 
+def is_metaclass(value: object) -> bool:
+    """True for ``type`` and its subclasses (EnumType, ABCMeta ...).
+
+    Calling a metaclass builds a class from any namespace, dunders included,
+    past the checks a class statement gets.
+    """
+    return issubclass(type(value), type) and type in type.__dict__["__mro__"].__get__(value)
+
+
 def is_forbidden_value(value: object) -> bool:
     """True for objects model code must never hold.
 
-    Modules, frames, code objects, tracebacks, C capsules and namespace dicts
-    (a dict holding ``__builtins__`` is some function's or module's globals).
+    Modules, frames, code objects, tracebacks, C capsules, metaclasses and
+    namespace dicts (a dict holding ``__builtins__`` is some function's or
+    module's globals).
     """
     if isinstance(value, _FORBIDDEN_TYPES):
         return True
     kind = type(value)
+    if issubclass(kind, type):
+        return is_metaclass(value)
     if kind.__name__ == "PyCapsule" and kind.__module__ == "builtins":
         return True
     return type(value) is dict and "__builtins__" in value
@@ -132,15 +187,29 @@ class ModuleProxy:
 _PROXIES: dict[str, ModuleProxy] = {}
 
 
+def replace_attributes(module: str, values: Mapping[str, object]) -> None:
+    """Expose ``values`` instead of the module's own attributes of those names.
+
+    Called by the policy at import time, before any proxy of ``module`` exists.
+    """
+    if module in _PROXIES:
+        raise RuntimeError(f"the proxy of {module!r} was built before its replacements")
+    _REPLACEMENTS.setdefault(module, {}).update(values)
+
+
 def _exposed_names(name: str, module: types.ModuleType) -> dict[str, object]:
     excluded = EXCLUDED_ATTRIBUTES.get(name, frozenset())
+    only = ONLY_ATTRIBUTES.get(name)
+    replaced = _REPLACEMENTS.get(name, {})
     exposed: dict[str, object] = {}
     for attr in dir(module):
-        if attr.startswith("_") or attr in excluded:
+        if attr.startswith("_") or attr in excluded or (only is not None and attr not in only):
             continue
-        value = getattr(module, attr)
-        if not is_forbidden_value(value):
+        value = replaced.get(attr, getattr(module, attr))
+        if not is_forbidden_value(value) and not any(value is p for p in _PLUMBING):
             exposed[attr] = value
+    for sub in _SUBMODULES.get(name, ()):
+        exposed[sub] = import_module(f"{name}.{sub}")
     return exposed
 
 
@@ -165,7 +234,11 @@ def guarded_import(
     fromlist: tuple[str, ...] | list[str] | None = (),
     level: int = 0,
 ) -> object:
-    """The ``__import__`` seen by model code: allow-listed top-level modules only.
+    """The ``__import__`` seen by model code: allow-listed modules only.
+
+    ``import collections.abc`` binds the ``collections`` proxy (whose ``abc``
+    is the submodule's proxy); ``from collections.abc import X`` gets the
+    submodule's proxy, as in plain Python.
 
     C functions also import through it (``datetime.strptime`` and
     ``time.strptime`` run ``import _strptime`` in the caller's builtins).  Those
@@ -178,6 +251,9 @@ def guarded_import(
     name = plain_str(name, "module name")
     if name in C_INTERNAL_IMPORTS and not fromlist:
         return sys.modules[name]
+    if "." in name and not fromlist:
+        import_module(name)  # refuses what is not allowed
+        return import_module(name.partition(".")[0])
     return import_module(name)
 
 

@@ -15,6 +15,13 @@ Beyond RestrictedPython: ``obj.attr += v`` and ``obj[k] += v`` become calls to
 ``_inplace_attr_``/``_inplace_item_`` (target and index evaluated once; unlike
 plain Python, ``v`` is evaluated before the current value is read), and every
 ``print`` lands in one shared :class:`PrintSink`.
+
+Names: model code may use private names of its own (``_helper``, ``self._cache``)
+and define the magic methods listed in ``classes.py``; names starting with
+``__`` or of the form ``_x_`` stay the policy's (``_getattr_``, ``_write_`` ...),
+and so do RestrictedPython's ``_print`` and ``_tmpN``.  ``match`` statements
+are rewritten so the values and classes their patterns name are read through
+the guards first (:meth:`SandboxTransformer.visit_Match`).
 """
 
 from __future__ import annotations
@@ -22,23 +29,35 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import copy
+import decimal
 import importlib
 import operator
+import re
 import string
 import types
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from RestrictedPython.compile import compile_restricted_exec
 from RestrictedPython.Guards import guarded_iter_unpack_sequence, guarded_unpack_sequence
 from RestrictedPython.transformer import (
+    FORBIDDEN_FUNC_NAMES,
     INSPECT_ATTRIBUTES,
     IOPERATOR_TO_STR,
     RestrictingNodeTransformer,
+    copy_locations,
 )
 
-from rlm_sandbox.modules import guarded_import, is_forbidden_value, plain_str
+from rlm_sandbox.classes import (
+    DEFINABLE_DUNDERS,
+    READABLE_DUNDERS,
+    is_sandbox_class,
+    is_sandbox_object,
+    private_readable,
+    sandbox_metaclass,
+)
+from rlm_sandbox.modules import guarded_import, is_forbidden_value, plain_str, replace_attributes
 
 __all__ = [
     "REPL_FILENAME",
@@ -47,6 +66,7 @@ __all__ = [
     "build_builtins",
     "compile_code",
     "guarded_getattr",
+    "is_model_name",
     "new_namespace",
     "write_guard",
 ]
@@ -61,8 +81,177 @@ _FIELD_NAME_SPLIT: Callable[[str], tuple[Any, Iterable[tuple[bool, Any]]]] = (
 # --- compilation ---------------------------------------------------------------------------
 
 
+_POLICY_NAME = re.compile(r"__.*|_.*_|_print|_tmp\d+")
+_INTROSPECTION_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
+
+
+def is_model_name(name: str) -> bool:
+    """May model code bind (and read) this name?  ``_helper`` yes; ``_getattr_`` no."""
+    if not name.startswith("_") or name == "_" or name in DEFINABLE_DUNDERS:
+        return True
+    return _POLICY_NAME.fullmatch(name) is None
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _pattern_attribute_refusal(name: str) -> str | None:
+    """Why a class pattern may not read ``name`` (Python reads it without any guard)."""
+    if name.startswith("_") or name in INSPECT_ATTRIBUTES or name == "obj" or name.startswith(
+            _INTROSPECTION_PREFIXES):
+        return f'"{name}" cannot be matched as an attribute in the sandbox; read it in the body'
+    return None
+
+
 class SandboxTransformer(RestrictingNodeTransformer):
-    """RestrictedPython's transformer, plus augmented assignment to attributes and items."""
+    """RestrictedPython's transformer, widened to ordinary Python.
+
+    Added: private names of the model's own, magic method definitions,
+    dunder reads of magic methods, ``if __name__ == "__main__":``,
+    annotations, ``nonlocal``, ``match``, and augmented assignment to
+    attributes and items.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._match_count = 0
+        self._held: list[tuple[str, list[ast.expr]]] = []
+
+    def check_name(self, node: Any, name: str | None, allow_magic_methods: bool = False) -> None:
+        if name is None:
+            return
+        if not is_model_name(name):
+            self.error(node, f'"{name}" is an invalid name: names starting with "__" or of the '
+                             'form "_x_" belong to the sandbox')
+        elif name.endswith("__roles__"):
+            self.error(node, f'"{name}" is an invalid name because it ends with "__roles__".')
+        elif name in FORBIDDEN_FUNC_NAMES:
+            self.error(node, f'"{name}" is a reserved name.')
+
+    def visit_Name(self, node: ast.Name) -> ast.AST | Iterable[ast.AST] | None:
+        if node.id == "__name__" and isinstance(node.ctx, ast.Load):
+            return node  # `if __name__ == "__main__":` reads the namespace's "__main__"
+        return super().visit_Name(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST | Iterable[ast.AST] | None:
+        attr = node.attr
+        if not attr.startswith("_") or attr == "_":
+            return super().visit_Attribute(node)
+        loading = isinstance(node.ctx, ast.Load)
+        if _is_dunder(attr) and not (loading and attr in READABLE_DUNDERS):
+            self.error(node, f'"{attr}" is not accessible in the sandbox: of the dunder '
+                             "attributes only magic methods, __name__, __qualname__, __doc__ "
+                             "and __class__ can be read, and none can be assigned")
+        elif attr.startswith("__") and not _is_dunder(attr):
+            self.error(node, f'"{attr}" is an invalid attribute name: use one underscore '
+                             "for private attributes in the sandbox")
+        # The guard decides at run time whose private attributes may be read.
+        node = self.node_contents_visit(node)
+        if loading:
+            call = ast.Call(ast.Name("_getattr_", ast.Load()), [node.value, ast.Constant(attr)],
+                            [])
+            copy_locations(call, node)
+            return call
+        # `obj._x = v` must name the model's own object, not just a writable one.
+        write = ast.Call(ast.Name("_write_private_", ast.Load()), [node.value], [])
+        copy_locations(write, node.value)
+        node.value = write
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | Iterable[ast.AST] | None:
+        """``x: int = 0``: target, annotation and value are visited like any expression."""
+        return self.node_contents_visit(node)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> ast.AST | Iterable[ast.AST] | None:
+        for name in node.names:
+            self.check_name(node, name)
+        return node
+
+    # --- match ----------------------------------------------------------------------------
+
+    def visit_Match(self, node: ast.Match) -> ast.AST | Iterable[ast.AST] | None:
+        """``match``, with the values and classes its patterns name read through the guards.
+
+        Python reads dotted names in patterns (``case Color.RED``,
+        ``case m.Point(x=0)``) and the attributes a class pattern matches with
+        no ``_getattr_``.  So every such value is computed first, guarded, into
+        a holder (``_match_N_ = _match_values_(...)``) and the pattern reads it
+        back from there; classes whose pattern reads attributes must be the
+        model's own, named tuples or built-ins (``_match_class_``), and the
+        attribute names are checked here.
+        """
+        holder = f"_match_{self._match_count}_"
+        self._match_count += 1
+        self._held.append((holder, []))
+        try:
+            node = self.node_contents_visit(node)
+            held = self._held[-1][1]
+        finally:
+            self._held.pop()
+        if not held:
+            return node
+        values = ast.Call(ast.Name("_match_values_", ast.Load()), held, [])
+        assign = ast.Assign([ast.Name(holder, ast.Store())], values)
+        copy_locations(assign, node)
+        return [assign, node]
+
+    def _hold(self, expr: ast.expr) -> ast.expr:
+        """Queue a visited expression; the pattern reads it back as ``holder.vN``."""
+        holder, held = self._held[-1]
+        held.append(expr)
+        placeholder = ast.Attribute(ast.Name(holder, ast.Load()), f"v{len(held) - 1}",
+                                    ast.Load())
+        copy_locations(placeholder, expr)
+        copy_locations(placeholder.value, expr)
+        return placeholder
+
+    def visit_match_case(self, node: ast.match_case) -> ast.AST | Iterable[ast.AST] | None:
+        return self.node_contents_visit(node)
+
+    def visit_MatchValue(self, node: ast.MatchValue) -> ast.AST | Iterable[ast.AST] | None:
+        if isinstance(node.value, ast.Attribute):
+            node.value = self._hold(self.visit(node.value))
+        return node
+
+    def visit_MatchSingleton(self, node: ast.MatchSingleton) -> ast.AST | Iterable[ast.AST] | None:
+        return node
+
+    def visit_MatchSequence(self, node: ast.MatchSequence) -> ast.AST | Iterable[ast.AST] | None:
+        return self.node_contents_visit(node)
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> ast.AST | Iterable[ast.AST] | None:
+        node.keys = [self._hold(self.visit(key)) if isinstance(key, ast.Attribute) else key
+                     for key in node.keys]
+        node.patterns = [self.visit(pattern) for pattern in node.patterns]
+        self.check_name(node, node.rest)
+        return node
+
+    def visit_MatchClass(self, node: ast.MatchClass) -> ast.AST | Iterable[ast.AST] | None:
+        for name in node.kwd_attrs:
+            refusal = _pattern_attribute_refusal(name)
+            if refusal:
+                self.error(node, refusal)
+        reads = ast.Constant(bool(node.patterns or node.kwd_patterns))
+        check = ast.Call(ast.Name("_match_class_", ast.Load()), [self.visit(node.cls), reads], [])
+        copy_locations(check, node.cls)
+        node.cls = self._hold(check)
+        node.patterns = [self.visit(pattern) for pattern in node.patterns]
+        node.kwd_patterns = [self.visit(pattern) for pattern in node.kwd_patterns]
+        return node
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> ast.AST | Iterable[ast.AST] | None:
+        self.check_name(node, node.name)
+        return node
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> ast.AST | Iterable[ast.AST] | None:
+        self.check_name(node, node.name)
+        return self.node_contents_visit(node)
+
+    def visit_MatchOr(self, node: ast.MatchOr) -> ast.AST | Iterable[ast.AST] | None:
+        return self.node_contents_visit(node)
+
+    # --- augmented assignment -------------------------------------------------------------
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST | Iterable[ast.AST] | None:
         target = node.target
@@ -108,8 +297,8 @@ _INTROSPECTION_TYPES = (
     types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType,
     types.FrameType, types.TracebackType, types.CodeType,
 )
-_INTROSPECTION_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
 _SUSPECT_PREFIXES = ("_", *_INTROSPECTION_PREFIXES)
+_DESCRIPTIONS = frozenset({"__name__", "__qualname__", "__doc__"})
 
 
 def _refusal(obj: object, name: str) -> str | None:
@@ -119,13 +308,30 @@ def _refusal(obj: object, name: str) -> str | None:
         return "attribute 'obj' of AttributeError is not accessible in the sandbox"
     if not name.startswith(_SUSPECT_PREFIXES) and name not in INSPECT_ATTRIBUTES:
         return None  # the common case, decided cheaply
+    if _is_dunder(name):
+        if name in READABLE_DUNDERS:
+            return None
+        return (f"attribute {name!r} is not accessible in the sandbox (of the dunder "
+                "attributes only magic methods, __name__, __qualname__, __doc__ and "
+                "__class__ can be read)")
     if name.startswith("_"):
-        return f"attribute {name!r} is not accessible in the sandbox (names starting with '_')"
+        if not name.startswith("__") and private_readable(obj, name):
+            return None
+        return (f"attribute {name!r} is not accessible in the sandbox (names starting with "
+                "'_' can be read only on objects of classes your code defined)")
     if name in INSPECT_ATTRIBUTES or (
         name.startswith(_INTROSPECTION_PREFIXES) and isinstance(obj, _INTROSPECTION_TYPES)
     ):
         return f"attribute {name!r} is not accessible in the sandbox (interpreter internals)"
     return None
+
+
+def _class_of(obj: object) -> type:
+    """``obj.__class__`` as the sandbox answers it: ``type(obj)``, never a metaclass."""
+    if issubclass(type(obj), type):
+        raise AttributeError("attribute '__class__' of a class is not accessible in the "
+                             "sandbox (it is the metaclass); use the class itself")
+    return type(obj)
 
 
 _MISSING = object()
@@ -143,13 +349,15 @@ def guarded_getattr(obj: object, name: str, default: object = _MISSING) -> objec
     refusal = _refusal(obj, name)
     if refusal is None:
         try:
-            value = getattr(obj, name)
+            value = _class_of(obj) if name == "__class__" else getattr(obj, name)
         except AttributeError:
             if default is _MISSING:
                 raise
             return default
         kind = type(value)
-        if kind in _PLAIN_VALUE_TYPES:
+        if name in _DESCRIPTIONS and kind is not str and value is not None:
+            refusal = f"attribute {name!r} is not a str here; the sandbox withholds it"
+        elif kind in _PLAIN_VALUE_TYPES:
             return value
         if kind is types.BuiltinMethodType:  # d.get, s.split ...: only str.format matters
             if value.__name__ not in _FORMAT_NAMES:
@@ -218,26 +426,11 @@ def _safe_format_method(value: object) -> Callable[..., str] | None:
 
 # --- writing -------------------------------------------------------------------------------
 
-_SANDBOX_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
 _WRITABLE_TYPES = frozenset({
     list, dict, set, bytearray, collections.deque, collections.ChainMap,
     collections.UserDict, collections.UserList,
+    decimal.Context,  # ctx.prec = 5 inside decimal.localcontext()
 })
-
-
-def sandbox_metaclass(name: str, bases: tuple[type, ...], namespace: dict[str, Any],
-                      **kwargs: Any) -> type:
-    """The ``__metaclass__`` of every class statement: builds it and marks it writable."""
-    cls = type(name, bases, namespace, **kwargs)
-    _SANDBOX_CLASSES.add(cls)
-    return cls
-
-
-def is_sandbox_object(obj: object) -> bool:
-    """True for classes defined by model code and for their instances."""
-    if isinstance(obj, type):
-        return obj in _SANDBOX_CLASSES
-    return type(obj) in _SANDBOX_CLASSES
 
 
 def write_guard(obj: object) -> object:
@@ -248,14 +441,34 @@ def write_guard(obj: object) -> object:
         return obj
     raise TypeError(
         f"cannot modify a {type(obj).__name__} object in the sandbox; only lists, dicts, "
-        "sets, bytearrays, deques and objects of classes defined in your code are writable"
+        "sets, bytearrays, deques, decimal contexts and objects of classes defined in your "
+        "code are writable"
     )
 
 
+def _write_refusal(obj: object, name: str) -> str | None:
+    if name.startswith("__"):
+        return f"attribute {name!r} cannot be set in the sandbox"
+    if name.startswith("_"):
+        if is_sandbox_object(obj):
+            return None
+        return (f"attribute {name!r} cannot be set in the sandbox (names starting with '_' "
+                "are writable only on objects of classes your code defined)")
+    return _refusal(obj, name)
+
+
+def private_write_guard(obj: object) -> object:
+    """``_write_private_``: the target of ``obj._x = v`` (or ``del obj._x``)."""
+    if is_sandbox_object(obj):
+        return obj
+    raise TypeError(f"cannot set private attributes of a {type(obj).__name__} object in the "
+                    "sandbox; only objects of classes defined in your code have them")
+
+
 def guarded_setattr(obj: object, name: str, value: object) -> None:
-    """``setattr`` for model code: public names on writable objects only."""
+    """``setattr`` for model code: public names on writable objects, ``_x`` on its own."""
     name = plain_str(name, "attribute name")
-    refusal = _refusal(obj, name)
+    refusal = _write_refusal(obj, name)
     if refusal is not None:
         raise AttributeError(refusal)
     setattr(write_guard(obj), name, value)
@@ -276,6 +489,9 @@ def inplace_var(op: str, target: object, value: object) -> object:
 
 def inplace_attr(obj: object, name: str, op: str, value: object) -> None:
     """``obj.name op= value`` with ``obj`` evaluated once."""
+    refusal = _write_refusal(obj, name)
+    if refusal is not None:
+        raise AttributeError(refusal)
     result = inplace_var(op, guarded_getattr(obj, name), value)
     setattr(write_guard(obj), name, result)
 
@@ -285,6 +501,73 @@ def inplace_item(obj: Any, index: object, op: str, value: object) -> None:
     result = inplace_var(op, obj[index], value)
     target: Any = write_guard(obj)
     target[index] = result
+
+
+# --- match patterns and guarded stand-ins ------------------------------------------------
+
+#: Classes whose one positional pattern binds the subject itself (``case int(n)``).
+_SELF_MATCHING = frozenset({bool, bytearray, bytes, dict, float, frozenset, int, list, set, str,
+                            tuple})
+
+
+def match_values(*values: object) -> types.SimpleNamespace:
+    """``_match_values_``: the holder a rewritten ``match`` reads its pattern values from."""
+    return types.SimpleNamespace(**{f"v{index}": value for index, value in enumerate(values)})
+
+
+def match_class(cls: object, reads_attributes: bool) -> object:
+    """``_match_class_``: a class a pattern may read attributes through, or TypeError.
+
+    Python reads those attributes with no guard, so only classes whose
+    attributes are the model's own data qualify: its classes, named tuples
+    (any tuple subclass) and the built-ins that match themselves.
+    """
+    if reads_attributes and issubclass(type(cls), type):
+        kind: type = cls  # type: ignore[assignment]
+        if not (kind in _SELF_MATCHING or is_sandbox_class(kind) or tuple in kind.__mro__):
+            raise TypeError(
+                f"a class pattern on {kind.__name__} cannot read attributes in the sandbox; "
+                f"match {kind.__name__}() and read the attributes in the case body")
+    return cls
+
+
+def guarded_attrgetter(attr: str, *attrs: str) -> Callable[[object], object]:
+    """``operator.attrgetter`` whose every (dotted) lookup goes through the guard."""
+    paths = [plain_str(name, "attribute name").split(".") for name in (attr, *attrs)]
+
+    def get(obj: object) -> object:
+        found = []
+        for path in paths:
+            value = obj
+            for part in path:
+                value = guarded_getattr(value, part)
+            found.append(value)
+        return found[0] if len(found) == 1 else tuple(found)
+
+    return get
+
+
+def guarded_methodcaller(name: str, /, *args: object, **kwargs: object
+                         ) -> Callable[[object], object]:
+    """``operator.methodcaller`` that looks the method up through the guard."""
+    method = plain_str(name, "method name")
+
+    def call(obj: object) -> object:
+        function: Any = guarded_getattr(obj, method)
+        return function(*args, **kwargs)
+
+    return call
+
+
+def deepcopy_without_memo(value: object) -> object:
+    """``copy.deepcopy(x)``: the memo (``memo[id(memo)]`` keeps every original
+    it traversed, stdlib internals included) never reaches model code."""
+    return copy.deepcopy(value)
+
+
+replace_attributes("operator", {"attrgetter": guarded_attrgetter,
+                                "methodcaller": guarded_methodcaller})
+replace_attributes("copy", {"deepcopy": deepcopy_without_memo})
 
 
 # --- builtins and namespace ----------------------------------------------------------------
@@ -406,11 +689,14 @@ def new_namespace(sink: PrintSink, extra: Mapping[str, object] | None = None) ->
         "_getitem_": operator.getitem,
         "_getiter_": iter,
         "_write_": write_guard,
+        "_write_private_": private_write_guard,
         "_print_": lambda _getattr=None: sink,
         "_apply_": lambda func, *args, **kwargs: func(*args, **kwargs),
         "_inplacevar_": inplace_var,
         "_inplace_attr_": inplace_attr,
         "_inplace_item_": inplace_item,
+        "_match_values_": match_values,
+        "_match_class_": match_class,
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
         "_unpack_sequence_": guarded_unpack_sequence,
     }

@@ -22,7 +22,13 @@ from collections import deque
 from typing import Any, NoReturn, cast
 
 from rlm_sandbox.plaindata import export_namespace
-from rlm_sandbox.policy import REPL_FILENAME, PrintSink, compile_code, new_namespace
+from rlm_sandbox.policy import (
+    REPL_FILENAME,
+    PrintSink,
+    compile_code,
+    is_model_name,
+    new_namespace,
+)
 from rlm_sandbox.protocol import (
     CHILD_FRAME_MAX_BYTES,
     HOST_FRAME_MAX_BYTES,
@@ -217,6 +223,13 @@ class Repl:
         text = "\n".join(lines)
         return text if len(text) <= ERROR_MAX_CHARS else text[:ERROR_MAX_CHARS] + " ..."
 
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        # copy.deepcopy(llm_query) would copy the Repl, channel and namespace included.
+        raise TypeError("the sandbox's functions cannot be copied")
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        raise TypeError("the sandbox's functions cannot be copied")
+
     # --- functions seen by model code -----------------------------------------------------
 
     def llm_query(self, prompt: str, context: str | None = None, schema: object = None
@@ -305,7 +318,7 @@ class Repl:
         key = text.strip()
         if not key.isidentifier():
             self.final = text  # not a variable name: take the text as the answer
-        elif key.startswith("_") or key not in self.namespace:  # _names are the policy's
+        elif not is_model_name(key) or key not in self.namespace:  # _x_ names are the policy's
             raise NameError(f"FINAL_VAR: no variable named {key!r}; assign it first")
         else:
             value = self.namespace[key]

@@ -154,10 +154,10 @@ def test_deep_recursion_is_reported_briefly(child: Child) -> None:
 
 def test_compile_errors_are_reported(child: Child) -> None:
     child.init()
-    result = child.run("x = ().__class__")
+    result = child.run("x = ().__globals__")
     assert not result["ok"]
     assert result["error"].startswith("SyntaxError: Line 1:")
-    assert "__class__" in result["error"]
+    assert "__globals__" in result["error"]
     syntax = child.run("x = = 1", exec_id=2)
     assert not syntax["ok"] and "invalid syntax" in syntax["error"]
 

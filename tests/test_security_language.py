@@ -15,7 +15,7 @@ from tests.test_security_harness import open_sandbox
 
 ATTRIBUTE_WALKS = [
     "().__class__.__bases__[0].__subclasses__()",
-    "getattr((), '__class__')",
+    "getattr(getattr((), '__class__'), '__bases__')",
     "getattr(getattr, '__globals__')",
     "type(()).mro()[-1].__subclasses__()",
     "object.__subclasses__()",
@@ -59,7 +59,7 @@ async def test_frame_generator_and_traceback_introspection_is_refused() -> None:
 
 
 FORMAT_TRAVERSALS = [
-    "'{0.__class__}'.format(1)",
+    "'{0.__class__.__base__}'.format(1)",
     "'{0.__globals__}'.format(FINAL)",
     "'{0.gi_frame}'.format((i for i in []))",
     "'{x.__init__.__globals__}'.format_map({'x': 1})",
@@ -82,7 +82,8 @@ IMPORTS = [
     "import pickle", "import marshal", "import importlib", "import builtins", "import io",
     "import threading", "import multiprocessing", "import signal", "import posix",
     "import gc", "import inspect", "import types", "import code", "import _thread",
-    "import collections.abc", "from json import decoder", "from re import enum",
+    "import collections.abc; collections.abc.sys", "from json import decoder",
+    "from re import enum",
     "from datetime import sys", "__import__('os')", "__import__('json').decoder",
     "from . import x", "import json; json.codecs", "import random; random.os",
     "import functools; functools.update_wrapper", "import string; string.Formatter",

@@ -165,11 +165,11 @@ async def test_a_lone_surrogate_in_output_is_an_error_not_a_crash() -> None:
 # --- attacks that are refused --------------------------------------------------------------
 
 FORMAT_ROUTES = [
-    "class S(str):\n    pass\nprint(super(S, S('{0.__class__}')).format(1))",
-    "print(list(map(str.format, ['{0.__class__}'], [1])))",
-    "import functools\nprint(functools.partial(str.format, '{0.__class__}')(1))",
+    "class S(str):\n    pass\nprint(super(S, S('{0.__class__.__base__}')).format(1))",
+    "print(list(map(str.format, ['{0.__class__.__base__}'], [1])))",
+    "import functools\nprint(functools.partial(str.format, '{0.__class__.__base__}')(1))",
     "import functools\n"
-    "print(functools.partial(getattr(str, 'format_map'), '{x.__class__}')({'x': 1}))",
+    "print(functools.partial(getattr(str, 'format_map'), '{x.__class__.__base__}')({'x': 1}))",
     "print(format(1, '{0.__class__}'))",
     "print(f'{1:{\"{0.__class__}\"}}')",
     "print('{0.gi_frame}'.format((i for i in [])))",
@@ -208,11 +208,12 @@ GADGETS = [
     "with open('x') as _getiter_:\n    pass",
     "import json as _getattr_",
     "def f(_getattr_=1):\n    return 1",
-    # Only __init__ may be defined among the dunders; no metaclass, no coroutines.
-    "class E(Exception):\n    def __str__(self):\n        return 'x'",
+    # Magic methods that steer pickling or attribute access are not definable;
+    # no metaclass, no coroutines, no names of the policy's form.
+    "class E(Exception):\n    def __reduce__(self):\n        return 'x'",
     "class X(metaclass=lambda n, b, ns: ns):\n    pass",
     "async def f():\n    pass",
-    "class _Hidden:\n    pass",
+    "class _Hidden_:\n    pass",
     # Reading the policy's namespace through FINAL_VAR.
     "FINAL_VAR('__builtins__')",
     "FINAL_VAR(' _getattr_ ')",
