@@ -44,7 +44,7 @@ class RunConfig:
     root_permits: int = 1
     timeout: float | None = None
     exec_timeout: float = 60.0
-    max_output_chars: int = 10_000
+    max_output_chars: int = 20_000
     max_tokens: int | None = None
     request_timeout: float = 600.0
     stream_idle_timeout: float = 60.0

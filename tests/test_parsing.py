@@ -17,6 +17,18 @@ def test_repl_and_python_fences_are_code() -> None:
     assert find_code_blocks(reply) == ["x = 1\n", "y = 2\n"]
 
 
+def test_a_fence_inside_a_string_does_not_end_the_block() -> None:
+    code = 'fence = "```"\nprint(f"{fence}python\\nx\\n{fence}")\ns = """\n  ```x\n"""\n'
+    reply = f"Here:\n```repl\n{code}```\nFINAL_VAR(s)"
+    assert find_code_blocks(reply) == [code]
+    assert find_final(reply) is not None and find_final(reply).variable == "s"  # type: ignore[union-attr]
+    assert find_code_blocks("```python\r\nx = 1\r\n```\r\n") == ["x = 1\r\n"]
+
+
+def test_inline_backticks_in_prose_hide_no_final() -> None:
+    assert find_final("Use ```FINAL``` when done.\nFINAL(42)").answer == "42"  # type: ignore[union-attr]
+
+
 def test_final_inside_code_is_not_a_final_line() -> None:
     assert find_final("```repl\nFINAL(1)\n```\nstill working") is None
 

@@ -14,9 +14,12 @@ __all__ = [
     "strip_code_blocks",
 ]
 
-# ```repl or ```python (```py too), up to the next fence on its own.
-_CODE_BLOCK = re.compile(r"```(?:repl|python|py)[ \t]*\r?\n(.*?)```", re.DOTALL)
-_ANY_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+# ```repl or ```python (```py too), up to the next fence on a line of its own: a ``` inside
+# a string literal (print("```")) does not end the block.
+_CLOSING_FENCE = r"^[ \t]*```[ \t]*\r?$"
+_CODE_BLOCK = re.compile(r"```(?:repl|python|py)[ \t]*\r?\n(.*?)" + _CLOSING_FENCE,
+                         re.DOTALL | re.MULTILINE)
+_ANY_FENCE = re.compile(r"^[ \t]*```.*?(?:" + _CLOSING_FENCE + r"|\Z)", re.DOTALL | re.MULTILINE)
 _FINAL_VAR = re.compile(r"^[ \t]*FINAL_VAR\([ \t]*([\"']?)([A-Za-z_]\w*)\1[ \t]*\)", re.MULTILINE)
 _FINAL_LINE = re.compile(r"^[ \t]*FINAL\((.*)\)[ \t]*$", re.MULTILINE)
 _FINAL_START = re.compile(r"^[ \t]*FINAL\(", re.MULTILINE)
