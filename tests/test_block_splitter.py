@@ -36,7 +36,7 @@ def feed_in_pieces(reply: str, cuts: list[int]) -> list[str]:
     for cut in [*sorted(set(cuts)), len(reply)]:
         blocks += splitter.feed(reply[start:cut])
         start = cut
-    return blocks
+    return blocks + splitter.close()
 
 
 @given(parts=st.lists(fragments, max_size=30), data=st.data())
@@ -53,5 +53,7 @@ def test_a_block_is_reported_when_its_closing_fence_arrives() -> None:
     assert splitter.feed("Let me count.\n```re") == []
     assert splitter.feed("pl\nn = len(context)\nprint(n)\n``") == []
     assert splitter.feed("`\nNow I wait") == ["n = len(context)\nprint(n)\n"]
-    assert splitter.feed(" for it.\n```python\nprint(1)\n```") == ["print(1)\n"]
+    # The fence's line has not ended yet: "```x" would be no fence.
+    assert splitter.feed(" for it.\n```python\nprint(1)\n```") == []
     assert splitter.feed("") == []
+    assert splitter.close() == ["print(1)\n"]

@@ -42,9 +42,10 @@ def find_code_blocks(text: str) -> list[str]:
 class BlockSplitter:
     """Finds code blocks in a reply while it streams, each as soon as it closes.
 
-    Feeding the pieces of a reply yields, over all calls, exactly
-    ``find_code_blocks(reply)``: a block is reported once its closing fence
-    has arrived, and the search resumes after it, as ``finditer`` does.
+    Feeding the pieces of a reply and then :meth:`close` yields, over all
+    calls, exactly ``find_code_blocks(reply)``: a block is reported once the
+    line of its closing fence has ended (more text on that line would make it
+    no fence), and the search resumes after it, as ``finditer`` does.
     """
 
     def __init__(self) -> None:
@@ -56,8 +57,17 @@ class BlockSplitter:
         if not piece:
             return []
         self._joined += piece
+        return self._scan(complete=False)
+
+    def close(self) -> list[str]:
+        """The blocks the end of the reply completed (a closing fence as its last line)."""
+        return self._scan(complete=True)
+
+    def _scan(self, complete: bool) -> list[str]:
         blocks = []
         for match in _CODE_BLOCK.finditer(self._joined, self._resume):
+            if not complete and match.end() == len(self._joined):
+                break  # the fence's line may go on in the next piece
             blocks.append(match.group(1))
             self._resume = match.end()
         return blocks

@@ -76,6 +76,9 @@ class BlockPipeline:
 
         Re-raises an RLMError a block raised (e.g. a call that lost too many sandboxes).
         """
+        for code in self._splitter.close():  # a block closed by the reply's last line
+            self._send.send_nowait((self._attempt, self._found, code))
+            self._found += 1
         self._send.close()
         await self._drained.wait()
         if self._error is not None:
