@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from rlm import RLM
+from rlm import RLM, prompts
 from rlm._events import Event, RunFinished
 from rlm.fixtures.needle import generate_needle
 from rlm.providers.base import CompletionRequest
@@ -183,7 +183,10 @@ async def test_interrupt_during_the_extract_step_stops_it() -> None:
         latency=lambda r: 5.0 if is_extract(r) else 0.0,
     )
     model = RLM(
-        providers={"root": provider, "sub": provider}, max_input_tokens=2_600, max_tokens=50
+        providers={"root": provider, "sub": provider},
+        # Room for the first two steps (each re-sends the system prompt), not the third.
+        max_input_tokens=2 * (len(prompts.load("system")) // 4) + 214,
+        max_tokens=50,
     )
 
     async def interrupt_during_extract() -> None:
@@ -195,6 +198,8 @@ async def test_interrupt_during_the_extract_step_stops_it() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(interrupt_during_extract)
         result = await model.acompletion("q", "ctx")
+        nursery.cancel_scope.cancel()  # a run that never reached its extract step fails below
+    assert any(is_extract(r) for r in provider.requests)
     assert trio.current_time() - started < 4.0  # did not wait for the 5 s extract reply
     assert result.status == "budget_exceeded" and result.answer == "partial"
 
