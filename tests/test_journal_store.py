@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,3 +231,28 @@ def test_a_version_1_journal_is_migrated_forward(tmp_path: Path) -> None:
     store.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == ("2",)
+
+
+def test_many_connections_may_open_a_new_journal_at_once(tmp_path: Path) -> None:
+    # Several connections switching one new file to WAL at the same moment deadlock
+    # inside SQLite, which refuses one of them without waiting ("database is
+    # locked"): a worker pool starting together, or a volley and `rlm volley list`.
+    failures: list[str] = []
+    for round_ in range(20):
+        path = str(tmp_path / f"new-{round_}.sqlite3")
+        start = threading.Barrier(6)
+
+        def open_a_few(path: str = path, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                for _ in range(4):
+                    open_store(path).close()
+            except JournalError as exc:
+                failures.append(str(exc))
+
+        threads = [threading.Thread(target=open_a_few) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []

@@ -111,7 +111,8 @@ async def _kill_and_resume(tmp_path: Path, journal: str, after: int, moment: flo
         try:
             with trio.fail_after(60):
                 # Another process writes the journal: nothing here could set an Event.
-                while _done(journal) < after:  # noqa: ASYNC110
+                while _done(journal) < after:
+                    assert proc.returncode is None, f"the volley ended early ({proc.returncode})"
                     await trio.sleep(0.01)
             await trio.sleep(moment)
         finally:

@@ -14,6 +14,7 @@ worker thread.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,6 +90,7 @@ class SQLiteBackend:
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
         self.where = str(path)
+        self._busy_timeout_s = busy_timeout_s
         target = Path(path)
         if target.is_dir():
             raise JournalError(f"--journal {self.where} is a directory; give a file path")
@@ -117,10 +119,25 @@ class SQLiteBackend:
 
     def ready(self) -> None:
         """Switch to WAL, once the file is known to be a journal (never touch one that is not)."""
-        try:
-            self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot open journal {self.where}: {exc}") from exc
+        deadline = time.monotonic() + self._busy_timeout_s
+        pause = 0.001
+        while True:
+            try:
+                (mode,) = self._conn.execute("PRAGMA journal_mode").fetchone()
+                if str(mode).lower() == "wal":
+                    return
+                self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
+                return
+            except sqlite3.OperationalError as exc:
+                # Two connections switching a new file to WAL at once deadlock, and
+                # SQLite refuses one of them at once without calling the busy
+                # handler; the other finishes the switch in moments, so wait for it.
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise JournalError(f"cannot open journal {self.where}: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise JournalError(f"cannot open journal {self.where}: {exc}") from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
