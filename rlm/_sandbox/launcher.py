@@ -85,6 +85,9 @@ class SandboxLauncher:
         self._pool_full = trio.Event()
         self._created: list[Sandbox] = []
         self._shared: dict[int, tuple[str | list[str], int]] = {}
+        self._writing: dict[int, tuple[str | list[str], trio.Event]] = {}
+        #: Large contexts written to a memfd so far (a volley's tasks share one).
+        self.context_memfds = 0
 
     @property
     def zygote(self) -> Zygote | None:
@@ -239,12 +242,23 @@ class SandboxLauncher:
     async def _context_fd(self, context: str | list[str]) -> int | None:
         if context_chars(context) < SHARED_CONTEXT_CHARS:
             return None
+        # Many calls opening at once (a volley's --rlm tasks) write it once.
+        while (writing := self._writing.get(id(context))) is not None and writing[0] is context:
+            await writing[1].wait()
         cached = self._shared.get(id(context))
         if cached is not None and cached[0] is context:
             return cached[1]
-        fd = await trio.to_thread.run_sync(context_memfd, context)
         if self._nursery is None:
-            return fd  # the caller closes it
+            self.context_memfds += 1
+            return await trio.to_thread.run_sync(context_memfd, context)  # the caller closes it
+        done = trio.Event()
+        self._writing[id(context)] = (context, done)
+        try:
+            fd = await trio.to_thread.run_sync(context_memfd, context)
+            self.context_memfds += 1
+        finally:
+            del self._writing[id(context)]
+            done.set()
         cached = self._shared.get(id(context))
         if cached is not None and cached[0] is context:  # another call wrote it meanwhile
             os.close(fd)

@@ -75,6 +75,12 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--base-url", envvar="RLM_BASE_URL", help="Endpoint [env: RLM_BASE_URL].")
 @click.option("--model", envvar="RLM_MODEL", help="Model for every task [env: RLM_MODEL].")
 @click.option("--max-tokens", type=int, help="Output tokens per task (sent to the provider).")
+@click.option("--rlm", "rlm_tasks", is_flag=True,
+              help="Run each task as a whole RLM call over the shared context (its own "
+              "sandbox, llm_query_batched, FINAL); the context is loaded once for all.")
+@click.option("--sub-model", help="With --rlm: model for sub-queries [default: --model].")
+@click.option("--max-iterations", type=int, default=20, show_default=True,
+              help="With --rlm: root steps per task before it must answer.")
 @click.option("--max-concurrent", type=int, default=None,
               help=f"Requests in flight at once [default: {DEFAULT_CONCURRENCY}, or the file's].")
 @click.option("--rpm", type=float, help="Requests per minute the provider allows (paced evenly).")
@@ -135,6 +141,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
           --provider fixture
       RLM_API_KEY=sk-... rlm volley -f tasks.txt --context-file api.md \\
           --base-url https://api.openai.com/v1 --model gpt-4.1-mini --rpm 500
+      rlm volley --rlm -f questions.txt --context-file big.log --provider fixture
 
     Every volley is recorded in a journal (--journal) before anything runs, and
     each result is committed before it is printed: `--resume ID|last` runs only
@@ -152,6 +159,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
         with JournalSession(flags, err) as session:
             if resume is not None:
+                settings.pop("rlm_tasks")  # the stored volley's kind of task is kept
                 stored = session.load(resume, rerun_failed=not skip_failed)
                 task_list, context = stored.tasks, stored.context
                 overrides = explicit(click.get_current_context(), {
@@ -210,8 +218,10 @@ def read_volley(
     parsed = _read_tasks(tasks, task_file, from_stdin, context_files)
     context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
     task_list = number_tasks(parsed.tasks)
+    rlm_tasks = settings.pop("rlm_tasks", False)
     config = _config(settings, parsed.max_concurrent, fixture_latency)
-    options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm)
+    options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm,
+                            mode="rlm" if rlm_tasks else "completion")
     return task_list, context, config, options
 
 
@@ -257,7 +267,8 @@ def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
         return True
     layout = RequestLayout(context, model=config.model, max_tokens=config.max_tokens)
     latency = config.fixture_sub_latency if config.provider == "fixture" else 2.0
-    est = estimate(tasks, layout, config, load_prices(config), cache_warm=options.cache_warm,
+    warm = options.cache_warm and options.mode == "completion"
+    est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
                    latency=latency)
     if only:
         click.echo("\n".join(est.lines()))

@@ -24,16 +24,22 @@ def make_volley(
     *,
     timeout: float | None = None,
     cache_warm: bool = True,
+    rlm: bool = False,
     on_result: Callable[[TaskResult], None] | None = None,
     **engine: Any,
 ) -> Volley:
-    """A Volley from API arguments (``engine`` are Volley's own keyword arguments)."""
+    """A Volley from API arguments (``engine`` are Volley's own keyword arguments).
+
+    ``rlm`` makes every task a whole RLM call over ``context`` (``rlm volley --rlm``).
+    """
     if isinstance(tasks, str):
         raise UsageError("tasks must be a list of prompts (or task mappings), not one string")
     documents = [] if context is None else [context] if isinstance(context, str) else context
     if not all(isinstance(doc, str) for doc in documents):
         raise UsageError("context must be a str or a list of str")
-    options = VolleyOptions(timeout=timeout, cache_warm=cache_warm)
+    options = VolleyOptions(
+        timeout=timeout, cache_warm=cache_warm, mode="rlm" if rlm else "completion"
+    )
     return Volley(
         tasks=number_tasks(tasks),
         context=documents,

@@ -21,7 +21,8 @@ import trio
 
 from rlm._config import RunConfig
 from rlm._events import Event, EventBus, StreamSink
-from rlm._run.runtime import load_prices, make_budget
+from rlm._run.runtime import default_launcher, load_prices, make_budget
+from rlm._sandbox.interface import LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
@@ -42,7 +43,8 @@ from rlm.volley.records import (
     VolleyTask,
     new_volley_id,
 )
-from rlm.volley.runner import VolleyRunner
+from rlm.volley.rlm_tasks import RlmTaskExecutor, shared_context
+from rlm.volley.runner import TaskExecutor, VolleyRunner
 from rlm.volley.store import MemoryStore, ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
 
@@ -57,7 +59,9 @@ class VolleyOptions:
 
     ``timeout`` is the default per-task limit (seconds); ``cache_warm`` sends
     the first task alone when the shared prefix is long enough to be cached;
-    ``window`` caps tasks claimed at once (default: twice ``max_concurrent``).
+    ``window`` caps tasks claimed at once (default: twice ``max_concurrent``;
+    ``max_concurrent`` for ``rlm`` tasks, each of which holds a sandbox).
+    ``mode`` ``rlm`` runs every task as a whole RLM call over the shared context.
     """
 
     timeout: float | None = None
@@ -102,8 +106,10 @@ class Volley:
         earlier: Sequence[TaskResult] = (),
         on_result: Callable[[TaskResult], None] | None = None,
         stream: StreamSink | None = None,
+        sandboxes: LauncherFactory | None = None,
     ) -> None:
         self.config = config
+        self._sandboxes = sandboxes  # rlm tasks: makes the volley's one launcher
         self._stream = stream  # a live consumer: every task streams its text into it
         self.tasks = tuple(tasks)
         self.context = tuple(context)
@@ -195,15 +201,14 @@ class Volley:
                     cache_warm=self._warm(),
                 )
             )
-            async with self._open() as providers:
-                self._gate = self._make_gate(providers, events)
+            async with self._open() as providers, self._executor(providers, events) as execute:
                 self._runner = VolleyRunner(
                     source=self._source,
                     sink=self._sink,
-                    execute=self._complete,
+                    execute=execute,
                     events=events,
                     tally=self._tally,
-                    window=self.options.window or 2 * self.config.max_concurrent,
+                    window=self._window(),
                     warm_first=self._warm(),
                     timeout=self.options.timeout,
                     on_result=self._accepted,
@@ -224,6 +229,30 @@ class Volley:
         finally:
             if trace is not None:
                 trace.close()
+
+    def _window(self) -> int:
+        if self.options.window:
+            return self.options.window
+        cap = self.config.max_concurrent
+        return cap if self.options.mode == "rlm" else 2 * cap
+
+    @asynccontextmanager
+    async def _executor(
+        self, providers: Mapping[Lane, Provider], events: EventBus
+    ) -> AsyncIterator[TaskExecutor]:
+        """The gate, and how a task runs: one completion, or (``rlm``) a root call
+        whose sandbox comes from the volley's one launcher, serving until the end."""
+        gate = self._gate = self._make_gate(providers, events)
+        if self.options.mode != "rlm":
+            yield self._complete
+            return
+        make = self._sandboxes or default_launcher
+        launcher = make(self.config, events)
+        async with launcher.serving():
+            yield RlmTaskExecutor(
+                self.config, events=events, gate=gate, budget=self._budget,
+                sandboxes=launcher, context=shared_context(self.context),
+            )
 
     def _warm(self) -> bool:
         return (

@@ -1,0 +1,81 @@
+"""``rlm volley --rlm``: every task a whole RLM call over one shared context (loopback, real
+sandboxes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from rlm import RLM, RunConfig
+from rlm._events import EventBus
+from rlm._run.runtime import default_launcher
+from rlm._sandbox.launcher import SandboxLauncher
+from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS
+from tests.helpers import serving
+
+FACTS = {"magic number": "4711", "secret word": "heliotrope", "door code": "9-3-1"}
+
+
+def big_context() -> str:
+    """Over the shared-memory threshold, with one fact in each third."""
+    filler = "nothing to see on this line, move along.\n"
+    part = filler * (SHARED_CONTEXT_CHARS // len(filler) // 3 + 1)
+    lines = [f"{part}The {key} is {value}.\n" for key, value in FACTS.items()]
+    text = "".join(lines)
+    assert len(text) > SHARED_CONTEXT_CHARS
+    return text
+
+
+async def test_rlm_tasks_share_one_context_and_answer_in_task_order() -> None:
+    launchers: list[SandboxLauncher] = []
+
+    def launcher(config: RunConfig, events: EventBus) -> SandboxLauncher:
+        made = default_launcher(config, events)
+        launchers.append(made)
+        return made
+
+    questions = [f"What is the {key}?" for key in FACTS]
+    broken = {"prompt": "What is the magic number?", "model": "fixture:0"}  # the server says 400
+    async with serving(sub_latency=0.01) as (url, server):
+        model = RLM(base_url=url, model="fixture:4", api_key="k", max_concurrent=8,
+                    sandboxes=launcher)
+        result = await model.avolley([*questions, broken, questions[0]], big_context(), rlm=True)
+    assert [t.index for t in result.tasks] == [1, 2, 3, 4, 5]
+    answers = [t.output for t in result.tasks]
+    assert answers[:3] == list(FACTS.values()) and answers[4] == FACTS["magic number"]
+    # One task's failure is its own: the others answered, the volley says one failed.
+    failed = result.tasks[3]
+    assert failed.status == "failed" and "fixture:0" in (failed.error or "")
+    assert [t.status for t in result.tasks].count("succeeded") == 4
+    assert result.status == "failed" and result.summary.failed == 1
+    # One launcher for the whole volley, and the 1 MB+ context written to shared memory once.
+    assert len(launchers) == 1 and launchers[0].context_memfds == 1
+    # Each task: root steps plus four sub-queries, all through the one gate and ledger.
+    ok = [t for t in result.tasks if t.status == "succeeded"]
+    assert all(t.tokens_input > len(big_context()) // 4 for t in ok)
+    assert server.stats.sub_requests == 4 * 4
+    assert result.summary.tokens_input == sum(t.tokens_input for t in result.tasks)
+
+
+async def test_rlm_volley_cli_json_reports_each_task(tmp_path: Path) -> None:
+    context = tmp_path / "facts.txt"
+    context.write_text("".join(f"The {k} is {v}.\n" for k, v in FACTS.items()))
+    async with serving() as (url, _server):
+        done = await trio.run_process(
+            [sys.executable, "-m", "rlm", "volley", "--rlm", "What is the secret word?",
+             "What is the door code?", "--context-file", str(context), "--base-url", url,
+             "--model", "fixture:2", "--output-format", "json", "-q", "-y", "--no-history"],
+            capture_stdout=True, capture_stderr=True, check=False, stdin=subprocess.DEVNULL,
+            env={**os.environ, "RLM_API_KEY": "k", "RLM_JOURNAL": str(tmp_path / "j.db")},
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    tasks = report["tasks"]
+    assert [t["output"] for t in tasks] == ["heliotrope", "9-3-1"]
+    assert all(t["status"] == "succeeded" and t["tokens_input"] > 0 for t in tasks)
+    assert report["summary"]["succeeded"] == 2
