@@ -54,6 +54,8 @@ class RLM:
     (the built-in scripted model, no key needed).  ``stream`` streams every
     step and runs its code blocks as they close, even with no live consumer.
     ``fixture_*`` pace the built-in fixture model (latencies, streamed pieces).
+    A run is bounded by default (``max_llm_calls`` 5,000, ``timeout`` 3,600 s);
+    ``None`` lifts either.  ``sandbox_memory`` is one sandbox's memory in bytes.
     A bad value raises :class:`rlm.SettingError` here, naming the parameter,
     not mid-run.  ``docs/settings.md`` describes every setting.
 
@@ -109,6 +111,7 @@ class RLM:
         cache_path: str | None = DEFAULTS.cache_path,
         trace_content: TraceContent = DEFAULTS.trace_content,
         cache_mode: str = DEFAULTS.cache_mode,
+        sandbox_memory: int = DEFAULTS.sandbox_memory,
         trace_path: str | None = None,
         sinks: list[Any] | None = None,
         providers: Mapping[Lane, Provider] | None = None,

@@ -14,7 +14,10 @@ from typing import Literal, get_args
 from rlm._sandbox.isolation import parse_layers
 from rlm.errors import SettingError
 
-__all__ = ["DEFAULTS", "PROVIDERS", "ProviderName", "RunConfig", "TraceContent"]
+__all__ = [
+    "DEFAULTS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY", "DEFAULT_TIMEOUT", "PROVIDERS",
+    "ProviderName", "RunConfig", "TraceContent",
+]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
 #: Every provider, in the order help texts list them.
@@ -22,6 +25,17 @@ PROVIDERS: tuple[ProviderName, ...] = get_args(ProviderName)
 #: What the trace file keeps: ``full`` content (prompts, replies, code, outputs) or ``meta``
 #: (sizes and timings only, for sensitive inputs).
 TraceContent = Literal["full", "meta"]
+
+# Bounded by default: ceilings a normal analysis never reaches but a runaway loop does.
+# 5,000 requests is several batched passes over thousands of chunks (a long analysis
+# makes tens to hundreds); at sub-model prices it stays in the dollars, not hundreds of
+# them.  An hour is many times a long run, short enough that nobody leaves one paying
+# overnight.  ``None`` (``none`` on the command line) lifts either.
+DEFAULT_MAX_LLM_CALLS = 5_000
+DEFAULT_TIMEOUT = 3600.0
+#: Address space of one sandbox: room for a context of a few hundred MB and its copies.
+DEFAULT_SANDBOX_MEMORY = 2 << 30
+_MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its own package
 
 
 @dataclass(frozen=True)
@@ -42,14 +56,14 @@ class RunConfig:
     max_iterations: int = 20
     max_concurrent: int = 8
     root_permits: int = 1
-    timeout: float | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
     exec_timeout: float = 60.0
     max_output_chars: int = 20_000
     max_tokens: int | None = None
     request_timeout: float = 600.0
     stream_idle_timeout: float = 60.0
     stream: bool = False
-    max_llm_calls: int | None = None
+    max_llm_calls: int | None = DEFAULT_MAX_LLM_CALLS
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
     max_total_tokens: int | None = None
@@ -71,6 +85,7 @@ class RunConfig:
     cache_path: str | None = None
     trace_content: TraceContent = "full"
     cache_mode: str = "read-write"
+    sandbox_memory: int = DEFAULT_SANDBOX_MEMORY
 
     @property
     def effective_sub_model(self) -> str:
@@ -95,6 +110,10 @@ class RunConfig:
         if self.stream_idle_timeout <= 0:
             raise SettingError("<stream_idle_timeout> must be a positive number of seconds")
         _positive("max_output_chars", self.max_output_chars)
+        if self.sandbox_memory < _MIN_SANDBOX_MEMORY:
+            raise SettingError(
+                f"<sandbox_memory> must be at least 256 MiB, got {self.sandbox_memory:,} bytes"
+            )
         _positive("fixture_chunk_chars", self.fixture_chunk_chars)
         latencies = (self.fixture_root_latency, self.fixture_sub_latency, self.fixture_chunk_delay)
         if min(latencies) < 0:

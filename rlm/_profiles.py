@@ -156,6 +156,8 @@ def _checked(value: Any, hint: Any, where: str) -> Any:
     """``value`` if it fits the field's type (an int where a float goes is fine)."""
     origin = typing.get_origin(hint)
     options = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+    if type(None) in options and value == "none":  # TOML has no null: "none" lifts a limit
+        return None
     for option in options:
         if option is type(None):
             continue

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["Bridge"]
 
 _MAX_ITEMS = 100_000
+#: The wait before answering a call's second and later budget refusals (s).
+_REFUSAL_PAUSE = 0.1
 
 
 class Bridge:
@@ -71,6 +73,7 @@ class Bridge:
         self._abort = abort
         self._deadline = deadline
         self._ids = 0
+        self._refusals: dict[str, int] = {}  # budget refusals per call_id
 
     async def serve(self, call: Call, frame: dict[str, Any]) -> BridgeAnswer:
         """The answer to ``frame``, a bridge frame as the sandbox sent it (unchecked)."""
@@ -114,8 +117,10 @@ class Bridge:
         )
         failed = len(items)
         results: list[str] | None = None
+        sent = False
         try:
             self._budget.check_batch(len(items))
+            sent = True
             if schema is not None:
                 structured = await self._fan_out(
                     call, items, one=lambda c, p, x: self._one_structured(c, p, x, schema)
@@ -127,6 +132,13 @@ class Bridge:
                 results = await self._fan_out(call, items, one=self._one, children=children)
                 failed = sum(1 for r in results if r.startswith("Error:"))
         except BudgetExceeded as exc:
+            refused = self._refusals.get(call.call_id, 0)
+            self._refusals[call.call_id] = refused + 1
+            if refused:
+                # Code that swallows the refusal and asks again spins on it until
+                # --exec-timeout (refusals count there in full): paced, that is a few
+                # hundred refusals and their events, not millions.
+                await trio.sleep(_REFUSAL_PAUSE)
             events.emit(
                 BudgetRefused(
                     **ids,
@@ -147,8 +159,11 @@ class Bridge:
                     items=len(items),
                     failed_items=failed,
                     duration_s=round(events.now() - started, 6),
-                    prompts=[prompt for prompt, _ in items],
-                    contexts=[c for _, c in items] if isinstance(contexts, list) else None,
+                    # A batch refused whole sent nothing: its size is enough (a runaway
+                    # loop may ask for 100,000 items at every step).
+                    prompts=[prompt for prompt, _ in items] if sent else None,
+                    contexts=[c for _, c in items] if sent and isinstance(contexts, list)
+                    else None,
                     answers=results,
                 )
             )
@@ -168,13 +183,16 @@ class Bridge:
     ) -> list[_Result]:
         """Run every item; results in input order.
 
-        Sub-queries all start at once and queue FIFO at the gate, which is the
-        sliding window: a freed permit goes straight to the next item, and an
-        item backing off from a retry holds nothing.  Child calls each own a
-        sandbox, so at most ``max_concurrent`` of one batch are alive at a time.
+        Sub-queries queue FIFO at the gate, which is the sliding window: a
+        freed permit goes straight to the next item.  Only a bounded look-ahead
+        of items exists at once (:func:`_look_ahead`), so a batch of 100,000
+        costs the host the memory of a few hundred requests, not of 100,000.
+        Child calls each own a sandbox, so at most ``max_concurrent`` of one
+        batch are alive at a time.
         """
         results: list[_Result | None] = [None] * len(items)
-        window = trio.Semaphore(self._config.max_concurrent if children else len(items))
+        ahead = self._config.max_concurrent if children else _look_ahead(self._config)
+        window = trio.Semaphore(min(ahead, len(items)))
         exhausted: list[BudgetExceeded] = []
 
         async def run_item(index: int, prompt: str, context: str | None) -> None:
@@ -189,6 +207,9 @@ class Bridge:
         async with trio.open_nursery() as nursery:
             for index, (prompt, context) in enumerate(items):
                 await window.acquire()
+                if exhausted:
+                    window.release()
+                    break
                 nursery.start_soon(run_item, index, prompt, context)
         if exhausted:
             raise exhausted[0]  # the whole batch is refused: model code sees BudgetExceeded
@@ -330,6 +351,12 @@ async def _run_child(parent: Call, query: str, context: str) -> str:
 
 
 _Result = TypeVar("_Result")
+
+
+def _look_ahead(config: RunConfig) -> int:
+    """How many items of a batch may exist at once: enough that the gate always has
+    the next ones queued (retrying items hold a place too), few enough to be cheap."""
+    return max(64, 4 * config.max_concurrent)
 
 _REPAIR = (
     "Your answer could not be used: {problem}. Reply with only the corrected JSON, "

@@ -155,7 +155,10 @@ class Runtime:
         outcome = root.outcome
         answered = outcome is not None and outcome.status == "answered"
         if self._error is None and run_scope.cancelled_caught and not answered:
-            self._error = RunTimeout(f"the run passed its {timeout:g} s --timeout")
+            self._error = RunTimeout(
+                f"the run passed its {timeout:g} s --timeout (raise it to let the run go "
+                "further; --timeout none lifts it)"
+            )
         extracted = None
         if isinstance(self._error, BudgetExceeded) and outcome is not None and not answered:
             # A fresh scope, so an interrupt during the extract step still stops it.
@@ -289,6 +292,7 @@ def default_launcher(
         events=events,
         max_output_chars=config.max_output_chars,
         require_isolation=config.require_isolation,
+        memory_bytes=config.sandbox_memory,
         early_zygote=early_zygote,
         tools=tools,
         answer_json=answer_json,

@@ -15,16 +15,19 @@ and are re-exported here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 
 import trio
 
+from rlm._config import DEFAULT_SANDBOX_MEMORY
 from rlm._events import EventBus
 from rlm._run.context import context_chars
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
+from rlm._sandbox.memory import MemoryCeiling, memory_ceiling
 from rlm._sandbox.process import (
     BridgeHandler,
     ChildProcess,
@@ -42,7 +45,7 @@ __all__ = [
 ]
 
 DEFAULT_POOL_SIZE = 2
-DEFAULT_MEMORY_BYTES = 4 << 30
+DEFAULT_MEMORY_BYTES = DEFAULT_SANDBOX_MEMORY
 DEFAULT_CPU_SECONDS = 3600
 
 
@@ -52,7 +55,10 @@ class SandboxLauncher:
     ``require_isolation`` names child layers that must be active: a sandbox
     without one is killed and IsolationUnavailable raised.  ``early_zygote``
     is a zygote started at process start (:mod:`rlm._sandbox.early`): the
-    first run adopts it instead of starting its own.
+    first run adopts it instead of starting its own.  Each sandbox may use
+    ``memory_bytes``; the sandboxes calls hold at once stay within
+    ``ceiling`` bytes together (default: half the machine's memory,
+    :mod:`rlm._sandbox.memory`).
     """
 
     def __init__(
@@ -67,8 +73,12 @@ class SandboxLauncher:
         early_zygote: EarlyZygote | None = None,
         tools: Iterable[str] = (),
         answer_json: bool = False,
+        ceiling: int | None = None,
     ) -> None:
         self._events = events
+        self._memory = MemoryCeiling(
+            per_sandbox=memory_bytes, ceiling=memory_ceiling() if ceiling is None else ceiling
+        )
         self._tools = list(tools)
         self._answer_json = answer_json
         self._max_output_chars = max_output_chars
@@ -134,6 +144,17 @@ class SandboxLauncher:
         replaced by a freshly spawned one, once.
         """
         requested_at = self._events.now()
+        await self._memory.acquire(owner)
+        try:
+            box = await self._open_reserved(nursery, context, owner, requested_at)
+        except BaseException:
+            self._memory.release(owner)
+            raise
+        box.on_close = functools.partial(self._memory.release, owner)
+        return box
+
+    async def _open_reserved(self, nursery: trio.Nursery, context: str | list[str],
+                             owner: SandboxIdentity, requested_at: float) -> Sandbox:
         context_fd = await self._context_fd(context)
         try:
             box = self._take_pooled()

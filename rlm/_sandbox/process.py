@@ -124,6 +124,8 @@ class Sandbox:
         self._bytes_read = 0
         self._max_output_chars = 1 << 20  # set by initialize()
         self.pid = process.pid
+        #: Called once the process is reaped (the launcher returns its memory reservation).
+        self.on_close: Callable[[], None] | None = None
         #: The child's hardening report (``{layer: "active" | "unavailable: why"}``).
         self.layers: dict[str, str] = {}
 
@@ -207,11 +209,12 @@ class Sandbox:
     async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
         """Run ``code`` and serve its bridge calls until it finishes.
 
-        ``limit`` (seconds) bounds the time the child spends running code; time spent
-        waiting for the host to answer a bridge call does not count (the run's
-        own --timeout bounds that).  On timeout the process group is killed and
-        ExecutionTimeout raised; a crash or protocol violation kills it and
-        raises SandboxCrashed.  Either way this sandbox is dead afterwards.
+        ``limit`` (seconds) bounds the execution's wall time, except the time spent
+        waiting for bridge answers that were served (the run's own --timeout bounds
+        that).  A call the budget refused counts in full, so code that swallows the
+        refusal and asks again still ends at the limit.  On timeout the process group
+        is killed and ExecutionTimeout raised; a crash or protocol violation kills it
+        and raises SandboxCrashed.  Either way this sandbox is dead afterwards.
         """
         self._exec_ids += 1
         exec_id = self._exec_ids
@@ -226,8 +229,9 @@ class Sandbox:
             if frame is None:
                 self.kill("timeout")
                 raise ExecutionTimeout(
-                    f"execution exceeded the {limit:g} s limit (--exec-timeout); the sandbox "
-                    "was restarted and variables from earlier steps are gone"
+                    f"execution exceeded the {limit:g} s limit (--exec-timeout; time waiting "
+                    "for answers the budget refused counts); the sandbox was restarted and "
+                    "variables from earlier steps are gone"
                 )
             if self._bytes_read > read_limit:
                 self.kill("flood")
@@ -242,7 +246,8 @@ class Sandbox:
                     self.kill("protocol-error")
                     raise SandboxCrashed("the sandbox sent a bridge frame without an int id")
                 answer = await on_bridge(frame)
-                deadline += trio.current_time() - paused
+                if answer.get("kind") != "budget":
+                    deadline += trio.current_time() - paused
                 await self._send_frame(ReplyFrame(t="reply", id=request_id, **answer))
                 continue
             self.kill("protocol-error")
@@ -305,12 +310,16 @@ class Sandbox:
         self._closed = True
         reason = self._kill_reason
         self.kill(reason)
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(5):
-                await self._process.wait()
-            for stream in (self._send, self._receive):
-                await stream.aclose()
-        self._context_channel.close()
+        try:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(5):
+                    await self._process.wait()
+                for stream in (self._send, self._receive):
+                    await stream.aclose()
+            self._context_channel.close()
+        finally:
+            if self.on_close is not None:
+                self.on_close()
         if self._owner is None:
             return  # a pool sandbox that never served a call: no events
         self._events.emit(

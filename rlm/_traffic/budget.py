@@ -143,7 +143,8 @@ class Budget:
         if left is not None and left < 1:
             raise BudgetExceeded(
                 f"--max-llm-calls {limits.max_llm_calls} reached "
-                f"({self.spent.calls} sent, {self.reserved.calls} in flight)"
+                f"({self.spent.calls} sent, {self.reserved.calls} in flight; "
+                "--max-llm-calls none lifts it)"
             )
         committed_in = self.spent.input_tokens + self.reserved.input_tokens
         committed_out = self.spent.output_tokens + self.reserved.output_tokens

@@ -115,8 +115,9 @@ def _sub_latencies(s: Scenario) -> list[float] | None:
 
 
 def _settings(s: Scenario) -> dict[str, Any]:
+    # No call ceiling: a benchmark measures throughput past what a normal analysis sends.
     return {"model": s.model, "max_concurrent": s.max_concurrent, "root_permits": 1,
-            "max_depth": s.depth, "rpm": s.rpm, "burst": s.burst}
+            "max_depth": s.depth, "rpm": s.rpm, "burst": s.burst, "max_llm_calls": None}
 
 
 async def _run_in_process(s: Scenario, text: str, question: str,

@@ -52,7 +52,8 @@ def _prompts(n: int) -> list[str]:
 
 async def _in_process(s: VolleyScenario) -> VolleyResult:
     provider = BenchProvider(sub_latencies=_latencies(s))
-    model = RLM(providers={"root": provider, "sub": provider}, max_concurrent=s.c)
+    model = RLM(providers={"root": provider, "sub": provider}, max_concurrent=s.c,
+                max_llm_calls=None)  # 10,000 tasks: past the default ceiling on purpose
     return await model.avolley(_prompts(s.n))
 
 
@@ -62,7 +63,7 @@ async def _over_http(s: VolleyScenario) -> VolleyResult:
     async with trio.open_nursery() as nursery:
         port = await nursery.start(FixtureServer(options).serve)
         model = RLM(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", model="fixture",
-                    max_concurrent=s.c, max_retries=10)
+                    max_concurrent=s.c, max_retries=10, max_llm_calls=None)
         result = await model.avolley(_prompts(s.n))
         nursery.cancel_scope.cancel()
     return result

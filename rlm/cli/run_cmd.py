@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, get_args
 import click
 
 from rlm._config import DEFAULTS, PROVIDERS, TraceContent
+from rlm._sizes import format_size
 from rlm.cli._errors import fail
 from rlm.cli._flags import usage_message
+from rlm.cli._limits import memory_size, optional_count, optional_duration
 from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._terminal import answer_for_stdout, plural, say
 from rlm.errors import RLMError, UsageError
@@ -89,7 +91,16 @@ __all__ = ["run"]
     show_default=True,
     help="Permits reserved for root steps, so sub-queries never stall them.",
 )
-@click.option("--max-llm-calls", type=int, help="Requests sent to providers, retries included.")
+@click.option(
+    "--max-llm-calls",
+    type=str,
+    default=DEFAULTS.max_llm_calls,
+    callback=optional_count,
+    metavar="N|none",
+    show_default=True,
+    help="Requests sent to providers, retries included: a ceiling a normal analysis never "
+    "reaches but a runaway loop does; 'none' lifts it.",
+)
 @click.option("--max-input-tokens", type=int, help="Input tokens for the whole run.")
 @click.option("--max-output-tokens", type=int, help="Output tokens for the whole run.")
 @click.option("--max-total-tokens", type=int, help="Input + output tokens for the whole run.")
@@ -126,16 +137,30 @@ __all__ = ["run"]
 )
 @click.option(
     "--timeout",
-    type=float,
+    type=str,
     default=DEFAULTS.timeout,
-    help="Wall-clock limit for the whole run (s).",
+    callback=optional_duration,
+    metavar="SECONDS|none",
+    show_default=True,
+    help="Wall-clock limit for the whole run (s); 'none' lifts it.",
 )
 @click.option(
     "--exec-timeout",
     type=float,
     default=DEFAULTS.exec_timeout,
     show_default=True,
-    help="Limit for one code execution in the sandbox (s).",
+    help="Limit for one code execution in the sandbox (s); waiting for served llm_query "
+    "answers does not count, calls the budget refused do.",
+)
+@click.option(
+    "--sandbox-memory",
+    type=str,
+    default=DEFAULTS.sandbox_memory,
+    callback=memory_size,
+    show_default=format_size(DEFAULTS.sandbox_memory),
+    metavar="SIZE",
+    help="Memory of one sandbox (e.g. 1GiB, 512MiB); a run's sandboxes together hold at "
+    "most half this machine's memory.",
 )
 @click.option(
     "--max-output-chars",
@@ -344,7 +369,6 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
 # What a person can do about a run that a limit ended.
 _NEXT_STEP = {
     "budget_exceeded": " (raise that limit to let the run go further)",
-    "timeout": " (raise --timeout to let the run go further)",
     "iterations": " (raise --max-iterations, or ask a narrower question)",
 }
 

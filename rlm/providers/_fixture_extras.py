@@ -10,6 +10,9 @@ exist so sessions, tools and schemas are exercised offline, end to end.
 - **A tool call** (a query ``Call NAME(ARGS)`` with NAME listed in the system
   prompt's host tools): the root calls it in code and answers with its result,
   or with the ``ToolError`` it raised.
+- **A runaway model** (a query holding a fenced ````repl`` block): the root
+  runs that code at every step and never answers, as a model stuck in a loop
+  would, so the run's limits end it (see ``docs/settings.md``, Bounded by default).
 - **A structured root answer** (``Answer schema: {...}`` in the first user
   message): step one's code also builds ``answer_data`` shaped by the schema
   from ``answer`` and ends with ``FINAL_VAR("answer_data")``.
@@ -29,6 +32,7 @@ ANSWER_SCHEMA_PREFIX = "Answer schema: "
 _TOOL_QUERY = re.compile(r"^Call (\w+)\((.*)\)\s*$")
 _ANSWER_LINE = re.compile(r"^answer: (.+)$", re.MULTILINE)
 _ERROR_LINE = re.compile(r"^(\w*Error: .+)$", re.MULTILINE)
+_GIVEN_CODE = re.compile(r"^```repl\n(.*?\n)```", re.MULTILINE | re.DOTALL)
 
 
 def _queries(messages: Sequence[Message]) -> list[int]:
@@ -52,6 +56,9 @@ def extra_reply(messages: Sequence[Message]) -> str | None:
     if not asked:
         return None
     latest = asked[-1]
+    given = _GIVEN_CODE.search(messages[asked[0]]["content"].rpartition("Query: ")[2])
+    if given is not None:
+        return f"I will run the code I was given, again.\n\n```repl\n{given.group(1)}```"
     query = _query_text(messages[latest])
     since = messages[latest + 1:]
     steps = sum(1 for m in since if m["role"] == "assistant")
