@@ -25,7 +25,14 @@ from rlm._session import AsyncSession, Session, read_saved_session
 from rlm._status import RunStatus
 from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
-from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
+from rlm.errors import (
+    Interrupted,
+    LimitExceeded,
+    RLMError,
+    RunTimeout,
+    SettingError,
+    UsageError,
+)
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider, is_fixture_answer
 from rlm.providers.open import open_providers
@@ -171,6 +178,10 @@ class RLM:
         override them; the key is never saved), its conversation and its plain-data
         variables, over ``context`` (which must be the context it was saved with)."""
         saved = read_saved_session(path, context)
+        try:
+            RunConfig(**saved.settings).validate()
+        except SettingError as exc:
+            raise UsageError(f"{path} is damaged: its saved setting {exc}") from None
         model = cls(**{**saved.settings, **settings})
         return Session(model, context, restore=saved)
 

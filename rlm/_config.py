@@ -8,8 +8,11 @@ Python API says ``max_depth`` and the CLI says ``--max-depth``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, get_args
+import functools
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args, get_origin
 
 from rlm._sandbox.isolation import parse_layers
 from rlm.errors import SettingError
@@ -87,12 +90,17 @@ class RunConfig:
     cache_mode: str = "read-write"
     sandbox_memory: int = DEFAULT_SANDBOX_MEMORY
 
+    def __post_init__(self) -> None:
+        if isinstance(self.require_isolation, list):  # from JSON or a caller's list
+            object.__setattr__(self, "require_isolation", tuple(self.require_isolation))
+
     @property
     def effective_sub_model(self) -> str:
         return self.sub_model or self.model
 
     def validate(self) -> RunConfig:
         """Return self, or raise SettingError naming the setting that is wrong."""
+        _check_types(self)
         _positive("max_depth", self.max_depth)
         _positive("max_iterations", self.max_iterations)
         _positive("max_concurrent", self.max_concurrent)
@@ -185,3 +193,50 @@ DEFAULTS = RunConfig()
 def _positive(name: str, value: int) -> None:
     if value <= 0:
         raise SettingError(f"<{name}> must be a positive integer, got {value}")
+
+
+@functools.cache
+def _setting_types() -> dict[str, Any]:
+    return typing.get_type_hints(RunConfig)
+
+
+def _check_types(config: RunConfig) -> None:
+    """A value of the wrong type (``max_depth="3"`` from Python, a hand-edited saved
+    session) is named here, not met later as a TypeError deep in a run."""
+    hints = _setting_types()
+    for setting in fields(config):
+        value, kind = getattr(config, setting.name), hints[setting.name]
+        if not _fits(value, kind):
+            raise SettingError(f"<{setting.name}> must be {_spell(kind)}, got {value!r}")
+
+
+def _fits(value: object, kind: Any) -> bool:
+    origin = get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, option) for option in get_args(kind))
+    if origin is Literal:
+        return value in get_args(kind)
+    if origin is tuple:
+        (item, _) = get_args(kind)
+        return isinstance(value, tuple | list) and all(_fits(v, item) for v in value)
+    if kind is type(None):
+        return value is None
+    if kind is float:  # an int is a fine number of seconds; a bool is not
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _spell(kind: Any) -> str:
+    origin = get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_spell(option) for option in get_args(kind))
+    if origin is Literal:
+        *others, last = (repr(v) for v in get_args(kind))
+        return f"{', '.join(others)} or {last}" if others else last
+    if origin is tuple:
+        return f"a list of {get_args(kind)[0].__name__}"
+    names = {type(None): "None", int: "an integer", float: "a number", str: "a string",
+             bool: "True or False"}
+    return names.get(kind, getattr(kind, "__name__", str(kind)))

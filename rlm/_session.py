@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from rlm._config import RunConfig
 from rlm._events import EventBus
 from rlm._result import RunResult
 from rlm._run.call import SessionCarry
@@ -325,6 +326,10 @@ def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedS
                and m["role"] in ("system", "user", "assistant") and isinstance(m["content"], str)
                for m in history):
         raise UsageError(f"{path} is damaged: its history holds something that is not a message")
+    # Settings this rlm no longer has (a saved session outlives a release) are dropped;
+    # the ones it has are checked when the model is made from them.
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    settings = {k: v for k, v in settings.items() if k in known}
     return SavedSession(settings=settings, history=history, variables=variables)
 
 

@@ -1,11 +1,12 @@
 """Plain data out of the REPL namespace, for a saved session.
 
 Only values made of str, int, float, bool, None, list, tuple, dict, set and
-frozenset (nested at most 64 deep) leave the sandbox: never functions, classes,
-modules or other objects.  Each value is encoded as a tagged JSON tree so tuples
-and sets survive the trip (JSON has only lists): ``["v", scalar]``,
-``["l"|"t"|"s"|"f", [items]]``, ``["d", [[key, value], ...]]``.  The host turns
-the trees back into Python literals when the session is restored.
+frozenset (nested at most 64 deep, at most MAX_NODES values written out) leave
+the sandbox: never functions, classes, modules or other objects.  Each value is
+encoded as a tagged JSON tree so tuples and sets survive the trip (JSON has only
+lists): ``["v", scalar]``, ``["l"|"t"|"s"|"f", [items]]``, ``["d", [[key, value],
+...]]``.  The host turns the trees back into Python literals when the session is
+restored.
 """
 
 from __future__ import annotations
@@ -14,14 +15,36 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 
-__all__ = ["MAX_DEPTH", "NotPlain", "export_namespace"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "NotPlain", "export_namespace"]
 
 MAX_DEPTH = 64
+#: Values one variable may hold, counted as written out: a list that holds itself
+#: through shared children (``x = [x, x]`` 60 times) is small in memory but would
+#: be 2**60 values written out, so it is left out instead of stalling the save.
+MAX_NODES = 2_000_000
 _TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 
 
 class NotPlain(Exception):
     """The value holds something that is not plain data."""
+
+
+def _written_size(value: object, depth: int, sizes: dict[int, int]) -> int:
+    """How many values ``value`` is written out as; each container is counted once
+    however often it is shared, so a self-sharing value is sized at once."""
+    if depth > MAX_DEPTH:
+        raise NotPlain("nested too deep")
+    children: Iterable[object]
+    if isinstance(value, list | tuple | set | frozenset) and type(value) in _TAGS:
+        children = value
+    elif isinstance(value, dict) and type(value) is dict:
+        children = [*value.keys(), *value.values()]
+    else:
+        return 1
+    known = sizes.get(id(value))
+    if known is None:
+        known = sizes[id(value)] = 1 + sum(_written_size(c, depth + 1, sizes) for c in children)
+    return known
 
 
 def _encode(value: object, depth: int) -> list[object]:
@@ -51,6 +74,8 @@ def export_namespace(namespace: Mapping[str, object], reserved: Iterable[str]
         if name.startswith("_") or name in skip:
             continue
         try:
+            if _written_size(value, 0, {}) > MAX_NODES:
+                raise NotPlain("too many values")
             exported[name] = _encode(value, 0)
         except (NotPlain, RecursionError):
             left_out.append(name)

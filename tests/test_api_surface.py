@@ -43,6 +43,11 @@ def test_a_misspelt_setting_is_a_type_error() -> None:
         ({"root_permits": 8}, "root_permits (8) must be less than max_concurrent (8)"),
         ({"provider": "openai", "base_url": "ftp://x"}, "base_url must start with http://"),
         ({"provider": "anthropic", "model": ""}, 'no model: pass model="M", or use provider='),
+        # A wrong type is named, not met as a TypeError deep in the run.
+        ({"provider": "fixture", "max_depth": "3"}, "max_depth must be an integer, got '3'"),
+        ({"provider": "fixture", "timeout": True}, "timeout must be a number or None, got True"),
+        ({"provider": "fixture", "require_isolation": [3]}, "must be a list of str, got (3,)"),
+        ({"provider": "ollama"}, "provider must be 'openai', 'anthropic' or 'fixture'"),
     ],
 )
 def test_api_errors_name_python_parameters(settings: dict[str, object], message: str) -> None:

@@ -14,6 +14,7 @@ from rlm import RLM, UsageError
 from rlm.fixtures import generate_needle
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider
+from rlm_sandbox.plaindata import export_namespace
 
 NEEDLE = generate_needle(chars=60_000, seed=3)
 TEXT = NEEDLE.text
@@ -117,6 +118,15 @@ def test_a_saved_session_refuses_another_context(tmp_path: Path) -> None:
     saved.write_text(json.dumps(document))
     with pytest.raises(UsageError, match="not a message"):
         RLM.load_session(str(saved), TEXT)
+    document["history"].pop()
+    document["settings"]["max_depth"] = "two"  # hand-edited: was a TypeError
+    document["settings"]["a_setting_of_another_release"] = 1  # dropped, not an error
+    saved.write_text(json.dumps(document))
+    with pytest.raises(UsageError, match="damaged: its saved setting max_depth must be an int"):
+        RLM.load_session(str(saved), TEXT)
+    document["settings"]["max_depth"] = 2
+    saved.write_text(json.dumps(document))
+    assert RLM.load_session(str(saved), TEXT).close() is None
     saved.write_text('{"rlm_session": 99}')
     with pytest.raises(UsageError, match="newer rlm"):
         RLM.load_session(str(saved), TEXT)
@@ -140,3 +150,14 @@ def test_history_past_its_limit_is_compacted_and_variables_stay() -> None:
     compacted = [e for e in follow.trace if e["event"] == "history_compacted"]
     assert len(compacted) == 1 and compacted[0]["chars_after"] < compacted[0]["chars_before"]
     assert follow.answer == "16"
+
+
+def test_a_value_that_shares_itself_is_left_out_of_a_save_at_once() -> None:
+    # 2**60 values written out, a few hundred bytes in memory: the save used to stall
+    # until the sandbox's 30 s limit.
+    shared: list[object] = []
+    for _ in range(60):
+        shared = [shared, shared]
+    data, left_out = export_namespace({"shared": shared, "rows": [[1, 2]] * 1000}, ())
+    assert left_out == ["shared"]
+    assert list(json.loads(data)) == ["rows"]
