@@ -248,8 +248,9 @@ def _context_list(paths: tuple[str, ...], encoding: str) -> list[str]:
 
 
 def _config(settings: dict[str, Any], file_cap: int | None, latency: float | None) -> RunConfig:
-    if settings["provider"] == "fixture":
-        settings["model"] = settings["model"] or "fixture"
+    # No --model: "" (the endpoint check below says which flag to give); fixture needs none.
+    fixture = settings["provider"] == "fixture"
+    settings["model"] = settings["model"] or ("fixture" if fixture else "")
     vendor = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     settings["max_concurrent"] = settings["max_concurrent"] or file_cap or DEFAULT_CONCURRENCY
     return RunConfig(
