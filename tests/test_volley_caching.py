@@ -6,6 +6,8 @@ import json
 
 import httpx2
 
+from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.prices import ModelPrice, PriceTable
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.volley import VolleyTask
 from rlm.volley.layout import RequestLayout
@@ -40,3 +42,28 @@ async def test_a_short_prefix_gets_no_breakpoint() -> None:
     layout = RequestLayout(["tiny"], model="m")
     assert layout.request(VolleyTask(1, "t"), "t1").cache_prefix == 0
     assert RequestLayout([BIG], model="m").request(VolleyTask(1, "t"), "t1").cache_prefix == 2
+
+
+async def test_anthropic_cache_writes_are_priced_at_1_25_times_the_input_rate() -> None:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 1000,
+                 "cache_creation_input_tokens": 2000}
+        return httpx2.Response(200, json={"model": "claude-sonnet-4", "usage": usage,
+                                          "content": [{"type": "text", "text": "ok"}]})
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    provider = AnthropicProvider(client, "https://api.anthropic.com", api_key="k")
+    request = RequestLayout([BIG], model="claude-sonnet-4").request(VolleyTask(1, "t"), "t1")
+    done = await provider.complete(request)
+    assert done.metadata["cache_write_tokens"] == 2000 and done.input_tokens == 3100
+    prices = PriceTable.default()
+    price = prices.lookup("claude-sonnet-4")
+    assert price is not None
+    ledger = Budget(limits=BudgetLimits(), prices=prices)
+    cost = ledger.settle(ledger.reserve(request), done)
+    written = 2000 * 1.25 * price.input  # a cache write costs a quarter more than input
+    expected = 100 * price.input + 1000 * price.cached_input + written + 10 * price.output
+    assert cost is not None and abs(cost - expected) < 1e-12
+    # A table entry may name its own write rate.
+    own = PriceTable({"m": ModelPrice(1e-6, 2e-6, 1e-7, cache_write_input=3e-6)}).lookup("m")
+    assert own is not None and abs(own.cost(100, 0, 0, 100) - 3e-4) < 1e-15

@@ -34,10 +34,9 @@ async def test_hidden_cap_of_3_at_16_concurrent_all_succeed_with_few_429s() -> N
     assert [t.index for t in result.tasks] == list(range(1, 101))
     assert all((t.output or "").startswith(f"Done: task {t.index} (") for t in result.tasks)
     rejected = server.stats.by_status.get(429, 0)
-    # Issue 12 asks for <= 15%; measured 18-22% (13 of them are the first wave of 16
-    # against a cap of 3, which starting at the configured cap cannot avoid).  This
-    # bound catches a regression to the old cycling (28%+); it is not the target.
-    assert rejected <= 0.25 * server.stats.total_requests
+    # 13 of them are the first wave of 16 against a cap of 3, which starting at the
+    # configured cap cannot avoid; after it, a probe of 4 now and then.
+    assert rejected <= 0.15 * server.stats.total_requests
     assert server.stats.max_in_flight <= 3
     assert result.summary.rate_limited == rejected
     physical_limit = math.ceil(100 / 3) * latency

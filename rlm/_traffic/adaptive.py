@@ -7,8 +7,17 @@ of 429s from requests already in flight does not collapse it to 1 — and then
 grows back by one permit per round trip of successes, never above the
 configured cap.  Every change is reported through ``on_change``.
 
-Growing back stops short of the level that was refused: the last step up to
-the window at which the provider pushed back is ``patience`` times slower, and
+A refusal is also a measurement.  The requests that were in flight beside it
+and were *not* refused themselves by the time its back-off ends were being
+served while the provider refused: behind a hidden concurrency cap that is the
+cap.  So when a refused request's back-off ends (before it asks for a permit
+again) the capacity drops to that count, if lower, and the level above it is
+remembered as refused.  A first wave of 16 against a cap of 3 therefore comes
+back at 3, not 8 — and a burst where every request in flight was refused (a
+rate limit, not a cap) measures nothing and only halves.
+
+Growing back stops short of the level that was refused: the last permit up to
+the window at which the provider pushed back grows ``patience`` times slower, and
 ``patience`` grows fourfold each time that level is refused again (up to 256), and
 such a refused probe steps back one permit instead of halving.  Behind a
 hidden concurrency cap C this settles at C instead of cycling C+1 → C/2 → C+1
@@ -53,11 +62,53 @@ class AdaptiveCapacity:
         self._refused_at: float | None = None  # the window the provider last pushed back at
         self._patience = _FIRST_PATIENCE
         self._unheeded = 0  # overloads within a round trip of the last decrease
+        self._sent = 0  # numbers sub requests in flight, for the refusal measurement
+        self._out: set[int] = set()  # sub requests in flight
+        self._refused: set[int] = set()  # refused requests some pending measurement may name
+        self._beside: dict[object, frozenset[int]] = {}  # per refusal: who was in flight beside
         self.decreases = 0
 
     @property
     def capacity(self) -> int:
         return self._limiter.sub_limit
+
+    def sending(self) -> int:
+        """A sub request goes out: its number, to hand back to ``returned``."""
+        self._sent += 1
+        self._out.add(self._sent)
+        return self._sent
+
+    def returned(self, number: int) -> None:
+        self._out.discard(number)
+
+    def refused(self, number: int, key: object) -> None:
+        """Sub request ``number`` was refused as overload; ``measure(key)`` when its
+        back-off ends (or ``forget(key)`` when it is not retried)."""
+        self._refused.add(number)
+        self._beside[key] = frozenset(self._out - {number})
+
+    def forget(self, key: object) -> None:
+        self._beside.pop(key, None)
+        if not self._beside:
+            self._refused.clear()
+
+    def measure(self, key: object) -> None:
+        """A refused request's back-off ended: those in flight beside it that were not
+        refused too were served — the capacity goes down to their count."""
+        beside = self._beside.get(key)
+        self.forget(key)
+        if beside is None or not self.enabled:
+            return
+        served = sum(1 for number in beside if number not in self._refused)
+        if served < 1:
+            return  # everyone was refused: a rate limit, not a concurrency cap
+        level = float(served + 1)
+        if self._refused_at is None or level < self._refused_at:
+            self._refused_at = level
+        if served < self._window:
+            self._window = float(served)
+            self._unheeded = 0  # the measurement accounts for the refusals it saw
+            self._apply("overload")
 
     def observe_latency(self, latency_s: float) -> None:
         """Feed a successful round trip (EWMA) so decreases are spaced by one RTT."""
@@ -71,8 +122,10 @@ class AdaptiveCapacity:
         # +1 permit per window's worth of successes: one permit per round trip.
         step = 1.0 / max(self._window, 1.0)
         refused = self._refused_at
-        if refused is not None and self._window + step >= refused:
-            step /= self._patience  # probing the level that was refused: slowly
+        if refused is not None and self._window + 1.0 >= refused:
+            # The whole last permit up to the refused level, not just the step that
+            # crosses it, comes ``patience`` times slower: a probe every few round trips.
+            step /= self._patience
         self._window = min(float(self._ceiling), self._window + step)
         if refused is not None and self._window >= refused + 1:
             self._refused_at, self._patience = None, _FIRST_PATIENCE  # that level holds now

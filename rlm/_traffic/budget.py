@@ -267,4 +267,9 @@ class Budget:
             return 0.0, False
         cached = completion.metadata.get("cached_tokens")
         cached_tokens = cached if isinstance(cached, int) else 0
-        return price.cost(completion.input_tokens, completion.output_tokens, cached_tokens), True
+        written = completion.metadata.get("cache_write_tokens")
+        written_tokens = written if isinstance(written, int) else 0
+        cost = price.cost(
+            completion.input_tokens, completion.output_tokens, cached_tokens, written_tokens
+        )
+        return cost, True

@@ -163,14 +163,17 @@ class Gate:
         on_text: PieceSink | None,
     ) -> Completion:
         attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._attempt(provider, request, request_id, attempt, on_text)
-            except ProviderError as exc:
-                if not self.retry.should_retry(exc, attempt):
-                    raise
-                await self._back_off(request, request_id, attempt, exc)
+        try:
+            while True:
+                attempt += 1
+                try:
+                    return await self._attempt(provider, request, request_id, attempt, on_text)
+                except ProviderError as exc:
+                    if not self.retry.should_retry(exc, attempt):
+                        raise
+                    await self._back_off(request, request_id, attempt, exc)
+        finally:
+            self.adaptive.forget(request_id)  # a refusal it never came back from
 
     async def _back_off(
         self, request: CompletionRequest, request_id: int, attempt: int, exc: ProviderError
@@ -203,6 +206,7 @@ class Gate:
         if is_overload(exc) and self.adaptive.enabled:
             with self.limiter.penalty():
                 await trio.sleep(delay)
+                self.adaptive.measure(request_id)  # before the penalty frees its permit
         else:
             await trio.sleep(delay)
 
@@ -246,6 +250,7 @@ class Gate:
             completion: Completion | None = None
             cost: float | None = None
             piece = _Pieces(self._events, request, request_id, attempt, on_text)
+            number = self.adaptive.sending() if lane == "sub" else 0
             try:
                 # The cheap test first: a runtime Protocol check costs ~50 µs a request.
                 if (on_text is not None or self._events.streaming) and isinstance(
@@ -255,6 +260,8 @@ class Gate:
                 else:
                     completion = await provider.complete(request)
             except ProviderError as exc:
+                if number and is_overload(exc):
+                    self.adaptive.refused(number, request_id)
                 self._record(
                     request, provider, request_id, attempt, started, None, exc, None, piece
                 )
@@ -268,6 +275,8 @@ class Gate:
                 raise
             finally:
                 metrics.in_flight -= 1
+                if number:
+                    self.adaptive.returned(number)
                 cost = self.ledger.settle(ticket, completion)
         self._record(request, provider, request_id, attempt, started, completion, None, cost, piece)
         return completion

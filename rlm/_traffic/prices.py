@@ -18,19 +18,44 @@ from pathlib import Path
 
 from rlm.errors import UsageError
 
-__all__ = ["ModelPrice", "PriceTable"]
+__all__ = ["CACHE_WRITE_FACTOR", "ModelPrice", "PriceTable"]
+
+
+#: Anthropic bills a prompt-cache write (5-minute cache) at 1.25 times the input rate.
+CACHE_WRITE_FACTOR = 1.25
 
 
 @dataclass(frozen=True)
 class ModelPrice:
+    """USD per token.  ``cache_write_input`` prices input written to a prompt cache
+    (reported by Anthropic as ``cache_creation_input_tokens``); a table entry
+    without it gets 1.25 times ``input``."""
+
     input: float
     output: float
     cached_input: float
+    cache_write_input: float | None = None
 
-    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
-        uncached = max(0, input_tokens - cached_tokens)
+    def cost(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float:
+        """``input_tokens`` counts all input, cache reads and writes included."""
+        written = min(cache_write_tokens, max(0, input_tokens - cached_tokens))
+        uncached = max(0, input_tokens - cached_tokens - written)
+        write_rate = (
+            self.cache_write_input
+            if self.cache_write_input is not None
+            else self.input * CACHE_WRITE_FACTOR
+        )
         return (
-            uncached * self.input + cached_tokens * self.cached_input + output_tokens * self.output
+            uncached * self.input
+            + cached_tokens * self.cached_input
+            + written * write_rate
+            + output_tokens * self.output
         )
 
 
@@ -90,7 +115,8 @@ def _parse(text: str, source: str) -> dict[str, ModelPrice]:
         if not isinstance(entry, dict):
             raise UsageError(f"price table {source}, line {line}: {model!r} must map to an object")
         try:
-            values = {k: float(entry.get(k, 0.0)) for k in ("input", "output", "cached_input")}
+            keys = ("input", "output", "cached_input", "cache_write_input")
+            values = {k: float(entry.get(k, 0.0)) for k in keys}
         except (TypeError, ValueError) as exc:
             raise UsageError(
                 f"price table {source}, line {line}: prices for {model!r} must be numbers"
@@ -102,7 +128,10 @@ def _parse(text: str, source: str) -> dict[str, ModelPrice]:
             )
         if "cached_input" not in entry:
             values["cached_input"] = values["input"]
-        prices[model] = ModelPrice(**values)
+        prices[model] = ModelPrice(
+            values["input"], values["output"], values["cached_input"],
+            values["cache_write_input"] if "cache_write_input" in entry else None,
+        )
     return prices
 
 

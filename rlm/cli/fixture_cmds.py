@@ -78,6 +78,26 @@ def _only_interrupts(exc: BaseException) -> bool:
     help="Answer 429 with retry-after when more requests than this are in flight.",
 )
 @click.option(
+    "--rpm",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Requests per minute to allow (GCRA); earlier ones get 429 with retry-after.",
+)
+@click.option(
+    "--rpm-burst",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Requests that may arrive back to back before --rpm spacing applies.",
+)
+@click.option(
+    "--retry-after",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds every 429 asks the client to wait.",
+)
+@click.option(
     "--require-key",
     is_flag=True,
     help=f"Require 'Authorization: Bearer <key>', the key read from ${KEY_ENV}.",
@@ -110,6 +130,9 @@ def fixture_server(
     sub_latency: float,
     chunks: int,
     max_concurrent: int | None,
+    rpm: float | None,
+    rpm_burst: int,
+    retry_after: float,
     require_key: bool,
     chunk_chars: int,
     chunk_delay: float,
@@ -147,6 +170,9 @@ def fixture_server(
         chunks=chunks,
         api_key=api_key,
         max_concurrent=max_concurrent,
+        rpm=rpm,
+        rpm_burst=rpm_burst,
+        retry_after=retry_after,
         chunk_chars=chunk_chars,
         chunk_delay=chunk_delay,
         cut_streams=cut_streams,

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 import trio
+from click.core import ParameterSource
 from rich.console import Console
 
 from rlm._config import RunConfig
@@ -21,6 +22,7 @@ from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
 from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper
+from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
     JournalFlags,
@@ -117,6 +119,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--history/--no-history", default=True, show_default=True,
               help="Keep this volley's trace and summary in the run history (`rlm runs`).")
 @resume_options
+@profile_option
 def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
            no_cache_warm: bool, estimate_only: bool, no_estimate: bool, yes: bool,
@@ -142,6 +145,10 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
       RLM_API_KEY=sk-... rlm volley -f tasks.txt --context-file api.md \\
           --base-url https://api.openai.com/v1 --model gpt-4.1-mini --rpm 500
       rlm volley --rlm -f questions.txt --context-file big.log --provider fixture
+
+    Provider limits (max_concurrent, rpm, tpm, burst) and every other setting
+    can come from a config profile: --profile NAME reads [profiles.NAME] of
+    rlm.toml or the user config file, as `rlm run` does (flags win).
 
     Every volley is recorded in a journal (--journal) before anything runs, and
     each result is committed before it is printed: `--resume ID|last` runs only
@@ -169,6 +176,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 options = resumed_options(stored.settings, overrides)
                 volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
             else:
+                _take_profile(settings)
                 task_list, context, config, options = read_volley(
                     tasks, task_file, from_stdin, contexts, context_files, encoding,
                     no_cache_warm, fixture_latency, timeout, settings)
@@ -225,6 +233,21 @@ def read_volley(
     return task_list, context, config, options
 
 
+#: Settings a volley fixes itself, whatever a profile says.
+_FIXED_BY_VOLLEY = frozenset({"root_permits", "fixture_sub_latency"})
+
+
+def _take_profile(settings: dict[str, Any]) -> None:
+    """Add the --profile settings no option carries (provider limits come as options'
+    defaults); a task file's max_concurrent wins over the profile's."""
+    extra = profile_only_settings()
+    settings.update({k: v for k, v in extra.items() if k not in _FIXED_BY_VOLLEY})
+    source = click.get_current_context().get_parameter_source("max_concurrent")
+    if source is ParameterSource.DEFAULT_MAP:
+        settings["profile_max_concurrent"] = settings.pop("max_concurrent")
+        settings["max_concurrent"] = None
+
+
 def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 context_files: tuple[str, ...]) -> TaskFile:
     if from_stdin and "-" in context_files:
@@ -252,7 +275,10 @@ def _config(settings: dict[str, Any], file_cap: int | None, latency: float | Non
     fixture = settings["provider"] == "fixture"
     settings["model"] = settings["model"] or ("fixture" if fixture else "")
     vendor = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
-    settings["max_concurrent"] = settings["max_concurrent"] or file_cap or DEFAULT_CONCURRENCY
+    profile_cap = settings.pop("profile_max_concurrent", None)
+    settings["max_concurrent"] = (
+        settings["max_concurrent"] or file_cap or profile_cap or DEFAULT_CONCURRENCY
+    )
     return RunConfig(
         **settings,
         api_key=os.environ.get("RLM_API_KEY") or os.environ.get(vendor),

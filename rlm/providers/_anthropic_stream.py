@@ -97,6 +97,8 @@ class AnthropicStreamReader(JSONEventReader):
             metadata["id"] = self._id
         if self._cached:
             metadata["cached_tokens"] = self._cached
+        if self._written:
+            metadata["cache_write_tokens"] = self._written
         limits = parse_rate_limit_headers(response.headers)
         if limits:
             metadata["ratelimit"] = limits

@@ -129,6 +129,8 @@ class AnthropicProvider(StreamingJSONProvider):
             metadata["id"] = data["id"]
         if cached:
             metadata["cached_tokens"] = cached
+        if written:  # priced above the input rate (prices.CACHE_WRITE_FACTOR)
+            metadata["cache_write_tokens"] = written
         limits = parse_rate_limit_headers(response.headers)
         if limits:
             metadata["ratelimit"] = limits
