@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,30 @@ def test_the_size_cap_removes_the_oldest_runs(tmp_path: Path) -> None:
     removed = history.prune(keep=entries[-1])
     assert removed == [entries[0].id, entries[1].id]
     assert [e.id for e in history.entries()] == [e.id for e in entries[2:]]
+
+
+def test_pruning_after_every_run_keeps_the_cap_through_the_ledger(tmp_path: Path) -> None:
+    # As rlm run does: prune after each run.  Runs under the cap only add to the ledger;
+    # the run that passes it has the oldest removed, and one removed by hand is noticed.
+    history = RunHistory(tmp_path / "runs", cap_bytes=10_000)
+    entries = []
+    for size in (4_000, 4_000, 1_000, 4_000):
+        entry = history.begin({"kind": "run", "query": "q"})
+        entry.trace_path.write_bytes(b"x" * size)
+        entries.append(entry)
+        removed = history.prune(keep=entry)
+        assert removed == ([entries[0].id] if len(entries) == 4 else [])
+    shutil.rmtree(entries[1].path)
+    later = []
+    for _ in range(2):
+        entry = history.begin({"kind": "run", "query": "q"})
+        entry.trace_path.write_bytes(b"x" * 4_000)
+        history.prune(keep=entry)
+        later.append(entry.id)
+    on_disk = sum(f.stat().st_size for f in (tmp_path / "runs").rglob("*") if f.is_file()
+                  and f.name != ".size")
+    assert on_disk <= 10_000
+    assert [e.id for e in history.entries()] == later  # the oldest went first
 
 
 def test_a_killed_run_is_listed_as_killed_and_its_cut_trace_can_be_viewed(

@@ -141,7 +141,21 @@ class RunHistory:
         raise UsageError(f"{ref!r} names {len(matches)} runs: give more of the ID")
 
     def prune(self, keep: RunEntry | None = None) -> list[str]:
-        """Remove the oldest runs until the history fits its cap; the IDs removed."""
+        """Remove the oldest runs until the history fits its cap; the IDs removed.
+
+        Measuring every run's files costs a stat per file, every run: a small
+        ledger (``.size``) holds the total instead, and a run that keeps the
+        total under the cap only adds its own size to it.  Only when the
+        ledger says the cap is passed (or it is missing) is everything
+        measured again, which also corrects whatever the ledger missed (runs
+        removed by hand, two runs ending at the same instant).
+        """
+        known = _read_ledger(self.root)
+        if known is not None and keep is not None:
+            total = known + _size(keep.path)
+            if total <= self.cap_bytes:
+                _write_ledger(self.root, total)
+                return []
         entries = self.entries()
         sizes = {e.id: _size(e.path) for e in entries}
         total = sum(sizes.values())
@@ -155,7 +169,27 @@ class RunHistory:
             shutil.rmtree(entry.path, ignore_errors=True)
             total -= sizes[entry.id]
             removed.append(entry.id)
+        _write_ledger(self.root, total)
         return removed
+
+
+_LEDGER = ".size"
+
+
+def _read_ledger(root: Path) -> int | None:
+    try:
+        return int((root / _LEDGER).read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_ledger(root: Path, total: int) -> None:
+    tmp = root / f"{_LEDGER}.{os.getpid()}.part"
+    try:
+        tmp.write_text(str(total), encoding="ascii")
+        os.replace(tmp, root / _LEDGER)
+    except OSError:
+        return  # the next run measures everything again
 
 
 def _cap_from_env() -> int:
@@ -172,10 +206,15 @@ def _cap_from_env() -> int:
 
 
 def _size(path: Path) -> int:
+    """Bytes in a run's directory (its files sit at the top; nothing nests)."""
     total = 0
-    for item in path.rglob("*"):
+    try:
+        items = list(os.scandir(path))
+    except OSError:
+        return 0  # removed while we looked
+    for item in items:
         try:
-            total += item.stat().st_size
+            total += item.stat(follow_symlinks=False).st_size
         except FileNotFoundError:
             continue  # removed while we looked (a trace renamed into place)
     return total
