@@ -6,6 +6,7 @@ with in-process sandboxes (``rlm.testing.sandboxes``) and a scripted provider.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -16,13 +17,14 @@ from rlm._config import RunConfig
 from rlm._events import EventBus
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call, CallParts
+from rlm._sandbox.process import SandboxIdentity
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
 from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, RLMError
 from rlm.providers.base import CompletionRequest, Provider
 from rlm.testing.provider import FunctionProvider
-from rlm.testing.sandboxes import LineLauncher
+from rlm.testing.sandboxes import LineLauncher, LineSandbox
 from tests.helpers import repl
 
 
@@ -111,6 +113,48 @@ async def test_calls_asked_for_by_a_batch_run_concurrently(autojump_clock: trio.
     assert all(run.timeline(c) == [("call_started", 1.0), ("step_completed", 2.0),
                                    ("call_finished", 2.0)] for c in children)
     assert all(not box.alive for box in run.launcher.opened)
+
+
+class SlowReapSandbox(LineSandbox):
+    """Takes 5 s to reap, shielded, as a real sandbox's aclose is."""
+
+    reaped = False
+
+    async def aclose(self) -> None:
+        self.alive = False
+        with trio.CancelScope(shield=True):
+            await trio.sleep(5)
+        self.reaped = True
+
+
+class SlowReapLauncher(LineLauncher):
+    async def open(
+        self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
+    ) -> LineSandbox:
+        await trio.lowlevel.checkpoint()
+        self.opened.append(SlowReapSandbox(owner))
+        return self.opened[-1]
+
+
+async def test_a_childs_answer_goes_up_before_its_sandbox_is_reaped(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    def reply(request: CompletionRequest) -> str:
+        steps = [repl("batch 2"), "FINAL(root)"] if request.call_id == "root" else ["FINAL(c)"]
+        turns = sum(1 for m in request.messages if m["role"] == "assistant")
+        return steps[min(turns, len(steps) - 1)]
+
+    run = Run(FunctionProvider.scripted(reply, latency=lambda r: 1.0), max_depth=2)
+    launcher = SlowReapLauncher()
+    run.parts = dataclasses.replace(run.parts, sandboxes=launcher)
+    outcome = await Call.root(run.parts, "q", "ctx").run()
+    assert outcome.answer == "root"
+    # The children answer at 2.0; their 5 s of reaping is not on the root's path.
+    assert run.timeline("root")[:3] == [
+        ("call_started", 0.0), ("step_completed", 1.0), ("code_executed", 2.0)]
+    # ...and still every sandbox is reaped before the root's call returns.
+    assert len(launcher.opened) == 3
+    assert all(isinstance(box, SlowReapSandbox) and box.reaped for box in launcher.opened)
 
 
 async def test_an_error_of_the_root_aborts_the_run_and_closes_its_sandbox(
