@@ -2,20 +2,23 @@
 
 Each run is a fresh ``trio.run`` of ``RLM.acompletion`` on a generated needle
 context — in-process (:class:`~rlm.bench.provider.BenchProvider`) or against a
-:class:`~rlm.testing.server.FixtureServer` on 127.0.0.1 served from the same
-trio loop.  T is the run's ``duration_s`` (run start to ``run_finished``, so
+:class:`~rlm.testing.server.FixtureServer` on 127.0.0.1 in a process of its own
+(``rlm fixture-server``).  T is the run's ``duration_s`` (run start to ``run_finished``, so
 sandbox start and teardown count); T* comes from replaying the run's own
 trace on the ideal runtime (:mod:`rlm.view.limit`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import resource
+import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +33,6 @@ from rlm.bench.provider import BenchProvider
 from rlm.bench.scenarios import Scenario
 from rlm.fixtures import generate_needle, lognormal_latencies
 from rlm.providers._http import load_http_transport
-from rlm.testing.server import FixtureServer, FixtureServerOptions
 from rlm.view.limit import (
     clairvoyant_bound,
     formula_limit,
@@ -129,18 +131,38 @@ async def _run_in_process(s: Scenario, text: str, question: str,
     return await rlm.acompletion(question, text)
 
 
-async def _run_http(s: Scenario, text: str, question: str,
-                    sandboxes: LauncherFactory) -> RunResult:
+async def _run_http(s: Scenario, text: str, question: str, sandboxes: LauncherFactory,
+                    url: str) -> RunResult:
+    rlm = RLM(provider="openai", base_url=url, api_key="bench", sandboxes=sandboxes,
+              **_settings(s))
+    return await rlm.acompletion(question, text)
+
+
+@contextlib.contextmanager
+def _fixture_server(s: Scenario) -> Iterator[str]:
+    """The fixture server in a process of its own, as a provider is; its ``/v1`` URL.
+
+    Served from the run's own trio loop, it would take its turns on the loop
+    the run is measured on; a provider's work never does.  Killed on exit.
+    """
     if s.sigma > 0:
         raise ValueError(f"{s.name}: the fixture server has no heterogeneous latencies")
-    options = FixtureServerOptions(root_latency=s.root_latency, sub_latency=s.sub_latency)
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(FixtureServer(options).serve)
-        rlm = RLM(provider="openai", base_url=f"http://127.0.0.1:{port}/v1", api_key="bench",
-                  sandboxes=sandboxes, **_settings(s))
-        result = await rlm.acompletion(question, text)
-        nursery.cancel_scope.cancel()
-    return result
+    argv = [sys.executable, "-m", "rlm", "fixture-server", "--port", "0",
+            "--latency", repr(s.root_latency), "--sub-latency", repr(s.sub_latency)]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()  # it says where it listens once it does
+        found = re.search(r"listening on (http://\S+)", line)
+        if found is None:
+            raise RuntimeError(f"the fixture server did not start: {line}{process.stderr.read()}")
+        yield found.group(1)
+    finally:
+        process.kill()
+        process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def _one_run(s: Scenario) -> tuple[RunResult, float]:
@@ -151,15 +173,18 @@ def _one_run(s: Scenario) -> tuple[RunResult, float]:
     where ``rlm run`` stands after its imports (docs/bench.md).
     """
     text, question, _ = _needle(s.context_chars, s.seed)
-    runner = _run_http if s.transport == "http" else _run_in_process
-    if s.transport == "http":
-        load_http_transport()  # once per process, before the clock, as `rlm run` does
-    started = time.perf_counter()
-    with EarlyZygote.begin() as early:
+    with contextlib.ExitStack() as stack:
+        runner: Callable[..., Awaitable[RunResult]] = _run_in_process
+        extra: tuple[str, ...] = ()
+        if s.transport == "http":
+            load_http_transport()  # once per process, before the clock, as `rlm run` does
+            runner, extra = _run_http, (stack.enter_context(_fixture_server(s)),)
+        started = time.perf_counter()
+        early = stack.enter_context(EarlyZygote.begin())
         early.wait_ready()
         boot_s = time.perf_counter() - started
         sandboxes = functools.partial(default_launcher, early_zygote=early)
-        return trio.run(runner, s, text, question, sandboxes), boot_s
+        return trio.run(runner, s, text, question, sandboxes, *extra), boot_s
 
 
 def _http_latency(s: Scenario) -> Any:
