@@ -26,7 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlm import RLM  # after the path set-up
 from rlm.fixtures.needle import generate_needle
-from rlm.providers.fixture import parse_fixture_model, root_reply, stream_pieces
+from rlm.providers.fixture import (
+    FixtureOptions,
+    parse_fixture_model,
+    root_reply,
+    stream_pieces,
+)
 
 QUESTION = "What is the magic number?"
 
@@ -34,8 +39,7 @@ QUESTION = "What is the magic number?"
 async def one_run(stream: bool, args: argparse.Namespace, text: str) -> tuple[float, float]:
     model = RLM(
         provider="fixture",
-        fixture_chunk_delay=args.chunk_delay,
-        fixture_sub_latency=args.sub_latency,
+        fixture=FixtureOptions(chunk_delay=args.chunk_delay, sub_latency=args.sub_latency),
         stream=stream,
     )
     result = await model.acompletion(QUESTION, text)

@@ -34,16 +34,21 @@ from rlm.errors import (
     UsageError,
 )
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import FixtureProvider, is_fixture_answer
+from rlm.providers.fixture import (
+    FixtureOptions,
+    FixtureProvider,
+    is_fixture_answer,
+    pop_legacy_options,
+)
 from rlm.providers.open import open_providers
-from rlm.streaming.run import stream_events
-from rlm.volley.api import VolleyStream, make_volley, stream_volley
-from rlm.volley.engine import Volley
-from rlm.volley.records import VolleyResult
-from rlm.volley.tasks import TaskInput
 
 if TYPE_CHECKING:
+    # Volleys and streaming load when a method uses them: a plain run never does.
     from rlm.journal import ResponseCache
+    from rlm.volley.api import VolleyStream
+    from rlm.volley.engine import Volley
+    from rlm.volley.records import VolleyResult
+    from rlm.volley.tasks import TaskInput
 
 __all__ = ["RLM"]
 
@@ -60,7 +65,8 @@ class RLM:
     ``"anthropic"`` (the Messages API; ``base_url`` optional) or ``"fixture"``
     (the built-in scripted model, no key needed).  ``stream`` streams every
     step and runs its code blocks as they close, even with no live consumer.
-    ``fixture_*`` pace the built-in fixture model (latencies, streamed pieces).
+    ``fixture`` (a :class:`rlm.providers.fixture.FixtureOptions`) paces the
+    built-in fixture model: latencies, streamed pieces.
     A run is bounded by default (``max_llm_calls`` 5,000, ``timeout`` 3,600 s);
     ``None`` lifts either.  ``sandbox_memory`` is one sandbox's memory in bytes.
     A bad value raises :class:`rlm.SettingError` here, naming the parameter,
@@ -110,10 +116,6 @@ class RLM:
         max_retries: int = DEFAULTS.max_retries,
         retry_delay: float = DEFAULTS.retry_delay,
         adaptive: bool = DEFAULTS.adaptive,
-        fixture_root_latency: float = DEFAULTS.fixture_root_latency,
-        fixture_sub_latency: float = DEFAULTS.fixture_sub_latency,
-        fixture_chunk_chars: int = DEFAULTS.fixture_chunk_chars,
-        fixture_chunk_delay: float = DEFAULTS.fixture_chunk_delay,
         require_isolation: tuple[str, ...] = DEFAULTS.require_isolation,
         cache_path: str | None = DEFAULTS.cache_path,
         trace_content: TraceContent = DEFAULTS.trace_content,
@@ -124,6 +126,7 @@ class RLM:
         providers: Mapping[Lane, Provider] | None = None,
         sandboxes: LauncherFactory | None = None,
         tools: Sequence[Callable[..., Any] | HostTool] | None = None,
+        fixture: FixtureOptions | None = None,
     ) -> None:
         settings = {name: value for name, value in locals().items() if name in _SETTINGS}
         self.config = RunConfig(**settings).validate()
@@ -137,6 +140,7 @@ class RLM:
         self._sinks = list(sinks or [])
         self._sandboxes = sandboxes
         self._tools = ToolBox(tools or ())
+        self.fixture = fixture
         self._runtime: Runtime | None = None
         self._volley: Volley | None = None
 
@@ -178,11 +182,18 @@ class RLM:
         override them; the key is never saved), its conversation and its plain-data
         variables, over ``context`` (which must be the context it was saved with)."""
         saved = read_saved_session(path, context)
+        stored = dict(saved.settings)
+        pace = stored.pop("fixture", None)
         try:
-            RunConfig(**saved.settings).validate()
+            # Sessions saved when the fixture's pace was run settings (fixture_*) hold those keys.
+            fixture = (FixtureOptions(**pace) if isinstance(pace, dict)
+                       else pop_legacy_options(stored))
+            RunConfig(**stored).validate()
         except SettingError as exc:
             raise UsageError(f"{path} is damaged: its saved setting {exc}") from None
-        model = cls(**{**saved.settings, **settings})
+        if fixture is not None:
+            settings.setdefault("fixture", fixture)
+        model = cls(**{**stored, **settings})
         return Session(model, context, restore=saved)
 
     def astream(
@@ -202,6 +213,8 @@ class RLM:
                     if event.kind == "text_delta":
                         print(event.text, end="")
         """
+        from rlm.streaming.run import stream_events
+
         return stream_events(
             lambda merger: self.acompletion(query, context, stream=merger), capacity
         )
@@ -345,6 +358,8 @@ class RLM:
 
         Leaving the block early interrupts the volley.
         """
+        from rlm.volley.api import stream_volley
+
         async with stream_volley(
             lambda on_result: self._make_volley(tasks, context, on_result=on_result, **options)
         ) as stream:
@@ -365,6 +380,8 @@ class RLM:
         ``task_title``; each task ends with ``task_finished`` (``index``,
         ``status``, ``output``).  ``options`` are :meth:`volley`'s.
         """
+        from rlm.streaming.run import stream_events
+
         return stream_events(
             lambda merger: self._make_volley(tasks, context, stream=merger, **options).run(),
             capacity,
@@ -373,8 +390,11 @@ class RLM:
     def _make_volley(
         self, tasks: Iterable[TaskInput], context: Context | None, **options: Any
     ) -> Volley:
+        from rlm.volley.api import make_volley
+
         return make_volley(
             tasks, context, config=self.config, providers=self._providers, prices=self._prices,
+            fixture=self.fixture,
             sinks=self._sinks, trace_path=self.trace_path, sandboxes=self._sandboxes, **options,
         )
 
@@ -439,7 +459,7 @@ class RLM:
         if self._providers is not None:
             yield self._providers
             return
-        async with open_providers(self.config) as providers:
+        async with open_providers(self.config, self.fixture) as providers:
             yield providers
 
 

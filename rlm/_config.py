@@ -78,12 +78,6 @@ class RunConfig:
     max_retries: int = 3
     retry_delay: float = 1.0  # base of the exponential back-off (s); Retry-After wins
     adaptive: bool = True
-    # The in-process fixture model's pace (provider="fixture"): kept here because volley
-    # journals store them with a volley's settings; FixtureProvider takes them as arguments.
-    fixture_root_latency: float = 0.0
-    fixture_sub_latency: float = 0.0
-    fixture_chunk_chars: int = 16
-    fixture_chunk_delay: float = 0.0
     require_isolation: tuple[str, ...] = ()
     cache_path: str | None = None
     trace_content: TraceContent = "full"
@@ -122,10 +116,6 @@ class RunConfig:
             raise SettingError(
                 f"<sandbox_memory> must be at least 256 MiB, got {self.sandbox_memory:,} bytes"
             )
-        _positive("fixture_chunk_chars", self.fixture_chunk_chars)
-        latencies = (self.fixture_root_latency, self.fixture_sub_latency, self.fixture_chunk_delay)
-        if min(latencies) < 0:
-            raise SettingError("the fixture model's latencies and chunk delay must not be negative")
         for name, rate in (("rpm", self.rpm), ("tpm", self.tpm)):
             if rate is not None and rate <= 0:
                 raise SettingError(f"<{name}> must be a positive rate per minute, got {rate:g}")

@@ -60,9 +60,39 @@ class Event:
     depth: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        # What dataclasses.asdict gives, without its deep copy of every scalar: a run's
+        # trace is built from these, so this runs once per event.
         record: dict[str, Any] = {"event": self.kind}
-        record.update(dataclasses.asdict(self))
+        for name in _field_names(type(self)):
+            value = getattr(self, name)
+            record[name] = value if isinstance(value, _SCALARS) else _plain(value)
         return record
+
+
+_SCALARS = (str, int, float, type(None))
+
+
+_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Event]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _plain(value: Any) -> Any:
+    """A copy of a field's container value, as dataclasses.asdict makes it."""
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(_plain(item) for item in value))
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)

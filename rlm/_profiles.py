@@ -26,8 +26,6 @@ are read from the environment only.  Other commands (``rlm volley``) reuse
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -123,6 +121,8 @@ def _no_such_profile(name: str, files: list[Path], available: list[str]) -> str:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    import tomllib  # only when a config file exists: most runs have none
+
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -145,6 +145,8 @@ def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
                 "set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY) in the environment"
             )
         if key not in known:
+            import difflib
+
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(f"{path}: {where}unknown setting {raw_key!r}{hint}")

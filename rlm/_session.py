@@ -172,6 +172,8 @@ class AsyncSession:
                 for k, v in dataclasses.asdict(self._model.config).items()
                 if k != "api_key"
             }
+            if self._model.fixture is not None:  # the fixture model's pace, not a run setting
+                settings["fixture"] = dataclasses.asdict(self._model.fixture)
             document = {
                 "rlm_session": SESSION_FORMAT,
                 "settings": settings,

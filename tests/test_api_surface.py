@@ -20,7 +20,7 @@ from rlm.cli.run_cmd import run
 from rlm.providers.fixture import FixtureProvider
 from rlm.testing.provider import FunctionProvider
 
-NOT_SETTINGS = {"trace_path", "sinks", "providers", "sandboxes", "tools"}
+NOT_SETTINGS = {"trace_path", "sinks", "providers", "sandboxes", "tools", "fixture"}
 
 
 def test_rlm_takes_every_setting_as_a_keyword_with_the_config_default() -> None:

@@ -44,9 +44,20 @@ def forbidden(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
 
 
+# Features a plain `rlm run` does not use: they load when a command or method needs them.
+NOT_ON_THE_RUN_PATH = (
+    "rlm.volley", "rlm.streaming", "rlm.journal", "rlm.view", "rlm.cli.volley_cmd",
+)
+
+
+def loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
 def test_import_rlm_loads_neither_test_code_nor_the_runtime() -> None:
     modules = loaded_modules("import rlm, rlm.cli")
     assert forbidden(modules) == []
+    assert loaded(modules, NOT_ON_THE_RUN_PATH) == []
     # The runtime (and trio under it) loads when a run needs it, not on import.
     assert "trio" not in modules
     assert "rlm._run.runtime" not in modules
@@ -76,3 +87,5 @@ def test_a_fixture_run_loads_no_test_code(tmp_path: Path) -> None:
     modules = loaded_modules(code, *args)
     assert "rlm._run.runtime" in modules  # it did run
     assert forbidden(modules) == []
+    # Neither volleys, streaming, the journal nor the viewer; -q shows no progress, so no rich.
+    assert loaded(modules, (*NOT_ON_THE_RUN_PATH, "rich")) == []

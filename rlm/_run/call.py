@@ -460,9 +460,9 @@ class Call:
         """
         if self.outcome is None and self.depth == 0 and not self.candidate:
             self.candidate = await self._slot.peek("answer")
-        if self._carry is None:  # a session keeps its sandbox for the next query
-            if not self._reap_later():
-                await self._slot.discard()
+        # A session keeps its sandbox for the next query.
+        if self._carry is None and not self._reap_later():
+            await self._slot.discard()
         if self.outcome is None:
             self._conclude(self._outcome("stopped", error="the run ended before this call did"))
 

@@ -19,7 +19,6 @@ from rlm._events import Event
 from rlm._result import RunResult
 from rlm._run.context import Context
 from rlm.errors import RLMError
-from rlm.streaming import StreamMerger, drain
 
 __all__ = ["run_with_signals"]
 
@@ -46,6 +45,8 @@ async def _main(
             if on_event is None:
                 outcome = await model.acompletion(query, context)
             else:
+                from rlm.streaming import StreamMerger, drain  # --stream only
+
                 merger = StreamMerger()
                 async with trio.open_nursery() as consumer:
                     consumer.start_soon(drain, merger, on_event)

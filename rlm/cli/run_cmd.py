@@ -280,7 +280,6 @@ def run(
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
     from rlm.cli._live import JSONLines, LiveDisplay
-    from rlm.cli._progress import ProgressPrinter
     from rlm.cli._signals import run_with_signals
     from rlm.cli.doctor_cmd import require_isolation
 
@@ -291,7 +290,7 @@ def run(
         importlib.import_module("rlm.providers._http").load_http_transport()
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
-    printer = None if quiet or stream else ProgressPrinter()
+    printer = None if quiet or stream else _progress_printer()
     keeper = RunKeeper(keep=history, view=view, trace_path=trace_path, query=query)
     try:
         if trace_path is not None:
@@ -336,9 +335,13 @@ def run(
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
 
 
-def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = False) -> None:
-    from rlm.cli._progress import format_cost, format_traffic
+def _progress_printer() -> Any:
+    from rlm.cli._progress import ProgressPrinter  # rich: only when progress is shown
 
+    return ProgressPrinter()
+
+
+def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = False) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
     elif events:
@@ -346,6 +349,8 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
     elif result.answer is not None:
         click.echo(answer_for_stdout(result.answer))
     if not quiet and result.traffic:
+        from rlm.cli._progress import format_traffic
+
         summary = format_traffic(result.traffic)
         if summary:
             say(summary)
@@ -356,6 +361,8 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
         say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
+        from rlm.cli._progress import format_cost
+
         usage = result.usage
         partial = "a partial answer is on stdout" if result.answer else "no answer candidate"
         say(

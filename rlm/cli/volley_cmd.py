@@ -31,12 +31,14 @@ from rlm.cli.volley_journal import (
     config_provider,
     explicit,
     resume_options,
+    resumed_fixture,
     resumed_options,
 )
 from rlm.errors import RLMError, UsageError
 from rlm.history.record import volley_summary
 from rlm.journal import Spend
 from rlm.journal.volleys import run_config
+from rlm.providers.fixture import FixtureOptions
 from rlm.streaming import StreamMerger, drain
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.estimate import estimate
@@ -169,23 +171,24 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 settings.pop("rlm_tasks")  # the stored volley's kind of task is kept
                 stored = session.load(resume, rerun_failed=not skip_failed)
                 task_list, context = stored.tasks, stored.context
-                overrides = explicit(click.get_current_context(), {
-                    **settings, "timeout": timeout, "fixture_sub_latency": fixture_latency})
+                overrides = explicit(click.get_current_context(), {**settings, "timeout": timeout})
                 config = run_config(stored.settings, overrides, api_key_for(config_provider(
                     overrides, stored.settings)))
+                fixture = resumed_fixture(stored.settings, fixture_latency)
                 options = resumed_options(stored.settings, overrides)
                 volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
             else:
                 _take_profile(settings)
                 task_list, context, config, options = read_volley(
                     tasks, task_file, from_stdin, contexts, context_files, encoding,
-                    no_cache_warm, fixture_latency, timeout, settings)
+                    no_cache_warm, timeout, settings)
+                fixture = FixtureOptions(sub_latency=fixture_latency or 0.0)
                 if not _confirmed(task_list, context, config, options, estimate_only,
-                                  no_estimate, yes):
+                                  no_estimate, yes, fixture):
                     return
                 volley_id, earlier, spent = new_volley_id(), [], Spend()
                 session.create(volley_id, config, dataclasses.asdict(options), task_list,
-                               context)
+                               context, fixture)
             events_out = stream and output_format == "jsonl"  # stdout carries the events
             write = (lambda line: None) if events_out else click.echo
             writer = OrderedWriter(output_format, len(task_list), write)  # type: ignore[arg-type]
@@ -201,7 +204,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 t.prompt for t in task_list[:3]) + (" · …" if len(task_list) > 3 else ""))
             run = Volley(config, task_list, context=context, options=options, sinks=sinks,
                          trace_path=trace_path, on_result=writer.add, stream=merger,
-                         volley_id=volley_id, source=worker, sink=worker, earlier=earlier)
+                         volley_id=volley_id, source=worker, sink=worker, earlier=earlier,
+                         fixture=fixture)
             live = not quiet_progress and err.is_terminal
             on_event = VolleyJSONLines() if events_out else TaskLines(len(task_list))
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
@@ -220,14 +224,14 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
 def read_volley(
     tasks: tuple[str, ...], task_file: str | None, from_stdin: bool, contexts: tuple[str, ...],
     context_files: tuple[str, ...], encoding: str, no_cache_warm: bool,
-    fixture_latency: float | None, timeout: float | None, settings: dict[str, Any],
+    timeout: float | None, settings: dict[str, Any],
 ) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
     """Tasks, shared context, run settings and volley options from the flags."""
     parsed = _read_tasks(tasks, task_file, from_stdin, context_files)
     context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
     task_list = number_tasks(parsed.tasks)
     rlm_tasks = settings.pop("rlm_tasks", False)
-    config = _config(settings, parsed.max_concurrent, fixture_latency)
+    config = _config(settings, parsed.max_concurrent)
     options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm,
                             mode="rlm" if rlm_tasks else "completion")
     return task_list, context, config, options
@@ -270,7 +274,7 @@ def _context_list(paths: tuple[str, ...], encoding: str) -> list[str]:
     return context
 
 
-def _config(settings: dict[str, Any], file_cap: int | None, latency: float | None) -> RunConfig:
+def _config(settings: dict[str, Any], file_cap: int | None) -> RunConfig:
     # No --model: "" (the endpoint check below says which flag to give); fixture needs none.
     fixture = settings["provider"] == "fixture"
     settings["model"] = settings["model"] or ("fixture" if fixture else "")
@@ -283,17 +287,17 @@ def _config(settings: dict[str, Any], file_cap: int | None, latency: float | Non
         **settings,
         api_key=os.environ.get("RLM_API_KEY") or os.environ.get(vendor),
         root_permits=0,
-        fixture_sub_latency=latency or 0.0,
     ).validate().validate_endpoint()  # no model, a bad URL: say so before anything runs
 
 
 def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
-               options: VolleyOptions, only: bool, skip: bool, yes: bool) -> bool:
+               options: VolleyOptions, only: bool, skip: bool, yes: bool,
+               fixture: FixtureOptions) -> bool:
     """Show the estimate when asked or when the volley is large; ask on a TTY only."""
     if skip and not only:
         return True
     layout = RequestLayout(context, model=config.model, max_tokens=config.max_tokens)
-    latency = config.fixture_sub_latency if config.provider == "fixture" else 2.0
+    latency = fixture.sub_latency if config.provider == "fixture" else 2.0
     warm = options.cache_warm and options.mode == "completion"
     est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
                    latency=latency)

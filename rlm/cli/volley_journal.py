@@ -38,9 +38,11 @@ from rlm.journal.volleys import (
     load_volley,
     record_volley,
     result_from_row,
+    stored_fixture,
     stored_settings,
 )
 from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker
+from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.output import OrderedWriter
 from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySummary, VolleyTask
@@ -289,8 +291,10 @@ class JournalSession:
         options: Mapping[str, Any],
         tasks: Sequence[VolleyTask],
         context: Sequence[str],
+        fixture: FixtureOptions | None = None,
     ) -> None:
-        record_volley(self.store, volley_id, stored_settings(config, options), tasks, context)
+        record_volley(self.store, volley_id, stored_settings(config, options, fixture), tasks,
+                      context)
 
     def load(self, ref: str, *, rerun_failed: bool) -> StoredVolley:
         return load_volley(self.store, ref, rerun_failed=rerun_failed)
@@ -340,6 +344,14 @@ class JournalSession:
 def config_provider(overrides: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     """The provider a resumed volley will use (to pick the API key's variable)."""
     return str(overrides.get("provider") or settings.get("config", {}).get("provider", ""))
+
+
+def resumed_fixture(stored: Mapping[str, Any], latency: float | None) -> FixtureOptions | None:
+    """The fixture's stored pace, with a ``--fixture-latency`` given now on top."""
+    fixture = stored_fixture(stored)
+    if latency is None:
+        return fixture
+    return dataclasses.replace(fixture or FixtureOptions(), sub_latency=latency)
 
 
 def resumed_options(stored: Mapping[str, Any], overrides: Mapping[str, Any]) -> VolleyOptions:

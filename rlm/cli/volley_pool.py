@@ -31,11 +31,13 @@ from rlm.cli.volley_journal import (
     explicit,
     journal_option,
     pool_argv,
+    resumed_fixture,
     resumed_options,
     stale_option,
 )
 from rlm.errors import RLMError, UsageError
 from rlm.journal.volleys import run_config
+from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley
 from rlm.volley.progress import ProgressLines
 from rlm.volley.records import new_volley_id
@@ -64,16 +66,17 @@ def _create(journal_path: str | None, **values: Any) -> None:
     output_format = values.pop("output_format")
     for name in _IGNORED_BY_CREATE:
         values.pop(name)
+    fixture = FixtureOptions(sub_latency=values.pop("fixture_latency") or 0.0)
     try:
         tasks, context, config, options = volley_cmd.read_volley(
             values.pop("tasks"), values.pop("task_file"), values.pop("from_stdin"),
             values.pop("contexts"), values.pop("context_files"), values.pop("encoding"),
-            values.pop("no_cache_warm"), values.pop("fixture_latency"), values.pop("timeout"),
-            values,
+            values.pop("no_cache_warm"), values.pop("timeout"), values,
         )
         volley_id = new_volley_id()
         with JournalSession(JournalFlags(journal_path)) as session:
-            session.create(volley_id, config, dataclasses.asdict(options), tasks, context)
+            session.create(volley_id, config, dataclasses.asdict(options), tasks, context,
+                           fixture)
     except RLMError as exc:
         _fail(exc)
     if output_format == "json":
@@ -109,8 +112,7 @@ def _work(
         with JournalSession(flags, err) as session:
             stored = session.load(volley_ref, rerun_failed=False)
             settings = dict(overrides)
-            if "fixture_latency" in settings:
-                settings["fixture_sub_latency"] = settings.pop("fixture_latency")
+            fixture = resumed_fixture(stored.settings, settings.pop("fixture_latency", None))
             provider = config_provider(settings, stored.settings)
             config = run_config(stored.settings, settings, api_key_for(provider))
             options = resumed_options(stored.settings, overrides)
@@ -119,7 +121,8 @@ def _work(
             sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err)]
             run = Volley(config, stored.tasks, context=stored.context, options=options,
                          volley_id=stored.volley_id, source=worker, sink=worker,
-                         earlier=stored.earlier, sinks=sinks, trace_path=trace_path)
+                         earlier=stored.earlier, sinks=sinks, trace_path=trace_path,
+                         fixture=fixture)
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else []
             result = trio.run(_work_pool, session, run, worker, stored.spent, siblings, pool - 1)
             mine = worker.accepted

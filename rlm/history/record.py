@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlm._result import RunResult
-from rlm.volley.records import VolleyResult
+if TYPE_CHECKING:  # a run's history entry never loads the volley code
+    from rlm._result import RunResult
+    from rlm.volley.records import VolleyResult
 
 __all__ = ["keep_trace", "summary_of", "volley_summary"]
 

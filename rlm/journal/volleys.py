@@ -17,6 +17,7 @@ from typing import Any
 
 from rlm._config import RunConfig
 from rlm.journal.store import JournalStore, Spend, TaskRow, VolleyRow
+from rlm.providers.fixture import FixtureOptions, pop_legacy_options
 from rlm.volley.records import TaskResult, VolleyTask
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "record_volley",
     "result_from_row",
     "run_config",
+    "stored_fixture",
     "stored_settings",
 ]
 
@@ -32,10 +34,28 @@ __all__ = [
 _SECRET = frozenset({"api_key"})
 
 
-def stored_settings(config: RunConfig, options: Mapping[str, Any]) -> dict[str, Any]:
-    """What a journal keeps of a volley's configuration (no key)."""
+def stored_settings(
+    config: RunConfig, options: Mapping[str, Any], fixture: FixtureOptions | None = None
+) -> dict[str, Any]:
+    """What a journal keeps of a volley's configuration (no key), and the fixture's pace."""
     public = {k: v for k, v in dataclasses.asdict(config).items() if k not in _SECRET}
-    return {"config": public, "options": dict(options)}
+    stored = {"config": public, "options": dict(options)}
+    if fixture is not None:
+        stored["fixture"] = dataclasses.asdict(fixture)
+    return stored
+
+
+def stored_fixture(settings: Mapping[str, Any]) -> FixtureOptions | None:
+    """The fixture model's pace a volley was stored with, if any.
+
+    Journals written when the pace was a run setting hold it as
+    ``config.fixture_sub_latency`` (and the other ``fixture_*`` keys):
+    those are read as the same options.
+    """
+    pace = settings.get("fixture")
+    if isinstance(pace, dict):
+        return FixtureOptions(**pace)
+    return pop_legacy_options(dict(settings.get("config", {})))
 
 
 def run_config(

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import trio
 
-from rlm.errors import ProviderConnectionError, ProviderStatusError
+from rlm.errors import ProviderConnectionError, ProviderStatusError, SettingError
 from rlm.providers._fixture_extras import extra_reply, structured_tail
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
 
@@ -380,6 +380,54 @@ def is_fixture_answer(metadata: Mapping[str, object]) -> bool:
 def stream_pieces(text: str, chunk_chars: int) -> list[str]:
     """``text`` cut into the pieces a fixture stream sends (``chunk_chars`` each)."""
     return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+
+
+@dataclass(frozen=True)
+class FixtureOptions:
+    """The fixture model's pace, for ``RLM(provider="fixture", fixture=FixtureOptions(...))``.
+
+    These are the fixture provider's own knobs, not run settings: root steps
+    take ``root_latency`` s, sub-queries and volley tasks ``sub_latency`` s,
+    and a reply comes in pieces of ``chunk_chars`` characters, ``chunk_delay``
+    s apart.  See :class:`FixtureProvider`.
+    """
+
+    root_latency: float = 0.0
+    sub_latency: float = 0.0
+    chunk_chars: int = 16
+    chunk_delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.root_latency, self.sub_latency, self.chunk_delay) < 0:
+            raise SettingError("<fixture>: the fixture model's latencies and chunk delay must "
+                               "not be negative")
+        if self.chunk_chars < 1:
+            raise SettingError(f"<fixture>: chunk_chars must be a positive integer, got "
+                               f"{self.chunk_chars}")
+
+    def provider(self) -> FixtureProvider:
+        return FixtureProvider(
+            root_latency=self.root_latency,
+            sub_latency=self.sub_latency,
+            chunk_chars=self.chunk_chars,
+            chunk_delay=self.chunk_delay,
+        )
+
+
+#: Where these options used to live: run settings named ``fixture_*``.  Volley journals and
+#: saved sessions written then still hold them.
+LEGACY_SETTINGS = {
+    "fixture_root_latency": "root_latency",
+    "fixture_sub_latency": "sub_latency",
+    "fixture_chunk_chars": "chunk_chars",
+    "fixture_chunk_delay": "chunk_delay",
+}
+
+
+def pop_legacy_options(settings: dict[str, Any]) -> FixtureOptions | None:
+    """Take the old ``fixture_*`` keys out of stored ``settings``: their FixtureOptions, if any."""
+    found = {new: settings.pop(old) for old, new in LEGACY_SETTINGS.items() if old in settings}
+    return FixtureOptions(**found) if found else None
 
 
 class FixtureProvider:

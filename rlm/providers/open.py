@@ -7,22 +7,22 @@ from contextlib import asynccontextmanager
 
 from rlm._config import RunConfig
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import FixtureProvider
+from rlm.providers.fixture import FixtureOptions
 
 __all__ = ["open_providers"]
 
 
 @asynccontextmanager
-async def open_providers(config: RunConfig) -> AsyncIterator[Mapping[Lane, Provider]]:
-    """The root and sub providers of ``config``; the HTTP client closes on exit."""
+async def open_providers(
+    config: RunConfig, fixture: FixtureOptions | None = None
+) -> AsyncIterator[Mapping[Lane, Provider]]:
+    """The root and sub providers of ``config``; the HTTP client closes on exit.
+
+    ``fixture`` paces the fixture model when ``config.provider`` is ``fixture``.
+    """
     if config.provider == "fixture":
-        fixture = FixtureProvider(
-            root_latency=config.fixture_root_latency,
-            sub_latency=config.fixture_sub_latency,
-            chunk_chars=config.fixture_chunk_chars,
-            chunk_delay=config.fixture_chunk_delay,
-        )
-        yield {"root": fixture, "sub": fixture}
+        model = (fixture or FixtureOptions()).provider()
+        yield {"root": model, "sub": model}
         return
     # Imported here: httpx and the HTTP providers take a while to load, and a fixture run
     # never needs them.

@@ -32,6 +32,7 @@ from rlm._traffic.prices import PriceTable
 from rlm._traffic.retry import RetryPolicy
 from rlm.errors import BudgetExceeded, UsageError
 from rlm.providers.base import Lane, Provider
+from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import open_providers
 from rlm.volley.events import VolleyFinished, VolleyStarted
 from rlm.volley.layout import RequestLayout
@@ -107,9 +108,11 @@ class Volley:
         on_result: Callable[[TaskResult], None] | None = None,
         stream: StreamSink | None = None,
         sandboxes: LauncherFactory | None = None,
+        fixture: FixtureOptions | None = None,
     ) -> None:
         self.config = config
         self._sandboxes = sandboxes  # rlm tasks: makes the volley's one launcher
+        self.fixture = fixture  # the fixture model's pace (provider="fixture")
         self._stream = stream  # a live consumer: every task streams its text into it
         self.tasks = tuple(tasks)
         self.context = tuple(context)
@@ -267,7 +270,7 @@ class Volley:
         if self._providers is not None:
             yield self._providers
         else:
-            async with open_providers(self.config) as providers:
+            async with open_providers(self.config, self.fixture) as providers:
                 yield providers
 
     def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus) -> Gate:
