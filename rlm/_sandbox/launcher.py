@@ -93,6 +93,10 @@ class SandboxLauncher:
         self._pool: deque[Sandbox] = deque()
         self._pool_wanted = trio.Event()
         self._pool_full = trio.Event()
+        # Calls waiting in open(): the pool forks only while none is, so a call's own fork
+        # never queues behind a pool fork at the zygote (the root's, first of all).
+        self._opening = 0
+        self._none_opening = trio.Event()
         self._created: list[Sandbox] = []
         self._shared: dict[int, tuple[str | list[str], int]] = {}
         self._writing: dict[int, tuple[str | list[str], trio.Event]] = {}
@@ -144,12 +148,18 @@ class SandboxLauncher:
         replaced by a freshly spawned one, once.
         """
         requested_at = self._events.now()
-        await self._memory.acquire(owner)
+        self._opening += 1
         try:
-            box = await self._open_reserved(nursery, context, owner, requested_at)
-        except BaseException:
-            self._memory.release(owner)
-            raise
+            await self._memory.acquire(owner)
+            try:
+                box = await self._open_reserved(nursery, context, owner, requested_at)
+            except BaseException:
+                self._memory.release(owner)
+                raise
+        finally:
+            self._opening -= 1
+            if not self._opening:
+                self._none_opening.set()
         box.on_close = functools.partial(self._memory.release, owner)
         return box
 
@@ -251,6 +261,9 @@ class SandboxLauncher:
         try:
             while True:
                 while len(self._pool) < self._pool_size:
+                    while self._opening:
+                        self._none_opening = trio.Event()
+                        await self._none_opening.wait()
                     self._pool.append(await self._spawn(nursery))
                 self._pool_full.set()
                 self._pool_wanted = trio.Event()
