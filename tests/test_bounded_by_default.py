@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from click.testing import CliRunner
 from rlm import RLM
 from rlm._config import DEFAULTS
 from rlm._events import EventBus
+from rlm._profiles import load_profile
 from rlm._result import STATUS_EXIT_CODES
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call
@@ -69,6 +71,12 @@ def test_the_flags_state_the_ceilings_and_none_lifts_them() -> None:
     for bad in (["--timeout", "soon"], ["--max-llm-calls", "many"], ["--sandbox-memory", "lots"]):
         with pytest.raises(click.BadParameter):
             run.make_context("run", ["q", *bad])
+
+
+def test_a_config_file_lifts_a_ceiling_with_none(tmp_path: Path) -> None:
+    (tmp_path / "rlm.toml").write_text('max_llm_calls = "none"\ntimeout = "none"\n')
+    profile = load_profile(None, cwd=tmp_path, user_file=tmp_path / "absent.toml")
+    assert profile.values == {"max_llm_calls": None, "timeout": None}
 
 
 def _line_model(steps: list[str], **settings: Any) -> tuple[RLM, FunctionProvider]:

@@ -30,6 +30,8 @@ def test_doctor_json_and_require_isolation() -> None:
     assert set(report["layers"]) == set(ALL_LAYERS)
     for status in report["layers"].values():
         assert status == "active" or status.startswith("unavailable: ")
+    memory = report["memory"]  # the per-sandbox default and the ceiling over a run's sandboxes
+    assert memory["per_sandbox"] == 2 << 30 and memory["ceiling"] == memory["machine"] // 2
     missing = [layer for layer, status in report["layers"].items() if status != "active"]
     done = rlm("doctor", "--require-isolation", "all")
     assert done.returncode == (1 if missing else 0)

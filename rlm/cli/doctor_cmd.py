@@ -11,9 +11,12 @@ from typing import Any
 import click
 import trio
 
+from rlm._config import DEFAULTS
 from rlm._events import EventBus
 from rlm._sandbox.isolation import ALL_LAYERS, HOST_LAYERS, parse_layers
 from rlm._sandbox.launcher import SandboxLauncher
+from rlm._sandbox.memory import machine_memory, memory_ceiling
+from rlm._sizes import format_size
 from rlm.cli._errors import debug_wanted, fail, leaf_error
 from rlm.errors import RLMError
 
@@ -125,10 +128,11 @@ def doctor(as_json: bool, required: str) -> None:
         "python": platform.python_version(),
         "root": os.geteuid() == 0,
     }
+    memory = {"per_sandbox": DEFAULTS.sandbox_memory, "ceiling": memory_ceiling(),
+              "machine": machine_memory()}
     if as_json:
-        click.echo(
-            json.dumps({"layers": report, "system": system, **facts, "missing_required": missing})
-        )
+        click.echo(json.dumps({"layers": report, "system": system, **facts, "memory": memory,
+                               "missing_required": missing}))
     else:
         click.echo(
             f"kernel {system['kernel']} ({system['machine']}), python {system['python']}, "
@@ -142,6 +146,11 @@ def doctor(as_json: bool, required: str) -> None:
             click.echo(f"{mark}{layer:<{width}}  {detail}")
         active = sum(1 for status in report.values() if status == "active")
         click.echo(f"{active}/{len(report)} layers active")
+        click.echo(
+            f"memory: {format_size(memory['per_sandbox'])} per sandbox by default "
+            f"(--sandbox-memory); a run's sandboxes hold at most {format_size(memory['ceiling'])} "
+            f"together (half of this machine's {format_size(memory['machine'])})"
+        )
     if missing:
         click.echo(
             f"Error: required isolation layers are not active: {', '.join(missing)}", err=True
