@@ -198,6 +198,17 @@ def test_bare_rlm_prints_help_and_dash_v_prints_the_version() -> None:
     assert version.exit_code == 0 and "version" in version.output
 
 
+
+def test_volley_usage_names_the_command_people_type() -> None:
+    runner = CliRunner()
+    for args in (["volley", "--help"], ["volley", "--no-such-flag"]):
+        usage = runner.invoke(main, args, prog_name="rlm").output
+        assert "Usage: rlm volley [OPTIONS] [TASK]..." in usage, usage
+        assert "volley run" not in usage
+    work = runner.invoke(main, ["volley", "work", "--help"], prog_name="rlm").output
+    assert "Usage: rlm volley work [OPTIONS]" in work
+
+
 @pytest.mark.parametrize(
     "args",
     [["run", "--json"], ["run", QUESTION, "--json", "--no-such-flag"],

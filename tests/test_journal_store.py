@@ -107,6 +107,30 @@ def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: Fak
     assert store.finish("v1", [Verdict(2, "done", output="late but first")]) == 1
 
 
+
+def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> None:  # noqa: F811
+    """Two machines an hour apart: B never reclaims A's live claim, and does reclaim a dead one."""
+    clock_a, clock_b = FakeClock(), FakeClock()
+    clock_b.now += 3600  # B's clock runs an hour ahead of A's
+    a, b = open_store(pg_url, clock=clock_a), open_store(pg_url, clock=clock_b)
+    try:
+        a.create_volley("v1", {}, _tasks(2))
+        a.claim("v1", A, 1)
+        for _ in range(4):  # A heartbeats every 30 s; B sweeps with a 60 s timeout
+            clock_a.now += 30
+            clock_b.now += 30
+            a.heartbeat(A)
+            assert b.recover_stale("v1", 60) == []
+        clock_a.now += 90  # A dies; 90 s pass on both machines
+        clock_b.now += 90
+        recovered = b.recover_stale("v1", 60)
+        assert [r.index for r in recovered] == [1]
+        assert recovered[0].idle_s == pytest.approx(90, abs=5)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_dead_local_claims_are_recovered_at_once(store: JournalStore) -> None:
     here = Owner.here("dead")
     store.create_volley("v1", {}, _tasks(3))

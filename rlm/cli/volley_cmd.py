@@ -63,7 +63,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 @click.command()
-@click.argument("tasks", nargs=-1)
+@click.argument("tasks", nargs=-1, metavar="[TASK]...")
 @click.option("-f", "--file", "task_file", metavar="FILE",
               help="Tasks: one per line, a JSON object {context, max_concurrent, tasks}, or JSONL.")
 @click.option("--stdin", "from_stdin", is_flag=True, help="Read tasks from stdin, one per line.")

@@ -26,6 +26,17 @@ Subcommands (the journal):
 """
 
 
+class _DefaultContext(click.Context):
+    """The default command's context: its usage line names ``rlm volley``, not ``rlm volley run``.
+
+    ``run`` is only how the group dispatches; nobody types it.
+    """
+
+    @property
+    def command_path(self) -> str:
+        return self.parent.command_path if self.parent is not None else super().command_path
+
+
 class VolleyGroup(click.Group):
     """A group whose first argument, unless it names a subcommand, belongs to ``default``."""
 
@@ -37,6 +48,7 @@ class VolleyGroup(click.Group):
             context_settings={"ignore_unknown_options": True},
         )
         self.default = default
+        default.context_class = _DefaultContext
         self.add_command(default, "run")
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

@@ -44,6 +44,7 @@ from rlm.journal.volleys import (
 from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker
 from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley, VolleyOptions
+from rlm.volley.events import StaleRecovery, task_call_id
 from rlm.volley.output import OrderedWriter
 from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySummary, VolleyTask
 
@@ -62,6 +63,7 @@ __all__ = [
     "resumed_options",
     "show_cmd",
     "stale_option",
+    "stale_recovery_event",
     "stored_result",
 ]
 
@@ -120,6 +122,18 @@ class JournalFlags:
 
 def open_journal(path: str | None) -> JournalStore:
     return open_store(path)
+
+
+def stale_recovery_event(recovered: Recovered) -> StaleRecovery:
+    """The run's event for one recovery (the journal_log row and the stderr line say the same)."""
+    return StaleRecovery(
+        call_id=task_call_id(recovered.index),
+        volley_id=recovered.volley_id,
+        index=recovered.index,
+        owner=None if recovered.owner is None else str(recovered.owner),
+        idle_s=round(recovered.idle_s, 3),
+        reason=recovered.reason,
+    )
 
 
 def recovery_line(recovered: Recovered) -> str:
@@ -337,6 +351,13 @@ class JournalSession:
             )
         )
         worker.on_workers = run.share_limits
+        printed = worker.on_recovered
+
+        def recovered(found: Recovered) -> None:
+            printed(found)
+            run.record(stale_recovery_event(found))
+
+        worker.on_recovered = recovered
         async with worker.running():
             return await main(run)
 

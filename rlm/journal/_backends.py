@@ -51,6 +51,9 @@ class Backend(Protocol):
     lock_clause: str
     #: Lists the tables of the journal's database (or schema).
     tables_sql: str
+    #: Reads the database server's clock (epoch seconds); None when the journal has no
+    #: server (SQLite: the machine's own clock is the journal's).
+    clock_sql: str | None
 
     def transaction(self) -> Any:
         """A context manager yielding a :class:`Tx`; commits on success, rolls back on error."""
@@ -87,6 +90,7 @@ class SQLiteBackend:
 
     lock_clause = ""  # BEGIN IMMEDIATE already holds the file's write lock
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    clock_sql: str | None = None
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
         self.where = str(path)
@@ -192,6 +196,8 @@ class PostgresBackend:
     tables_sql = (
         "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
     )
+    # clock_timestamp(), not now(): now() is the start of the transaction.
+    clock_sql: str | None = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 
     def __init__(self, url: str) -> None:
         self.where = _redact(url)

@@ -49,12 +49,13 @@ class _Group(Generic[T]):
 class GroupCommit(Generic[T]):
     """Many writers, one ``commit(items)`` per group of items queued meanwhile.
 
-    The first writer to find no commit running becomes the committer: it waits
-    until ``interval`` has passed since the last commit, takes the whole open
-    group, commits it (shielded from cancellation, so a commit is never
-    abandoned half-way), and wakes every writer at once.  Writers whose group is
-    still open wait for the running commit to end, then one of them commits the
-    next group.
+    The first writer of a group leads it: it waits (shielded from
+    cancellation) for the previous group's commit to end and for ``interval``
+    to pass since it, closes the group (later writers start the next one),
+    commits it, and wakes the group's writers at once.  Every other writer
+    waits once, for its group's commit: no writer is woken before its item is
+    committed, so a fast volley pays one transaction (and fsync), one thread
+    hand-off and one wake-up per writer per group.
     """
 
     def __init__(
@@ -67,8 +68,8 @@ class GroupCommit(Generic[T]):
         self._commit = commit
         self._run_sync = run_sync
         self._open: _Group[T] = _Group()
-        self._committing = False
-        self._idle = trio.Event()
+        self._previous = trio.Event()  # set when the last closed group's commit has ended
+        self._previous.set()
         self._interval = interval
         self._last = -float("inf")
 
@@ -76,34 +77,30 @@ class GroupCommit(Generic[T]):
         """Return once ``item`` is committed; raise what the commit raised.
 
         If the caller is cancelled while waiting, its item stays queued and is
-        committed with the next group.
+        committed with its group (a group's leader cannot be cancelled).
         """
         group = self._open
         group.items.append(item)
-        while not group.done.is_set():
-            if self._committing:
-                await self._idle.wait()
-                continue
-            self._committing = True
-            try:
-                await self._commit_open_group()
-            finally:
-                self._committing = False
-                idle, self._idle = self._idle, trio.Event()
-                idle.set()
+        if len(group.items) == 1:
+            await self._lead(group)
+        else:
+            await group.done.wait()
         if group.error is not None:
             raise group.error
 
-    async def _commit_open_group(self) -> None:
+    async def _lead(self, group: _Group[T]) -> None:
         with trio.CancelScope(shield=True):
-            # At most one commit per interval: items arriving meanwhile join this
-            # one, so a fast volley pays one transaction (and fsync) per group.
+            # One commit at a time, at most one per interval: items arriving
+            # meanwhile join this group.
+            await self._previous.wait()
             await trio.sleep_until(self._last + self._interval)
-            batch, self._open = self._open, _Group()
+            self._open = _Group()
+            self._previous = finished = trio.Event()
             try:
-                await self._run_sync(self._commit, batch.items)
+                await self._run_sync(self._commit, group.items)
             except Exception as exc:  # the store's error, for every writer of the group
-                batch.error = exc
+                group.error = exc
             finally:
                 self._last = trio.current_time()
-                batch.done.set()
+                group.done.set()
+                finished.set()

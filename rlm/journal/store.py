@@ -16,7 +16,7 @@ Task life cycle::
 The first verdict on a task wins: a late verdict from a worker whose claim was
 recovered is dropped, so a task is ``done`` exactly once.  Times come from the
 injected ``clock`` (wall seconds), so claim and recovery logic is tested with a
-fake clock.
+fake clock; on PostgreSQL they are set to the server's clock (see :meth:`JournalStore.now`).
 """
 
 from __future__ import annotations
@@ -169,12 +169,34 @@ class JournalStore:
         self.where = backend.where
         self.clock = clock
         self._lock = threading.Lock()
+        self._offset = 0.0
         try:
             self._check_schema()
             backend.ready()
+            self._offset = self._server_offset()
         except BaseException:
             backend.close()
             raise
+
+    def now(self) -> float:
+        """The journal's time: the injected clock, moved onto the database server's.
+
+        Heartbeats are written by one machine and judged by another; on
+        PostgreSQL every worker's times are set to the server's clock (the
+        offset is measured when the store opens), so two machines whose clocks
+        disagree still agree on how old a heartbeat is.  A SQLite journal lives
+        on one machine: its clock is the only one (offset 0).
+        """
+        return self.clock() + self._offset
+
+    def _server_offset(self) -> float:
+        sql = self.backend.clock_sql
+        if sql is None:
+            return 0.0
+        before = self.clock()
+        rows = self._tx(lambda tx: tx.rows(sql))
+        after = self.clock()
+        return float(rows[0][0]) - (before + after) / 2
 
     def close(self) -> None:
         with self._lock:
@@ -234,7 +256,7 @@ class JournalStore:
         ``index``), all open."""
         if "api_key" in settings:
             raise ValueError("an API key is never stored in the journal")
-        now = self.clock()
+        now = self.now()
 
         def work(tx: Tx) -> None:
             if tx.rows("SELECT 1 FROM volleys WHERE volley_id = ?", (volley_id,)):
@@ -338,24 +360,36 @@ class JournalStore:
 
     def claim(self, volley_id: str, owner: Owner, limit: int = 1) -> list[TaskRow]:
         """Take up to ``limit`` open tasks, lowest index first, in one transaction."""
-        now = self.clock()
+        rows = self._claim(volley_id, owner, limit, _TASK_COLUMNS)
+        return sorted((_task_row(volley_id, row) for row in rows), key=lambda t: t.index)
 
-        def work(tx: Tx) -> list[TaskRow]:
-            # One statement: pick the lowest open tasks (locked, skipping rows another
-            # worker is claiming, on PostgreSQL) and mark them ours.
-            # MATERIALIZED: PostgreSQL must run the locking pick once, not per row.
-            rows = tx.rows(
+    def claim_specs(self, volley_id: str, owner: Owner, limit: int = 1) -> list[dict[str, Any]]:
+        """:meth:`claim`, returning only each task's spec (what a worker runs).
+
+        A worker's hot path: no row record is built for a task about to run.
+        """
+        rows = self._claim(volley_id, owner, limit, "idx, spec")
+        rows.sort(key=lambda row: int(row[0]))
+        return [json.loads(spec) for _, spec in rows]
+
+    def _claim(
+        self, volley_id: str, owner: Owner, limit: int, columns: str
+    ) -> list[tuple[Any, ...]]:
+        now = self.now()
+        # One statement: pick the lowest open tasks (locked, skipping rows another
+        # worker is claiming, on PostgreSQL) and mark them ours.
+        # MATERIALIZED: PostgreSQL must run the locking pick once, not per row.
+        return self._tx(
+            lambda tx: tx.rows(
                 "WITH picked AS MATERIALIZED (SELECT idx FROM tasks WHERE volley_id = ? "
                 f"AND status = 'open' ORDER BY idx LIMIT ?{self.backend.lock_clause}) "
                 "UPDATE tasks SET status = 'in_progress', started_at = ?, heartbeat_at = ?, "
                 "claimed_host = ?, claimed_pid = ?, claimed_worker = ?, attempts = attempts + 1 "
                 "WHERE volley_id = ? AND idx IN (SELECT idx FROM picked) "
-                f"RETURNING {_TASK_COLUMNS}",
+                f"RETURNING {columns}",
                 (volley_id, limit, now, now, owner.host, owner.pid, owner.worker, volley_id),
             )
-            return sorted((_task_row(volley_id, row) for row in rows), key=lambda t: t.index)
-
-        return self._tx(work)
+        )
 
     def release(
         self, volley_id: str, owner: Owner, indices: Iterable[int], spend: Spend = Spend()
@@ -379,7 +413,7 @@ class JournalStore:
     def finish(self, volley_id: str, verdicts: Sequence[Verdict]) -> int:
         """Record verdicts in one transaction; how many were written (the first verdict
         on a task wins, a later one is dropped).  Every verdict's spend is counted."""
-        now = self.clock()
+        now = self.now()
         params = [
             (
                 v.status,
@@ -412,7 +446,7 @@ class JournalStore:
 
         Returns how many tasks it holds.
         """
-        now = self.clock()
+        now = self.now()
 
         def work(tx: Tx) -> int:
             tx.run("UPDATE workers SET heartbeat_at = ? WHERE worker = ?", (now, owner.worker))
@@ -439,7 +473,7 @@ class JournalStore:
 
     def register_worker(self, volley_id: str, owner: Owner) -> None:
         """Announce a worker on a volley (limits per journal are shared among live ones)."""
-        now = self.clock()
+        now = self.now()
         self._tx(
             lambda tx: tx.run(
                 "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
@@ -453,7 +487,7 @@ class JournalStore:
 
     def live_workers(self, volley_id: str, timeout_s: float) -> int:
         """Workers on the volley that heartbeat within ``timeout_s`` (at least 1)."""
-        since = self.clock() - timeout_s
+        since = self.now() - timeout_s
         rows = self._tx(
             lambda tx: tx.rows(
                 "SELECT COUNT(*) FROM workers WHERE volley_id = ? AND heartbeat_at >= ?",
@@ -466,7 +500,7 @@ class JournalStore:
 
     def recover_stale(self, volley_id: str | None, timeout_s: float) -> list[Recovered]:
         """Reopen claims whose heartbeat is older than ``timeout_s``; each is logged."""
-        now = self.clock()
+        now = self.now()
         scope, params = ("AND volley_id = ? ", (volley_id,)) if volley_id else ("", ())
         return self._reopen(
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
@@ -490,7 +524,7 @@ class JournalStore:
             "FROM tasks WHERE status = 'in_progress' AND volley_id = ? AND claimed_host = ? "
             f"ORDER BY idx{self.backend.lock_clause}",
             (volley_id, host),
-            self.clock(),
+            self.now(),
             keep=lambda owner: owner is not None and alive(owner.pid),
             reason="its worker process on this host is gone",
         )
@@ -561,7 +595,7 @@ class JournalStore:
 
     def cache(self, entries: Sequence[tuple[str, str, str, str]]) -> None:
         """Store (digest, provider, model, completion JSON) rows; a later one replaces."""
-        now = self.clock()
+        now = self.now()
         self._tx(
             lambda tx: tx.many(
                 "INSERT INTO responses (digest, created_at, provider, model, completion) "

@@ -75,12 +75,13 @@ class JournalWorker:
         self._run_sync = run_sync
         self._spent = spent
         self._recorded = spent() if spent is not None else Spend()
-        self._on_recovered = on_recovered or (lambda r: None)
+        self.on_recovered = on_recovered or (lambda r: None)
         self.on_workers = on_workers or (lambda n: None)
         self._buffer: list[VolleyTask] = []
         self._held: set[int] = set()  # claimed by this worker, no verdict yet
         self.accepted = 0  # verdicts this worker committed
-        self._claim_lock = trio.Lock()
+        self._refill: trio.Event | None = None  # set when the batch being claimed is in
+        self._drained = False  # nothing open, nothing held elsewhere: the volley has ended
         self._poll_s = min(stale_timeout / 4, 2.0)
         self._verdicts: GroupCommit[Verdict] = GroupCommit(self._commit, run_sync)
 
@@ -94,23 +95,44 @@ class JournalWorker:
     async def claim(self) -> VolleyTask | None:
         """The next open task; waits while other workers hold the rest; None when all ended.
 
-        While nothing is open but other workers still hold tasks, this polls
-        (every ``stale_timeout / 4``, at most 2 s apart): a holder that dies has its tasks reopened
-        by the sweep, and this worker takes them over.
+        Most calls take a task from the local buffer: one checkpoint, no
+        transaction, no thread.  When the buffer is empty, one caller claims the
+        next batch while the others wait for it.  While nothing is open but
+        other workers still hold tasks, this polls (every ``stale_timeout / 4``,
+        at most 2 s apart): a holder that dies has its tasks reopened by the
+        sweep, and this worker takes them over.
         """
-        async with self._claim_lock:
-            while not self._buffer:
-                rows = await self._run_sync(
-                    self.store.claim, self.volley_id, self.owner, self._batch
-                )
-                if rows:
-                    self._held.update(row.index for row in rows)
-                    self._buffer = [VolleyTask.from_dict(row.spec) for row in reversed(rows)]
-                    break
-                if not await self._run_sync(self.store.held_elsewhere, self.volley_id, self.owner):
-                    return None
-                await trio.sleep(self._poll_s)
-            return self._buffer.pop()
+        await trio.lowlevel.checkpoint()
+        while not self._buffer:
+            if self._drained:
+                return None
+            if self._refill is not None:  # another caller is claiming the next batch
+                await self._refill.wait()
+                continue
+            refill = self._refill = trio.Event()
+            try:
+                await self._claim_batch()
+            finally:
+                self._refill = None
+                refill.set()
+        return self._buffer.pop()
+
+    async def _claim_batch(self) -> None:
+        """Fill the buffer with the next batch, or set ``_drained`` when nothing is left."""
+        while True:
+            specs = await self._run_sync(
+                self.store.claim_specs, self.volley_id, self.owner, self._batch
+            )
+            if specs:
+                # No checkpoint between the claim's return and here: a cancelled
+                # caller still leaves every claimed task where _finish releases it.
+                self._buffer = [VolleyTask.from_dict(spec) for spec in reversed(specs)]
+                self._held.update(task.index for task in self._buffer)
+                return
+            if not await self._run_sync(self.store.held_elsewhere, self.volley_id, self.owner):
+                self._drained = True
+                return
+            await trio.sleep(self._poll_s)
 
     async def release(self, task: VolleyTask) -> None:
         self._held.discard(task.index)
@@ -201,4 +223,4 @@ class JournalWorker:
             found += await self._run_sync(self.store.recover_dead_local, self.volley_id, pid_alive)
         found += await self._run_sync(self.store.recover_stale, self.volley_id, self.stale_timeout)
         for recovered in found:
-            self._on_recovered(recovered)
+            self.on_recovered(recovered)

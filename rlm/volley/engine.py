@@ -134,6 +134,8 @@ class Volley:
         self._gate: Gate | None = None
         self._started = 0.0
         self._interrupted = False
+        self._bus: EventBus | None = None
+        self._early: list[Event] = []  # recorded before the run's bus existed
 
     # -- control -----------------------------------------------------------------
 
@@ -147,6 +149,16 @@ class Volley:
     def ledger(self) -> Budget:
         """The volley's budget ledger (a journal preloads what earlier attempts spent)."""
         return self._budget
+
+    def record(self, event: Event) -> None:
+        """Emit an event that happened outside the runner (the journal's ``stale_recovery``).
+
+        Events recorded before the run starts are emitted right after ``volley_started``.
+        """
+        if self._bus is None:
+            self._early.append(event)
+        else:
+            self._bus.emit(event)
 
     def share_limits(self, workers: int) -> None:
         """Give this process its share of per-journal limits, ``workers`` being live.
@@ -204,6 +216,9 @@ class Volley:
                     cache_warm=self._warm(),
                 )
             )
+            self._bus, early, self._early = events, self._early, []
+            for event in early:
+                events.emit(event)
             async with self._open() as providers, self._executor(providers, events) as execute:
                 self._runner = VolleyRunner(
                     source=self._source,

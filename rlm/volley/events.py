@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from rlm._events import Event
 
-__all__ = ["TaskFinished", "VolleyFinished", "VolleyStarted", "task_call_id"]
+__all__ = ["StaleRecovery", "TaskFinished", "VolleyFinished", "VolleyStarted", "task_call_id"]
 
 
 def task_call_id(index: int) -> str:
@@ -54,3 +54,15 @@ class VolleyFinished(Event):
     status: str
     error: str | None
     summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaleRecovery(Event):
+    """A journal claim given back to ``open`` because its holder stopped heartbeating."""
+
+    kind: ClassVar[str] = "stale_recovery"
+    volley_id: str
+    index: int
+    owner: str | None
+    idle_s: float
+    reason: str
