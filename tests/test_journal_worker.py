@@ -140,3 +140,35 @@ async def test_live_workers_are_counted(
             )
     assert 3 in seen
     assert store.live_workers("v", 2.0) == 1  # all retired: at least one is assumed
+
+
+async def test_concurrent_claimers_share_one_transaction_per_batch(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 40)
+    calls: list[str] = []
+
+    async def counting_run_sync(fn, *args):  # type: ignore[no-untyped-def]
+        calls.append(fn.__name__)
+        await trio.sleep(0.01)  # a transaction takes time: claimers pile up meanwhile
+        return fn(*args)
+
+    worker = JournalWorker(
+        store, "v", owner=Owner("h", 1, "a"), claim_batch=10, run_sync=counting_run_sync
+    )
+    taken: list[int] = []
+
+    async def claimer() -> None:
+        while (task := await worker.claim()) is not None:
+            taken.append(task.index)
+            await trio.sleep(0.001)
+            await worker.accept(_ok(task))
+
+    async with worker.running():
+        async with trio.open_nursery() as nursery:
+            for _ in range(16):
+                nursery.start_soon(claimer)
+    assert sorted(taken) == list(range(1, 41))  # each task handed out once
+    assert calls.count("claim_specs") == 5  # 4 batches of 10, then one finding none
+    assert calls.count("held_elsewhere") == 1  # the other 15 claimers saw the volley drained
+    assert all(r.status == "done" and r.attempts == 1 for r in store.tasks("v"))
