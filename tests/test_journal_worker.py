@@ -164,10 +164,9 @@ async def test_concurrent_claimers_share_one_transaction_per_batch(
             await trio.sleep(0.001)
             await worker.accept(_ok(task))
 
-    async with worker.running():
-        async with trio.open_nursery() as nursery:
-            for _ in range(16):
-                nursery.start_soon(claimer)
+    async with worker.running(), trio.open_nursery() as nursery:
+        for _ in range(16):
+            nursery.start_soon(claimer)
     assert sorted(taken) == list(range(1, 41))  # each task handed out once
     assert calls.count("claim_specs") == 5  # 4 batches of 10, then one finding none
     assert calls.count("held_elsewhere") == 1  # the other 15 claimers saw the volley drained
