@@ -31,6 +31,20 @@ def big_context() -> str:
     return text
 
 
+async def rlm_volley(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """``rlm volley ARGS`` over a small facts file (``{facts}`` in ARGS), which must exit 0."""
+    facts = tmp_path / "facts.txt"
+    facts.write_text("".join(f"The {k} is {v}.\n" for k, v in FACTS.items()))
+    done = await trio.run_process(
+        [sys.executable, "-m", "rlm", "volley", *(str(facts) if a == "{facts}" else a
+                                                  for a in args)],
+        capture_stdout=True, capture_stderr=True, check=False, stdin=subprocess.DEVNULL,
+        env={**os.environ, "RLM_API_KEY": "k", "RLM_JOURNAL": str(tmp_path / "j.db")},
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done
+
+
 async def test_rlm_tasks_share_one_context_and_answer_in_task_order() -> None:
     launchers: list[SandboxLauncher] = []
 
@@ -63,19 +77,46 @@ async def test_rlm_tasks_share_one_context_and_answer_in_task_order() -> None:
 
 
 async def test_rlm_volley_cli_json_reports_each_task(tmp_path: Path) -> None:
-    context = tmp_path / "facts.txt"
-    context.write_text("".join(f"The {k} is {v}.\n" for k, v in FACTS.items()))
     async with serving() as (url, _server):
-        done = await trio.run_process(
-            [sys.executable, "-m", "rlm", "volley", "--rlm", "What is the secret word?",
-             "What is the door code?", "--context-file", str(context), "--base-url", url,
-             "--model", "fixture:2", "--output-format", "json", "-q", "-y", "--no-history"],
-            capture_stdout=True, capture_stderr=True, check=False, stdin=subprocess.DEVNULL,
-            env={**os.environ, "RLM_API_KEY": "k", "RLM_JOURNAL": str(tmp_path / "j.db")},
-        )
-    assert done.returncode == 0, done.stderr.decode()
+        done = await rlm_volley(
+            tmp_path, "--rlm", "What is the secret word?", "What is the door code?",
+            "--context-file", "{facts}", "--base-url", url, "--model", "fixture:2",
+            "--output-format", "json", "-q", "-y", "--no-history")
     report = json.loads(done.stdout)
     tasks = report["tasks"]
     assert [t["output"] for t in tasks] == ["heliotrope", "9-3-1"]
     assert all(t["status"] == "succeeded" and t["tokens_input"] > 0 for t in tasks)
     assert report["summary"]["succeeded"] == 2
+
+
+async def test_rlm_tasks_kept_in_the_journal_run_as_rlm_calls_when_worked(tmp_path: Path) -> None:
+    """The kind of task is part of the stored volley: `create --rlm`, then `work`, then `show`."""
+    async def rlm(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return await rlm_volley(tmp_path, *args)
+
+    async with serving() as (url, server):
+        created = await rlm("create", "--rlm", "What is the door code?",
+                            "What is the magic number?", "--context-file", "{facts}",
+                            "--base-url", url, "--model", "fixture:2")
+        volley_id = created.stdout.decode().strip()
+        await rlm("work", volley_id, "-q")
+        shown = await rlm("show", volley_id, "--output-format", "json")
+    # Each task is an RLM call: a root step whose code asks a sub-model about 2 chunks.
+    assert server.stats.root_requests == 2 and server.stats.sub_requests == 2 * 2
+    tasks = json.loads(shown.stdout)["tasks"]
+    assert [t["output"] for t in tasks] == [FACTS["door code"], FACTS["magic number"]]
+
+
+async def test_rlm_volley_stream_labels_each_task_s_root_text(tmp_path: Path) -> None:
+    async with serving() as (url, _server):
+        done = await rlm_volley(
+            tmp_path, "--rlm", "--stream", "What is the secret word?", "What is the door code?",
+            "--context-file", "{facts}", "--base-url", url, "--model", "fixture:2", "-y",
+            "--no-history")
+    lines = done.stderr.decode().splitlines()
+    for index in (1, 2):  # each task's root step, its code ending in FINAL_VAR
+        mine = [line for line in lines if line.startswith(f"[{index}/2")]
+        assert any("llm_query_batched(" in line for line in mine), lines
+        assert any("FINAL_VAR(" in line for line in mine), lines
+    # Sub-query answers are not mixed into the tasks' text.
+    assert not any(line.endswith(("] heliotrope", "] NOT FOUND")) for line in lines)

@@ -35,6 +35,14 @@ def task_of(event: Event) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _streamed_task(event: TextDelta) -> int | None:
+    """The task whose text this is: a completion task's, or an ``--rlm`` task's root
+    steps (its sub-queries' and child calls' text would interleave with them)."""
+    if event.task is not None:
+        return event.task
+    return task_of(event) if event.depth == 0 and event.parent_id is None else None
+
+
 class VolleyJSONLines:
     """Every event as one JSON line, with its ``task``."""
 
@@ -59,15 +67,15 @@ class TaskLines:
         self._broken = False
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, TextDelta) and event.task is not None:
+        if isinstance(event, TextDelta) and (task := _streamed_task(event)) is not None:
             if event.task_title:
-                self._titles.setdefault(event.task, event.task_title)
-            text = self._partial.pop(event.task, "") + event.text
+                self._titles.setdefault(task, event.task_title)
+            text = self._partial.pop(task, "") + event.text
             *lines, rest = text.split("\n")
             for line in lines:
-                self._line(event.task, line)
+                self._line(task, line)
             if rest:
-                self._partial[event.task] = rest
+                self._partial[task] = rest
         elif isinstance(event, StreamDiscarded) and event.task is not None:
             self._partial.pop(event.task, None)
             self._line(event.task, f"[stream cut after {event.chars} chars; retrying from the "

@@ -300,7 +300,7 @@ def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
     latency = fixture.sub_latency if config.provider == "fixture" else 2.0
     warm = options.cache_warm and options.mode == "completion"
     est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
-                   latency=latency)
+                   rlm=options.mode == "rlm", latency=latency)
     if only:
         click.echo("\n".join(est.lines()))
         return False
@@ -341,6 +341,7 @@ async def _watch_signals(run: Volley) -> None:
         async for _ in signals:
             count += 1
             if count > 1:
+                run.kill_sandboxes()  # --rlm tasks: no sandbox outlives the process
                 os._exit(130)
             run.interrupt()
 

@@ -22,7 +22,7 @@ import trio
 from rlm._config import RunConfig
 from rlm._events import Event, EventBus, StreamSink
 from rlm._run.runtime import default_launcher, load_prices, make_budget
-from rlm._sandbox.interface import LauncherFactory
+from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
@@ -113,6 +113,7 @@ class Volley:
         self.config = config
         self._sandboxes = sandboxes  # rlm tasks: makes the volley's one launcher
         self.fixture = fixture  # the fixture model's pace (provider="fixture")
+        self._launcher: Launcher | None = None
         self._stream = stream  # a live consumer: every task streams its text into it
         self.tasks = tuple(tasks)
         self.context = tuple(context)
@@ -144,6 +145,11 @@ class Volley:
         self._interrupted = True
         if self._runner is not None:
             self._runner.interrupt()
+
+    def kill_sandboxes(self) -> None:
+        """Kill every sandbox of the ``rlm`` tasks now, synchronously (a second Ctrl-C)."""
+        if self._launcher is not None:
+            self._launcher.kill_all()
 
     @property
     def ledger(self) -> Budget:
@@ -265,7 +271,7 @@ class Volley:
             yield self._complete
             return
         make = self._sandboxes or default_launcher
-        launcher = make(self.config, events)
+        launcher = self._launcher = make(self.config, events)
         async with launcher.serving():
             yield RlmTaskExecutor(
                 self.config, events=events, gate=gate, budget=self._budget,
