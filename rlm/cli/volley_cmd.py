@@ -238,7 +238,7 @@ def read_volley(
 
 
 #: Settings a volley fixes itself, whatever a profile says.
-_FIXED_BY_VOLLEY = frozenset({"root_permits", "fixture_sub_latency"})
+_FIXED_BY_VOLLEY = frozenset({"root_permits"})
 
 
 def _take_profile(settings: dict[str, Any]) -> None:
