@@ -16,8 +16,9 @@ import trio
 from rlm._config import RunConfig
 from rlm._events import EventBus
 from rlm._run.bridge import Bridge
-from rlm._run.call import Call, CallParts
+from rlm._run.call import Call, CallParts, SessionCarry
 from rlm._sandbox.process import SandboxIdentity
+from rlm._sandbox.slot import SandboxSlot
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
@@ -155,6 +156,29 @@ async def test_a_childs_answer_goes_up_before_its_sandbox_is_reaped(
     # ...and still every sandbox is reaped before the root's call returns.
     assert len(launcher.opened) == 3
     assert all(isinstance(box, SlowReapSandbox) and box.reaped for box in launcher.opened)
+
+
+async def test_a_sessions_children_are_reaped_before_its_query_returns(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A session's root keeps its sandbox in the session's nursery; its children's sandboxes
+    # are still reaped before the query returns, not left to the session.
+    def reply(request: CompletionRequest) -> str:
+        steps = [repl("batch 2"), "FINAL(root)"] if request.call_id == "root" else ["FINAL(c)"]
+        turns = sum(1 for m in request.messages if m["role"] == "assistant")
+        return steps[min(turns, len(steps) - 1)]
+
+    run = Run(FunctionProvider.scripted(reply, latency=lambda r: 1.0), max_depth=2)
+    launcher = SlowReapLauncher()
+    run.parts = dataclasses.replace(run.parts, sandboxes=launcher)
+    async with trio.open_nursery() as session:
+        slot = SandboxSlot(launcher, "ctx", SandboxIdentity("root", None, 0))
+        carry = SessionCarry(slot=slot, nursery=session)
+        outcome = await Call.root(run.parts, "q", "ctx", carry).run()
+        children = [box for box in launcher.opened if box.owner.depth == 1]
+        assert outcome.answer == "root" and len(children) == 2
+        assert all(isinstance(box, SlowReapSandbox) and box.reaped for box in children)
+        await slot.discard()
 
 
 async def test_an_error_of_the_root_aborts_the_run_and_closes_its_sandbox(

@@ -145,7 +145,7 @@ class Call:
         self._carry = carry
         # A child's sandbox is reaped here, in its parent's nursery, after its answer went up.
         self._reaper = reaper
-        self._nursery: trio.Nursery | None = None  # this call's, while it runs
+        self._nursery: trio.Nursery | None = None  # this call's own, while it runs
         self.call_id = call_id
         self.parent_id = parent_id
         self.depth = depth
@@ -224,7 +224,7 @@ class Call:
         """
         async with trio.open_nursery() as own:  # the sandbox's helper tasks
             nursery = self._carry.nursery if self._carry is not None else own
-            self._nursery = nursery
+            self._nursery = own  # children are reaped here, before this call returns
             try:
                 self._conclude(await self._loop(nursery))
             except RLMError as exc:
