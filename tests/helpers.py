@@ -6,6 +6,7 @@ The fake provider is :class:`rlm.testing.provider.FunctionProvider`.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,7 +17,8 @@ from rlm.testing.provider import assistant_turns, is_root_request
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 __all__ = [
-    "assistant_turns", "is_root_request", "pid_alive", "repl", "sandbox_pids", "serving",
+    "assistant_turns", "is_root_request", "pid_alive", "repl", "rlm_in_process", "sandbox_pids",
+    "serving",
 ]
 
 
@@ -49,3 +51,21 @@ async def serving(**options: Any) -> AsyncIterator[tuple[str, FixtureServer]]:
         port = await nursery.start(server.serve)
         yield f"http://127.0.0.1:{port}/v1", server
         nursery.cancel_scope.cancel()
+
+
+def rlm_in_process(*args: str, env: dict[str, str] | None = None,
+                   stdin: str | bytes | None = None) -> subprocess.CompletedProcess[str]:
+    """The real CLI entry (``rlm.cli:main``) run in this process, without the interpreter
+    start-up of a subprocess: for checks that need no process of their own (usage errors,
+    commands that start no sandbox).  As with the subprocess helpers, no RLM_/OPENAI_
+    setting leaks in from the caller.  An uncaught exception fails the test."""
+    from click.testing import CliRunner
+
+    from rlm.cli import main
+
+    unset: dict[str, str | None] = {
+        k: None for k in os.environ if k.startswith(("RLM_", "OPENAI_"))
+    }
+    runner = CliRunner(env={**unset, **(env or {})})
+    result = runner.invoke(main, list(args), input=stdin, catch_exceptions=False)
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)

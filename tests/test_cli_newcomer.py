@@ -18,6 +18,7 @@ from rlm.cli import main
 from rlm.cli._context_input import read_context
 from rlm.errors import UsageError
 from rlm.fixtures import __all__ as fixture_names
+from tests.helpers import rlm_in_process
 
 RLM_CMD = [sys.executable, "-m", "rlm"]
 QUESTION = "What is the magic number?"
@@ -61,14 +62,15 @@ def needle(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("trace", ["logs/", "logs", "-", "missing/run.jsonl"])
 def test_a_bad_trace_path_is_refused_before_the_run(
-    tmp_path: Path, needle: Path, trace: str
+    tmp_path: Path, needle: Path, trace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "logs").mkdir()
-    done = cli("run", QUESTION, "--context-file", str(needle), "--provider", "fixture",
-               "--trace", trace, cwd=tmp_path)
-    assert done.returncode == 2 and done.stdout == b""
-    assert b"Error: " in done.stderr and b"Traceback" not in done.stderr
-    assert b"step 1" not in done.stderr  # the run never started
+    monkeypatch.chdir(tmp_path)
+    done = rlm_in_process("run", QUESTION, "--context-file", str(needle), "--provider",
+                          "fixture", "--trace", trace)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "Error: " in done.stderr and "Traceback" not in done.stderr
+    assert "step 1" not in done.stderr  # the run never started
     assert not [p.name for p in tmp_path.rglob("*.part")]
     assert not (tmp_path / "-").exists()
 
@@ -148,8 +150,9 @@ def test_a_shell_glob_after_one_flag_makes_a_list(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     trace_free = json.loads(done.stdout)
     assert trace_free["status"] == "answered"
-    unquoted = cli("run", "what", "is", "it", "--context-file", paths[0], "--provider", "fixture")
-    assert unquoted.returncode == 2 and b"Quote the whole query" in unquoted.stderr
+    unquoted = rlm_in_process("run", "what", "is", "it", "--context-file", paths[0],
+                              "--provider", "fixture")
+    assert unquoted.returncode == 2 and "Quote the whole query" in unquoted.stderr
 
 
 def test_a_directory_is_one_document_per_matching_file(tmp_path: Path) -> None:
@@ -172,17 +175,18 @@ def test_a_directory_is_one_document_per_matching_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({}, [b"https://api.openai.com/v1", b"RLM_API_KEY", b"OPENAI_API_KEY"]),
-        ({"RLM_PROVIDER": "anthropic"}, [b"api.anthropic.com", b"ANTHROPIC_API_KEY"]),
+        ({}, ["https://api.openai.com/v1", "RLM_API_KEY", "OPENAI_API_KEY"]),
+        ({"RLM_PROVIDER": "anthropic"}, ["api.anthropic.com", "ANTHROPIC_API_KEY"]),
     ],
 )
 def test_a_model_name_alone_uses_the_vendor_endpoint_and_asks_for_a_key(
-    needle: Path, env: dict[str, str], expected: list[bytes]
+    needle: Path, env: dict[str, str], expected: list[str]
 ) -> None:
-    done = cli("run", QUESTION, "--context-file", str(needle), "--model", "gpt-4.1", env=env)
-    assert done.returncode == 4 and b"no endpoint" not in done.stderr
+    done = rlm_in_process("run", QUESTION, "--context-file", str(needle), "--model", "gpt-4.1",
+                          env=env)
+    assert done.returncode == 4 and "no endpoint" not in done.stderr
     assert all(word in done.stderr for word in expected), done.stderr
-    assert b"step 1" not in done.stderr  # nothing was sent
+    assert "step 1" not in done.stderr  # nothing was sent
 
 
 # 12. Output polish ------------------------------------------------------------------------------
@@ -215,7 +219,7 @@ def test_volley_usage_names_the_command_people_type() -> None:
      ["run", QUESTION, "--json", "--provider", "fixture", "--max-depth", "0"]],
 )
 def test_json_usage_errors_print_a_json_object_too(args: list[str]) -> None:
-    done = cli(*args)
+    done = rlm_in_process(*args)
     assert done.returncode == 2
     error = json.loads(done.stdout)
     assert error["status"] == "usage_error" and error["error"] and error["answer"] is None

@@ -331,17 +331,22 @@ async def test_4_no_sandbox_process_survives_the_run(ending: str) -> None:
     before = sandbox_descendants()
     started: dict[int, str] = {}
     exited: dict[int, int | None] = {}
+    all_started = trio.Event()  # the root's sandbox and both children's
 
     def watch(event: Any) -> None:
         if event.kind == "sandbox_started":
             seen.update(sandbox_descendants() - before)
             started[event.pid] = event.call_id
+            if len(started) == 3:
+                all_started.set()
         elif event.kind == "sandbox_exited":
             exited[event.pid] = event.returncode
 
+    # The timeout must come while the children sleep: their sandboxes start well within
+    # 3 s even on a loaded machine.  Cancel and Ctrl-C come once all three are running.
     limits: dict[str, dict[str, Any]] = {
         "budget": {"max_llm_calls": 3},
-        "timeout": {"timeout": 1.5},
+        "timeout": {"timeout": 3.0},
     }
     settings = {"max_depth": 2, **limits.get(ending, {})}
     model = RLM(
@@ -351,13 +356,15 @@ async def test_4_no_sandbox_process_survives_the_run(ending: str) -> None:
     )
     result = None
     async with trio.open_nursery() as nursery:
-        if ending == "interrupt":
-            nursery.start_soon(lambda: interrupt_later(model, 1.5))
-        with trio.move_on_after(1.5 if ending == "cancel" else 30):
-            try:
-                result = await model.acompletion("q", "ctx")
-            except AuthenticationError as exc:
-                result = exc.result
+        with trio.CancelScope() as run_scope:
+            if ending in ("cancel", "interrupt"):
+                nursery.start_soon(stop_when, all_started, model if ending == "interrupt"
+                                   else run_scope)
+            with trio.fail_after(30):
+                try:
+                    result = await model.acompletion("q", "ctx")
+                except AuthenticationError as exc:
+                    result = exc.result
     assert (result.status if result else None) == ENDINGS[ending]
     assert len(seen) >= (4 if sleep else 2)  # the zygote, root's and children's sandboxes
     assert not {pid for pid in seen if pid_alive(pid)}
@@ -366,9 +373,13 @@ async def test_4_no_sandbox_process_survives_the_run(ending: str) -> None:
     assert set(exited) == set(started) and None not in exited.values()
 
 
-async def interrupt_later(model: RLM, delay: float) -> None:
-    await trio.sleep(delay)
-    model.interrupt()
+async def stop_when(ready: trio.Event, stop: RLM | trio.CancelScope) -> None:
+    """Ctrl-C the model, or cancel the scope running it, once ``ready`` is set."""
+    await ready.wait()
+    if isinstance(stop, RLM):
+        stop.interrupt()
+    else:
+        stop.cancel()
 
 
 # -- 5. a misbehaving sandbox costs its call an error, never the host ------------------------
@@ -384,32 +395,37 @@ async def test_5_flood_hang_and_crash_cost_only_an_error() -> None:
     ]
     provider = FunctionProvider.scripted(steps)
     trace: list[Any] = []
-    fourth_step = trio.Event()
+    sleeper_ready = trio.Event()
 
     def sink(event: Any) -> None:
         trace.append(event)
-        if event.kind == "step_completed" and event.iteration == 4:
-            fourth_step.set()
+        # The sleeper runs in the third sandbox (the first dies of the frame flood, the
+        # second of the timeout), once the fourth step is there: wait for both, whatever
+        # order they come in and however long a spawn takes.
+        started = [e for e in trace if e.kind == "sandbox_started"]
+        fourth = any(e.kind == "step_completed" and e.iteration == 4 for e in trace)
+        if len(started) >= 3 and fourth:
+            sleeper_ready.set()
 
     # 3 s, not less: on a loaded machine pushing 64 MiB of frames through a pipe can take
     # over a second, and the flood must be caught as a flood, not as a timeout.
     model = RLM(providers={"root": provider, "sub": provider}, sinks=[sink], exec_timeout=3.0)
 
     async def kill_the_sleeper() -> None:
-        await fourth_step.wait()
-        await trio.sleep(0.3)
-        os.kill([e.pid for e in trace if e.kind == "sandbox_started"][-1], signal.SIGKILL)
+        await sleeper_ready.wait()
+        # Killed before, while or after it reads the code: the execution is lost either way.
+        os.kill([e.pid for e in trace if e.kind == "sandbox_started"][2], signal.SIGKILL)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(kill_the_sleeper)
-        with trio.fail_after(20):
+        with trio.fail_after(30):
             result = await model.acompletion("q", "ctx")
     assert result.status == "answered" and result.answer == "survived"
     executed = kinds(list(result.trace), "code_executed")
     assert executed[0]["ok"] and executed[0]["output_chars"] == 50_000_001
     assert [bool(e["error"]) for e in executed] == [False, True, True, True]
     exits = [e["reason"] for e in kinds(list(result.trace), "sandbox_exited")]
-    assert exits[:3] == ["flood", "timeout", "crashed"]
+    assert exits[:3] == ["flood", "timeout", "crashed"], [e["error"] for e in executed]
     assert "64 MiB" in executed[1]["error"] and "--exec-timeout" in executed[2]["error"]
 
 

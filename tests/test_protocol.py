@@ -15,16 +15,19 @@ scalars = (
     st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
 )
+# Trees of up to 8 leaves, 4 keys a message: every kind of value, nested, at any chunk
+# boundary; bigger trees cost seconds of generation (most of this file's time) and
+# exercise no other decoder path.
 values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner,
-                                                                 max_size=5),
-    max_leaves=20,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner,
+                                                                 max_size=3),
+    max_leaves=8,
 )
 messages = st.builds(
     lambda t, rest: {**rest, "t": t},
     st.text(max_size=10),
-    st.dictionaries(st.text(max_size=10), values, max_size=6),
+    st.dictionaries(st.text(max_size=10), values, max_size=4),
 )
 
 

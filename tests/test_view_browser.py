@@ -128,15 +128,18 @@ def test_a_link_to_a_call_opens_it(browser: Browser, run_page: tuple[Path, Path]
 
 def test_a_cut_trace_shows_its_calls_and_says_it_was_cut(
         browser: Browser, run_page: tuple[Path, Path], tmp_path: Path) -> None:
-    text = run_page[0].read_text(encoding="utf-8")
+    lines = run_page[0].read_text(encoding="utf-8").splitlines(keepends=True)
+    # Two thirds of the lines whole, then half of the next: always cut inside a line, and
+    # the calls the page can show are those whose line is whole (a cut line is dropped).
+    whole, torn = lines[: len(lines) * 2 // 3], lines[len(lines) * 2 // 3]
     cut = tmp_path / "cut.jsonl"
-    cut.write_text(text[: len(text) * 2 // 3 - 3], encoding="utf-8")
+    cut.write_text("".join(whole) + torn[: len(torn) // 2], encoding="utf-8")
     assert rlm_in_process("view", str(cut)).returncode == 0
     open_page(browser, tmp_path / "cut.html")
     assert "last line was cut" in text_of(browser, "#notices")
     assert "unfinished" in text_of(browser, "#run-status")
     shown = browser.evaluate("document.querySelectorAll('#tree .node').length")
-    assert shown == text[: len(text) * 2 // 3 - 3].count('"event": "call_started"')
+    assert shown == sum(json.loads(line)["event"] == "call_started" for line in whole)
 
 
 def test_dragging_across_the_timeline_zooms_to_that_range(

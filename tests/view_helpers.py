@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rlm.fixtures.needle import generate_needle
+from tests.helpers import rlm_in_process
+
+__all__ = ["QUESTION", "RLM", "events", "fixture_run", "rlm", "rlm_in_process"]
 
 RLM = [sys.executable, "-m", "rlm"]
 QUESTION = "What is the magic number?"
@@ -43,14 +46,3 @@ def fixture_run(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Pa
 
 def events(trace: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines() if line]
-
-
-def rlm_in_process(*args: str,
-                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI run in this process (no interpreter start-up): for commands that spawn nothing."""
-    from click.testing import CliRunner
-
-    from rlm.cli import main
-
-    result = CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
-    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
