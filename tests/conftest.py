@@ -16,19 +16,19 @@ source's mtime like any bytecode) lets every child load them instead.
 from __future__ import annotations
 
 import compileall
+import importlib.util
 import os
 import shutil
 import tempfile
-from pathlib import Path
-
-import rlm
-import rlm_sandbox
 
 _STATE = tempfile.mkdtemp(prefix="rlm-tests-state-")
 os.environ["XDG_STATE_HOME"] = _STATE
 
-for _package in (rlm, rlm_sandbox):
-    compileall.compile_dir(Path(_package.__file__).parent, quiet=1)
+for _name in ("rlm", "rlm_sandbox"):  # found, not imported: nothing of rlm runs before the env
+    _spec = importlib.util.find_spec(_name)
+    assert _spec is not None and _spec.submodule_search_locations, _name
+    for _folder in _spec.submodule_search_locations:
+        compileall.compile_dir(_folder, quiet=1)
 
 
 def pytest_sessionfinish() -> None:
