@@ -21,6 +21,10 @@ import os
 import shutil
 import tempfile
 
+# One PostgreSQL server for the whole session: imported into each test module instead,
+# its session-scoped fixture was a separate definition per module, one server each.
+pytest_plugins = ("tests.journal_fixtures",)
+
 _STATE = tempfile.mkdtemp(prefix="rlm-tests-state-")
 os.environ["XDG_STATE_HOME"] = _STATE
 

@@ -128,7 +128,7 @@ async def test_timeout_ends_a_slow_run_with_exit_3(haystack: Path) -> None:
             "--model",
             "fixture",
             "--timeout",
-            "2",
+            "1",
             "--json",
         )
         elapsed = trio.current_time() - started

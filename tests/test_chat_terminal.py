@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlm.fixtures import generate_needle
+from tests.helpers import rlm_in_process
 
 NEEDLE = generate_needle(chars=60_000, seed=5)
 RLM_BIN = str(Path(sys.executable).with_name("rlm"))
@@ -78,9 +79,7 @@ def test_chat_json_lines_from_a_pipe(tmp_path: Path) -> None:
 
 
 def test_chat_with_a_missing_context_file_says_what_to_do(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [RLM_BIN, "chat", "--context-file", str(tmp_path / "nope.txt"), "--provider", "fixture"],
-        input="", capture_output=True, text=True, timeout=60,
-    )
+    done = rlm_in_process("chat", "--context-file", str(tmp_path / "nope.txt"), "--provider",
+                          "fixture", stdin="")
     assert done.returncode == 2
     assert done.stderr.startswith("Error:") and "Traceback" not in done.stderr

@@ -12,7 +12,6 @@ import pytest
 from rlm.errors import JournalError
 from rlm.journal._open import open_store
 from rlm.journal.store import JournalStore, Owner, Spend, Verdict
-from tests.journal_fixtures import pg_server, pg_url  # noqa: F401  (fixtures)
 
 
 class FakeClock:

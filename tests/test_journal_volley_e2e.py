@@ -7,6 +7,7 @@ the tests see which tasks were paid for twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -25,7 +26,7 @@ import trio
 
 from rlm.journal import open_store
 from rlm.testing.server import FixtureServer, FixtureServerOptions
-from tests.journal_fixtures import pg_server, pg_url  # noqa: F401  (fixtures)
+from tests.helpers import rlm_in_process
 
 RLM = [sys.executable, "-m", "rlm"]
 _TASK = re.compile(r"task-(\d{4})")
@@ -212,9 +213,11 @@ async def _pool_with_two_killed(tmp_path: Path, journal: str) -> None:
     """
     tasks = _task_file(tmp_path, 200)
     async with counting_server(0.01, answer_first=60) as (url, server):
-        created = await rlm("volley", "create", "-f", str(tasks), "--journal", journal,
-                            "--output-format", "json", *_send_flags(url, 8))
-        assert created.returncode == 0, created.stderr.decode()
+        # create and show start nothing: the CLI entry in a thread of this process.
+        created = await trio.to_thread.run_sync(functools.partial(
+            rlm_in_process, "volley", "create", "-f", str(tasks), "--journal", journal,
+            "--output-format", "json", *_send_flags(url, 8)))
+        assert created.returncode == 0, created.stderr
         volley_id = json.loads(created.stdout)["volley_id"]
         workers = [
             await trio.lowlevel.open_process(
@@ -245,8 +248,9 @@ async def _pool_with_two_killed(tmp_path: Path, journal: str) -> None:
                     w.kill()
                     await w.wait()
         assert codes == [0, 0]
-        shown = await rlm("volley", "show", volley_id, "--journal", journal,
-                          "--output-format", "json")
+        shown = await trio.to_thread.run_sync(functools.partial(
+            rlm_in_process, "volley", "show", volley_id, "--journal", journal,
+            "--output-format", "json"))
     out = json.loads(shown.stdout)
     assert [t["index"] for t in out["tasks"]] == list(range(1, 201))
     assert all(t["status"] == "succeeded" for t in out["tasks"]), out["summary"]
@@ -268,5 +272,5 @@ async def test_four_sqlite_workers_two_killed(tmp_path: Path) -> None:
     await _pool_with_two_killed(tmp_path, str(tmp_path / "j.sqlite3"))
 
 
-async def test_four_postgresql_workers_two_killed(tmp_path: Path, pg_url: str) -> None:  # noqa: F811
+async def test_four_postgresql_workers_two_killed(tmp_path: Path, pg_url: str) -> None:
     await _pool_with_two_killed(tmp_path, pg_url)

@@ -150,9 +150,10 @@ async def test_a_killed_sandbox_costs_an_error_not_the_host() -> None:
     model = RLM(providers={"root": provider, "sub": provider}, sinks=[track, killer])
     result = await model.acompletion("q", "ctx")
     assert result.answer == "alive"
-    assert "crash" in last_user(provider.root_requests()[2]) or "exited" in last_user(
-        provider.root_requests()[2]
-    )
+    told = last_user(provider.root_requests()[2])
+    # However the loss shows (the next exec frame meets a closed pipe, or the read meets the
+    # exit), the model is told its sandbox was lost and a fresh one is used.
+    assert "a fresh sandbox will be used" in told, told
     assert all(not pid_alive(p) for p in started)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from rlm._profiles import load_profile
 from rlm.errors import UsageError
+from tests.helpers import rlm_in_process
 
 RLM_CMD = [sys.executable, "-m", "rlm"]
 
@@ -95,9 +96,19 @@ def _cli(
                           timeout=60, check=False)
 
 
-def test_config_show_reports_values_and_sources_in_precedence_order(project: Path) -> None:
-    done = _cli(project, "config", "show", "--json", "--profile", "fast-local",
-                env={"RLM_MODEL": "from-env"})
+def _config_in_process(cwd: Path, monkeypatch: pytest.MonkeyPatch, *args: str,
+                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`rlm config ...` (it starts nothing) through the CLI entry in this process."""
+    monkeypatch.chdir(cwd)
+    return rlm_in_process("config", *args,
+                          env={"XDG_CONFIG_HOME": str(cwd / "no-user-config"), **(env or {})})
+
+
+def test_config_show_reports_values_and_sources_in_precedence_order(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = _config_in_process(project, monkeypatch, "show", "--json", "--profile", "fast-local",
+                              env={"RLM_MODEL": "from-env"})
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)["settings"]
     assert shown["model"] == {"value": "from-env", "source": "env RLM_MODEL"}
@@ -120,8 +131,10 @@ def test_a_profile_drives_a_run_and_flags_still_win(project: Path) -> None:
     assert env_profile.returncode == 0 and env_profile.stdout == b"31\n"
 
 
-def test_a_bad_config_file_is_blamed_on_the_file_not_on_profile(tmp_path: Path) -> None:
+def test_a_bad_config_file_is_blamed_on_the_file_not_on_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "rlm.toml").write_text("max_iteration = 3\n")
-    done = _cli(tmp_path, "config", "show")
-    assert done.returncode == 2 and b"rlm.toml: unknown setting 'max_iteration'" in done.stderr
-    assert b"--profile" not in done.stderr.split(b"Error:")[-1]
+    done = _config_in_process(tmp_path, monkeypatch, "show")
+    assert done.returncode == 2 and "rlm.toml: unknown setting 'max_iteration'" in done.stderr
+    assert "--profile" not in done.stderr.split("Error:")[-1]

@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 
 from rlm import RLM
-from tests.helpers import serving
+from tests.helpers import rlm_in_process, serving
 
 RLM_BIN = [sys.executable, "-m", "rlm"]
 
@@ -133,12 +133,8 @@ async def test_without_a_tty_a_large_volley_shows_the_estimate_and_never_asks() 
 
 
 def test_a_volley_without_a_model_says_which_flag_to_give(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "rlm", "volley", "summarise x", "--journal",
-         str(tmp_path / "j.sqlite")],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
-        env={**os.environ, "RLM_MODEL": "", "RLM_PROVIDER": ""},
-    )
+    done = rlm_in_process("volley", "summarise x", "--journal", str(tmp_path / "j.sqlite"),
+                          env={"RLM_MODEL": "", "RLM_PROVIDER": ""}, stdin="")
     assert done.returncode == 2
     assert done.stderr.startswith("Error: no model: pass --model M")
     assert "TypeError" not in done.stderr
