@@ -107,7 +107,7 @@ def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: Fak
 
 
 
-def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> None:  # noqa: F811
+def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> None:
     """Two machines an hour apart: B never reclaims A's live claim, and does reclaim a dead one."""
     clock_a, clock_b = FakeClock(), FakeClock()
     clock_b.now += 3600  # B's clock runs an hour ahead of A's
