@@ -157,9 +157,11 @@ class _CountingGate:
         return Completion(text="ok", model=request.model, input_tokens=1, output_tokens=1)
 
 
-def _bridge(gate: _CountingGate, max_llm_calls: int | None) -> Bridge:
+def _bridge(gate: _CountingGate, max_llm_calls: int | None,
+            call_limit: int | None = None) -> Bridge:
     config = RLM(provider="fixture", max_llm_calls=max_llm_calls).config
     return Bridge(
+        call_limit=call_limit,
         config=config,
         events=EventBus(keep=False),
         gate=cast(Gate, gate),
@@ -199,3 +201,29 @@ def test_a_100k_batch_with_no_budget_flag_is_refused_and_the_run_exits_3() -> No
     assert done.returncode == 3, done.stderr
     assert "a batch of 100000 sub-queries needs 100000 LLM calls" in done.stderr
     assert "--max-iterations" in done.stderr and done.stdout == ""
+
+
+async def test_an_rlm_volley_task_has_its_own_call_ceiling(autojump_clock: Any) -> None:
+    # A volley has no ledger wall by default (it may hold 100,000 tasks); each --rlm
+    # task's code is still bounded like one run.
+    gate = _CountingGate()
+    asker = cast(Call, SimpleNamespace(call_id="t1", parent_id=None, depth=0, iteration=1))
+    bridge = _bridge(gate, None, call_limit=30)
+    assert (await bridge.serve(asker, _batch(20)))["ok"]
+    refused = await bridge.serve(asker, _batch(20))
+    assert not refused["ok"] and refused["kind"] == "budget" and gate.sent == 20
+    assert "this task's ceiling of 30 requests" in refused["error"]
+    assert (await bridge.serve(asker, _batch(10)))["ok"] and gate.sent == 30
+
+
+async def test_a_runaway_rlm_volley_task_ends_at_the_run_limit_and_only_it_fails() -> None:
+    # Served answers never count toward --exec-timeout, and the ledger is lifted here:
+    # only the run's wall-clock limit, applied to each task, can end this loop.
+    looping = _runaway_query("while True:\n    llm_query('x')")
+    model = RLM(provider="fixture", timeout=2, max_llm_calls=None)
+    with trio.fail_after(60):
+        result = await model.avolley([looping, "What is the magic number?"],
+                                     "the magic number is 42. " * 10, rlm=True)
+    runaway, fine = result.tasks
+    assert runaway.status == "failed" and "past the run limit of 2 s" in (runaway.error or "")
+    assert fine.status == "succeeded" and fine.output == "42"

@@ -64,8 +64,13 @@ class Bridge:
         abort: Callable[[RLMError], None],
         deadline: Callable[[], float],
         tools: ToolBox | None = None,
+        call_limit: int | None = None,
     ) -> None:
         self._config = config
+        # Requests this bridge may send in all (an ``--rlm`` volley task's own ceiling,
+        # under the volley's shared ledger); None: the ledger alone decides.
+        self._call_limit = call_limit
+        self._items_sent = 0
         self._tools = tools or ToolBox()
         self._events = events
         self._gate = gate
@@ -119,7 +124,9 @@ class Bridge:
         results: list[str] | None = None
         sent = False
         try:
+            self._check_call_limit(len(items))
             self._budget.check_batch(len(items))
+            self._items_sent += len(items)
             sent = True
             if schema is not None:
                 structured = await self._fan_out(
@@ -172,6 +179,15 @@ class Bridge:
         assert results is not None
         value: str | list[str] = results[0] if fn == "llm_query" else results
         return {"ok": True, "value": value, "error": "", "kind": ""}
+
+    def _check_call_limit(self, items: int) -> None:
+        limit = self._call_limit
+        if limit is not None and self._items_sent + items > limit:
+            left = max(0, limit - self._items_sent)
+            raise BudgetExceeded(
+                f"this task's ceiling of {limit:,} requests would be passed ({items:,} asked, "
+                f"{left:,} left): each --rlm task is bounded like one rlm run"
+            )
 
     async def _fan_out(
         self,

@@ -15,7 +15,7 @@ import trio
 from click.core import ParameterSource
 from rich.console import Console
 
-from rlm._config import RunConfig
+from rlm._config import DEFAULT_MAX_LLM_CALLS, DEFAULT_TIMEOUT, RunConfig
 from rlm._durations import parse_duration
 from rlm._events import Event
 from rlm._run.runtime import load_prices
@@ -81,7 +81,10 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--max-tokens", type=int, help="Output tokens per task (sent to the provider).")
 @click.option("--rlm", "rlm_tasks", is_flag=True,
               help="Run each task as a whole RLM call over the shared context (its own "
-              "sandbox, llm_query_batched, FINAL); the context is loaded once for all.")
+              "sandbox, llm_query_batched, FINAL); the context is loaded once for all.  "
+              f"Each task is bounded like one rlm run: at most {DEFAULT_MAX_LLM_CALLS:,} "
+              f"requests, and {DEFAULT_TIMEOUT / 3600:g} h unless --timeout gives another "
+              "limit.")
 @click.option("--sub-model", help="With --rlm: model for sub-queries [default: --model].")
 @click.option("--max-iterations", type=int, default=20, show_default=True,
               help="With --rlm: root steps per task before it must answer.")

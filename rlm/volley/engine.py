@@ -276,6 +276,8 @@ class Volley:
             yield RlmTaskExecutor(
                 self.config, events=events, gate=gate, budget=self._budget,
                 sandboxes=launcher, context=shared_context(self.context),
+                # A run's wall-clock limit, for each task the volley gives no timeout.
+                default_timeout=None if self.options.timeout else self.config.timeout,
             )
 
     def _warm(self) -> bool:
