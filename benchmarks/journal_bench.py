@@ -36,7 +36,10 @@ def _tasks(n: int) -> list[VolleyTask]:
 
 
 def _config() -> RunConfig:
-    return RunConfig(provider="fixture", model="fixture", max_concurrent=32, root_permits=0)
+    # No call ceiling: the default (5,000) would stop a 10,000-task volley halfway.
+    return RunConfig(
+        provider="fixture", model="fixture", max_concurrent=32, root_permits=0, max_llm_calls=None
+    )
 
 
 Rates = tuple[float, float]  # (tasks per wall second, tasks per CPU second, all threads)
