@@ -11,6 +11,7 @@ import pytest
 
 from rlm.errors import JournalError
 from rlm.journal._open import open_store
+from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from rlm.journal.store import JournalStore, Owner, Spend, Verdict
 
 
@@ -104,7 +105,6 @@ def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: Fak
     assert len(log) == 1 and log[0][2:4] == ("v1", 2) and "host-b/22/wb" in log[0][4]
     # B's late verdict still lands if nobody finished the task first (first verdict wins).
     assert store.finish("v1", [Verdict(2, "done", output="late but first")]) == 1
-
 
 
 def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> None:
@@ -239,21 +239,64 @@ def test_the_shared_context_is_kept_with_its_digest(store: JournalStore) -> None
     assert digest is not None and len(digest) == 64 and store.volley("v2").context_digest is None
 
 
+def _journal_at(path: Path, version: int) -> None:
+    """A SQLite journal as rlm wrote it at schema ``version`` (SCHEMA, then the steps)."""
+    with sqlite3.connect(path) as conn:
+        for statement in SCHEMA:
+            conn.execute(statement)
+        for step in range(2, version + 1):
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(version),))
+    assert version < SCHEMA_VERSION
+
+
+def _schema_version(path: Path) -> str:
+    with sqlite3.connect(path) as conn:
+        return str(conn.execute("SELECT value FROM meta").fetchone()[0])
+
+
 def test_a_version_1_journal_is_migrated_forward(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
-    open_store(str(path)).close()
-    with sqlite3.connect(path) as conn:  # what version 1 had
-        conn.execute("DROP TABLE volley_context")
-        conn.execute("DROP TABLE workers")
-        conn.execute("ALTER TABLE volleys DROP COLUMN spent_input")
-        conn.execute("ALTER TABLE volleys DROP COLUMN spent_output")
-        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    _journal_at(path, 1)
     store = open_store(str(path))
     store.create_volley("v1", {}, _tasks(1), context=["c"])
     assert store.context("v1") == ["c"]
     store.close()
+    assert _schema_version(path) == str(SCHEMA_VERSION)
+
+
+def test_a_version_2_journal_keeps_its_tasks_and_indexes_only_open_ones(tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    _journal_at(path, 2)
+    with sqlite3.connect(path) as conn:  # a half-run volley, written by version 2
+        conn.execute("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
+        conn.executemany(
+            "INSERT INTO tasks (volley_id, idx, spec, status, claimed_host, claimed_pid, "
+            "claimed_worker) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                ("v", 1, '{"index": 1}', "done", None, None, None),
+                ("v", 2, '{"index": 2}', "in_progress", "h", 9, "gone"),
+                ("v", 3, '{"index": 3}', "open", None, None, None),
+                ("v", 4, '{"index": 4}', "open", None, None, None),
+            ],
+        )
+    store = open_store(str(path))
+    assert _schema_version(path) == str(SCHEMA_VERSION)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta").fetchone() == ("2",)
+        indexes = {
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' "
+                "AND sql IS NOT NULL"
+            )
+        }
+    assert indexes == {"open_tasks"}
+    assert [t["index"] for t in store.claim_specs("v", A, 5)] == [3, 4]
+    assert store.held_elsewhere("v", A) == 1
+    assert store.finish("v", [Verdict(3, "done", output="x"), Verdict(4, "failed")]) == 2
+    assert [t.status for t in store.tasks("v")] == ["done", "in_progress", "done", "failed"]
+    store.close()
 
 
 def test_many_connections_may_open_a_new_journal_at_once(tmp_path: Path) -> None:

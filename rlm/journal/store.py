@@ -441,19 +441,21 @@ class JournalStore:
 
         return self._tx(work)
 
-    def heartbeat(self, owner: Owner) -> int:
+    def heartbeat(self, owner: Owner, volley_id: str | None = None) -> int:
         """Refresh ``owner``'s liveness and the heartbeat of every task it holds.
 
-        Returns how many tasks it holds.
+        Returns how many tasks it holds.  Given the volley, only its rows are
+        read (no index serves a worker's claims: see schema version 3).
         """
         now = self.now()
+        scope, params = ("volley_id = ? AND ", (volley_id,)) if volley_id else ("", ())
 
         def work(tx: Tx) -> int:
             tx.run("UPDATE workers SET heartbeat_at = ? WHERE worker = ?", (now, owner.worker))
             return tx.run(
-                "UPDATE tasks SET heartbeat_at = ? "
-                "WHERE claimed_worker = ? AND status = 'in_progress'",
-                (now, owner.worker),
+                f"UPDATE tasks SET heartbeat_at = ? WHERE {scope}"
+                "claimed_worker = ? AND status = 'in_progress'",
+                (now, *params, owner.worker),
             )
 
         return self._tx(work)

@@ -208,7 +208,7 @@ class JournalWorker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(self.stale_timeout / 4)
-            await self._run_sync(self.store.heartbeat, self.owner)
+            await self._run_sync(self.store.heartbeat, self.owner, self.volley_id)
             live = await self._run_sync(self.store.live_workers, self.volley_id, self.stale_timeout)
             self.on_workers(live)
 
