@@ -427,7 +427,14 @@ class JournalStore:
             )
             for v in verdicts
         ]
-        total = sum((v.spend for v in verdicts), Spend())
+        spends = [v.spend for v in verdicts]
+        # Summed field by field: one Spend, not one per verdict (a fast volley's hot path).
+        total = Spend(
+            sum(s.cost for s in spends),
+            sum(s.calls for s in spends),
+            sum(s.input_tokens for s in spends),
+            sum(s.output_tokens for s in spends),
+        )
 
         def work(tx: Tx) -> int:
             written = tx.many(
