@@ -360,7 +360,9 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
         reason = result.error or {
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
-        say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
+        # A limit's own message may already say how to lift it: say it once.
+        hint = "" if "lifts it" in reason else _NEXT_STEP.get(result.status, "")
+        say(f"Error: {reason}{hint}")
         from rlm.cli._progress import format_cost
 
         usage = result.usage
