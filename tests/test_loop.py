@@ -153,7 +153,9 @@ async def test_a_killed_sandbox_costs_an_error_not_the_host() -> None:
     told = last_user(provider.root_requests()[2])
     # However the loss shows (the next exec frame meets a closed pipe, or the read meets the
     # exit), the model is told its sandbox was lost and a fresh one is used.
-    assert "a fresh sandbox will be used" in told, told
+    # (a crash met mid-step says "a fresh sandbox will be used"; a death found before the
+    # next step runs that step in a fresh one and says so in its output)
+    assert "fresh sandbox" in told and "variables from earlier steps are gone" in told, told
     assert all(not pid_alive(p) for p in started)
 
 

@@ -9,6 +9,7 @@ After too many losses in one call the call fails instead of looping.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import trio
@@ -22,6 +23,10 @@ from rlm_sandbox.protocol import BridgeAnswer
 __all__ = ["SandboxSlot"]
 
 MAX_SANDBOX_FAILURES = 3
+_LOST_NOTE = (
+    "[note: the sandbox of the earlier steps was lost between steps; this code ran in a "
+    "fresh sandbox, and variables from earlier steps are gone]\n"
+)
 
 
 class SandboxSlot:
@@ -35,6 +40,7 @@ class SandboxSlot:
         self._ready: trio.Event | None = None
         self._error: SandboxError | None = None
         self._failures = 0
+        self._used = False  # whether the current sandbox ran any code (has variables)
         self.executing = False
 
     @property
@@ -52,6 +58,7 @@ class SandboxSlot:
         ready = trio.Event()
         self._ready = ready
         self._error = None
+        self._used = False
 
         async def spawn() -> None:
             try:
@@ -69,6 +76,10 @@ class SandboxSlot:
         self, code: str, nursery: trio.Nursery, on_bridge: BridgeHandler, limit: float
     ) -> ExecResult:
         """Run ``code``; a timeout or crash becomes an error result and a fresh sandbox."""
+        # A sandbox that ran earlier steps and died since (killed from outside, or cut
+        # off when a session's query was interrupted): the code runs in a fresh one,
+        # and the model is told why its variables are gone.
+        lost = self._used and self._sandbox is not None and not self._sandbox.alive
         if self._ready is None or (self._sandbox is not None and not self._sandbox.alive):
             await self.discard()
             self.spawn(nursery)
@@ -79,8 +90,15 @@ class SandboxSlot:
             raise SandboxCrashed(f"no sandbox for call {self._owner.call_id}: {self._error}")
         started = trio.current_time()
         self.executing = True
+        self._used = True
         try:
-            return await sandbox.execute(code, on_bridge, limit=limit)
+            result = await sandbox.execute(code, on_bridge, limit=limit)
+            if not lost:
+                return result
+            return dataclasses.replace(
+                result, output=_LOST_NOTE + result.output,
+                output_chars=result.output_chars + len(_LOST_NOTE),
+            )
         except trio.Cancelled:
             # Cut off mid-execution, it would go on running this code: a session's next
             # query must not get it (the next execute finds it dead and starts afresh).
