@@ -137,9 +137,10 @@ class SlowReapLauncher(LineLauncher):
         return self.opened[-1]
 
 
-async def test_a_childs_answer_goes_up_before_its_sandbox_is_reaped(
-    autojump_clock: trio.abc.Clock,
-) -> None:
+def _two_children_slow_to_reap() -> tuple[Run, SlowReapLauncher]:
+    """A depth-2 run whose root asks two child calls (1 s steps), on sandboxes that take
+    5 s to reap."""
+
     def reply(request: CompletionRequest) -> str:
         steps = [repl("batch 2"), "FINAL(root)"] if request.call_id == "root" else ["FINAL(c)"]
         turns = sum(1 for m in request.messages if m["role"] == "assistant")
@@ -148,6 +149,13 @@ async def test_a_childs_answer_goes_up_before_its_sandbox_is_reaped(
     run = Run(FunctionProvider.scripted(reply, latency=lambda r: 1.0), max_depth=2)
     launcher = SlowReapLauncher()
     run.parts = dataclasses.replace(run.parts, sandboxes=launcher)
+    return run, launcher
+
+
+async def test_a_childs_answer_goes_up_before_its_sandbox_is_reaped(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    run, launcher = _two_children_slow_to_reap()
     outcome = await Call.root(run.parts, "q", "ctx").run()
     assert outcome.answer == "root"
     # The children answer at 2.0; their 5 s of reaping is not on the root's path.
@@ -163,14 +171,7 @@ async def test_a_sessions_children_are_reaped_before_its_query_returns(
 ) -> None:
     # A session's root keeps its sandbox in the session's nursery; its children's sandboxes
     # are still reaped before the query returns, not left to the session.
-    def reply(request: CompletionRequest) -> str:
-        steps = [repl("batch 2"), "FINAL(root)"] if request.call_id == "root" else ["FINAL(c)"]
-        turns = sum(1 for m in request.messages if m["role"] == "assistant")
-        return steps[min(turns, len(steps) - 1)]
-
-    run = Run(FunctionProvider.scripted(reply, latency=lambda r: 1.0), max_depth=2)
-    launcher = SlowReapLauncher()
-    run.parts = dataclasses.replace(run.parts, sandboxes=launcher)
+    run, launcher = _two_children_slow_to_reap()
     async with trio.open_nursery() as session:
         slot = SandboxSlot(launcher, "ctx", SandboxIdentity("root", None, 0))
         carry = SessionCarry(slot=slot, nursery=session)

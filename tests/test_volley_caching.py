@@ -15,18 +15,26 @@ from rlm.volley.layout import RequestLayout
 BIG = "the magic number is 7. " * 400
 
 
-async def test_anthropic_marks_the_end_of_the_shared_context_and_counts_cache_writes() -> None:
-    bodies: list[dict[str, object]] = []
+def _anthropic(bodies: list[dict[str, object]], *, fresh: int, output: int, read: int,
+               written: int) -> AnthropicProvider:
+    """Anthropic's provider over a mock transport that keeps each request body and
+    answers with this usage."""
 
     def handler(req: httpx2.Request) -> httpx2.Response:
         bodies.append(json.loads(req.content))
-        usage = {"input_tokens": 5, "output_tokens": 3, "cache_read_input_tokens": 2000,
-                 "cache_creation_input_tokens": 40}
+        usage = {"input_tokens": fresh, "output_tokens": output,
+                 "cache_read_input_tokens": read, "cache_creation_input_tokens": written}
         return httpx2.Response(200, json={"model": "claude-sonnet-4", "usage": usage,
                                           "content": [{"type": "text", "text": "ok"}]})
 
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    provider = AnthropicProvider(client, "https://api.anthropic.com", api_key="k")
+    return AnthropicProvider(client, "https://api.anthropic.com", api_key="k")
+
+
+async def test_anthropic_marks_the_end_of_the_shared_context_and_counts_cache_writes() -> None:
+    bodies: list[dict[str, object]] = []
+
+    provider = _anthropic(bodies, fresh=5, output=3, read=2000, written=40)
     layout = RequestLayout([BIG], model="claude-sonnet-4")
     done = await provider.complete(layout.request(VolleyTask(1, "the task"), "t1"))
     body = bodies[0]
@@ -45,14 +53,7 @@ async def test_a_short_prefix_gets_no_breakpoint() -> None:
 
 
 async def test_anthropic_cache_writes_are_priced_at_1_25_times_the_input_rate() -> None:
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 1000,
-                 "cache_creation_input_tokens": 2000}
-        return httpx2.Response(200, json={"model": "claude-sonnet-4", "usage": usage,
-                                          "content": [{"type": "text", "text": "ok"}]})
-
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    provider = AnthropicProvider(client, "https://api.anthropic.com", api_key="k")
+    provider = _anthropic([], fresh=100, output=10, read=1000, written=2000)
     request = RequestLayout([BIG], model="claude-sonnet-4").request(VolleyTask(1, "t"), "t1")
     done = await provider.complete(request)
     assert done.metadata["cache_write_tokens"] == 2000 and done.input_tokens == 3100

@@ -161,7 +161,8 @@ class Budget:
             if committed + cost_est > limits.max_cost:
                 raise BudgetExceeded(
                     f"--max-cost ${limits.max_cost:g} reached (${committed:.4f} spent or "
-                    f"reserved; this request would add about ${cost_est:.4f})"
+                    f"reserved; this request would add about ${cost_est:.4f}; raise "
+                    "--max-cost to go further)"
                 )
         ticket = Ticket(request.model, request.lane, request.depth, input_est, output_est, cost_est)
         self._move(self.reserved, ticket, +1)
@@ -246,7 +247,7 @@ class Budget:
         if limit is not None and committed + estimate > limit:
             raise BudgetExceeded(
                 f"{flag} {limit:,} reached ({committed:,} used or reserved; this request "
-                f"needs about {estimate:,} more)"
+                f"needs about {estimate:,} more; raise {flag} to go further)"
             )
 
     @staticmethod

@@ -360,9 +360,7 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
         reason = result.error or {
             "iterations": "the root call gave no final answer within --max-iterations",
         }.get(result.status, result.status)
-        # A limit's own message may already say how to lift it: say it once.
-        hint = "" if "lifts it" in reason else _NEXT_STEP.get(result.status, "")
-        say(f"Error: {reason}{hint}")
+        say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
         from rlm.cli._progress import format_cost
 
         usage = result.usage
@@ -375,9 +373,9 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
         )
 
 
-# What a person can do about a run that a limit ended.
+# What a person can do about a run that a limit ended (a budget's own message says
+# which limit to raise).
 _NEXT_STEP = {
-    "budget_exceeded": " (raise that limit to let the run go further)",
     "iterations": " (raise --max-iterations, or ask a narrower question)",
 }
 
