@@ -182,7 +182,13 @@ class AsyncSession:
                 "variables": json.loads(data),
                 "skipped": skipped,
             }
-            await trio.to_thread.run_sync(_write_atomically, Path(path), json.dumps(document))
+            try:
+                await trio.to_thread.run_sync(_write_atomically, Path(path), json.dumps(document))
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot save the session to {path}: {exc.strerror or exc} (pick a "
+                    "writable folder that exists)"
+                ) from None
             return skipped
 
     # -- helpers ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -83,3 +84,62 @@ def test_chat_with_a_missing_context_file_says_what_to_do(tmp_path: Path) -> Non
                           "fixture", stdin="")
     assert done.returncode == 2
     assert done.stderr.startswith("Error:") and "Traceback" not in done.stderr
+
+
+TOOLS_MODULE = '''
+import time
+
+
+def lookup(key: str) -> str:
+    """Upper-case a key."""
+    return key.upper()
+
+
+def slow(seconds: float) -> float:
+    """Sleep on the host."""
+    time.sleep(seconds)
+    return seconds
+'''
+
+
+def test_chat_tools_from_a_module_in_the_current_folder(tmp_path: Path) -> None:
+    # The console script's sys.path holds its bin folder, not the person's folder: a
+    # mytools.py next to them was "No module named 'mytools'".
+    (tmp_path / "v16tools_cwd.py").write_text(TOOLS_MODULE)
+    (tmp_path / "big.txt").write_text(NEEDLE.text)
+    done = subprocess.run(
+        [RLM_BIN, "chat", "--context-file", "big.txt", "--provider", "fixture", "--json",
+         "--tools", "v16tools_cwd:lookup"],
+        input="Call lookup('abc')\nCall lookup(5)\n", capture_output=True, text=True,
+        timeout=60, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line)["answer"] for line in done.stdout.splitlines()]
+    assert answers == ["ABC", "ToolError: lookup: argument 'key': 5 is not of type 'string'"]
+
+
+def test_chat_tools_and_save_mistakes_are_clear_errors_before_the_chat_starts(
+    tmp_path: Path,
+) -> None:
+    context = tmp_path / "big.txt"
+    context.write_text("small")
+    (tmp_path / "v16tools_broken.py").write_text("def f(:\n")
+    (tmp_path / "v16tools_raises.py").write_text("raise RuntimeError('no database here')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        for extra, message in [
+            (["--tools", "v16tools_broken:f"],
+             "--tools 'v16tools_broken:f': importing v16tools_broken failed: SyntaxError"),
+            (["--tools", "v16tools_raises:f"],
+             "importing v16tools_raises failed: RuntimeError: no database here"),
+            (["--tools", "v16tools_absent:f"], "cannot import 'v16tools_absent'"),
+            (["--save", str(tmp_path / "no" / "such" / "s.json")], "does not exist; create it"),
+        ]:
+            done = rlm_in_process("chat", "--context-file", str(context), "--provider",
+                                  "fixture", *extra, stdin="What is the magic number?\n")
+            assert done.returncode == 2, (extra, done.stderr)
+            assert done.stderr.startswith("Error: ") and message in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr
+            assert done.stdout == ""  # refused before any question was answered
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -111,6 +111,8 @@ def test_a_saved_session_refuses_another_context(tmp_path: Path) -> None:
     with RLM(provider="fixture").session(TEXT) as session:
         session.completion("What is the magic number?")
         session.save(saved)
+        with pytest.raises(UsageError, match=r"cannot save the session to .*No such file"):
+            session.save(tmp_path / "no" / "session.json")  # was a FileNotFoundError
     with pytest.raises(UsageError, match="context differs"):
         RLM.load_session(str(saved), TEXT + "x")
     document = json.loads(saved.read_text())

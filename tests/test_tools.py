@@ -144,6 +144,8 @@ def test_tools_that_cannot_be_offered_are_refused_at_registration() -> None:
             make_tool(function)
     with pytest.raises(UsageError, match="two tools are named 'lookup'"):
         ToolBox([lookup, lookup])
+    with pytest.raises(UsageError, match="takes functions; got the str 'lookup'"):
+        ToolBox(["lookup"])  # type: ignore[list-item]
 
 
 async def test_an_unknown_tool_name_lists_the_tools() -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -168,10 +170,22 @@ def load_tool(spec: str) -> Callable[..., Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"--tools {spec!r}: expected module:function, e.g. mytools:lookup")
+    # The rlm console script's sys.path starts at its own bin folder, not where the
+    # person runs it: a mytools.py next to them is found as `python -m` would find it
+    # (appended, so it never shadows an installed module).
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--tools {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise UsageError(
+            f"--tools {spec!r}: cannot import {module_name!r}: {exc} (run rlm from the folder "
+            "that holds it, or add that folder to PYTHONPATH)"
+        ) from None
+    except Exception as exc:  # the user's module failed while importing: its own error
+        raise UsageError(
+            f"--tools {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from None
     function = getattr(module, attr, None)
     if not callable(function):
         raise UsageError(f"--tools {spec!r}: {module_name} has no function {attr!r}")
@@ -184,6 +198,11 @@ class ToolBox:
     def __init__(self, tools: Iterable[HostTool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, HostTool] = {}
         for item in tools:
+            if not isinstance(item, HostTool) and not callable(item):
+                raise UsageError(
+                    f"tools=[...] takes functions; got the {type(item).__name__} {item!r} "
+                    "(for a function named by module:function, import it first)"
+                )
             tool = item if isinstance(item, HostTool) else make_tool(item)
             if tool.name in self._tools:
                 raise UsageError(f"two tools are named {tool.name!r}")

@@ -17,7 +17,7 @@ from rlm.cli._errors import fail
 from rlm.cli._profile_option import profile_only_settings
 from rlm.cli._terminal import answer_for_stdout, say
 from rlm.cli.run_cmd import run
-from rlm.errors import RLMError
+from rlm.errors import RLMError, UsageError
 from rlm.providers.keys import missing_key_message
 
 __all__ = ["chat"]
@@ -65,6 +65,8 @@ def _chat(
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     interactive = sys.stdin.isatty() and not as_json
     try:
+        if save is not None:
+            _check_writable(save)
         functions = [load_tool(spec) for spec in tools]
         model = RLM(api_key=api_key, tools=functions, **settings)
         if not api_key:
@@ -92,6 +94,15 @@ def _chat(
     finally:
         session.close()
     sys.exit(exit_code)
+
+
+def _check_writable(path: str) -> None:
+    """Refuse a --save path that cannot be written before the chat starts, not after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--save {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK) or os.path.isdir(path):
+        raise UsageError(f"--save {path}: cannot write there; pick a file in a writable folder")
 
 
 def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
