@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,31 +37,59 @@ def _wait_for(name: str, text: str, seconds: float = 30) -> str:
     raise AssertionError(f"{text!r} never appeared; the screen:\n{_screen(name)}")
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.skipif(
+    shutil.which("tmux") is None,
+    reason="tmux is not installed (.ci/run installs it: apt-get install tmux)",
+)
 def test_chat_at_a_terminal_prompt(tmp_path: Path) -> None:
-    context = tmp_path / "big.txt"
-    context.write_text(NEEDLE.text)
+    (tmp_path / "big.txt").write_text(NEEDLE.text)
+    started = tmp_path / "tool-started"
+    (tmp_path / "v16tools_tty.py").write_text(
+        TOOLS_MODULE + f"\n\ndef stuck() -> str:\n    open({str(started)!r}, 'w').close()\n"
+        "    time.sleep(3600)\n    return 'never'\n"
+    )
     name = f"rlm-chat-{uuid.uuid4().hex[:8]}"
-    chat = f"{RLM_BIN} chat --context-file {context} --provider fixture"
+    chat = f"{RLM_BIN} chat --context-file big.txt --provider fixture --tools v16tools_tty:stuck"
+    chat += " --tools v16tools_tty:lookup"
     command = f"{chat}; echo EXITED $?; sleep 60"  # the pane stays to be read
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "40", command], check=True
+        ["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "40", "-c", str(tmp_path),
+         command],
+        check=True,
     )
     try:
         _wait_for(name, "rlm>")
-        subprocess.run(["tmux", "send-keys", "-t", name, "What is the magic number?", "Enter"],
-                       check=True)
+        _send(name, "What is the magic number?")
         _wait_for(name, NEEDLE.answer)
-        subprocess.run(
-            ["tmux", "send-keys", "-t", name, "How many chunks did you search?", "Enter"],
-            check=True,
-        )
-        screen = _wait_for(name, "\n16\n")
+        _send(name, "How many chunks did you search?")
+        _wait_for(name, "\n16\n")
+        # Ctrl-C while the query's code is running (a host tool that never returns):
+        # the query is cancelled, the prompt comes back and the session goes on.  The
+        # sandbox that was running the code is killed, so its variables are gone (the
+        # model is told); a Ctrl-C during a model request keeps them.
+        _send(name, "Call stuck()")
+        _wait_until(started.exists, "the tool never started")
+        subprocess.run(["tmux", "send-keys", "-t", name, "C-c"], check=True)
+        _wait_for(name, "(cancelled)")
+        _send(name, "Call lookup('abc')")
+        screen = _wait_for(name, "lookup('abc')\nABC\n")
         assert "Traceback" not in screen
         subprocess.run(["tmux", "send-keys", "-t", name, "C-d"], check=True)
-        screen = _wait_for(name, "EXITED 0")
+        _wait_for(name, "EXITED 0")  # the abandoned tool thread does not hold the exit
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def _send(name: str, line: str) -> None:
+    subprocess.run(["tmux", "send-keys", "-t", name, line, "Enter"], check=True)
+
+
+def _wait_until(condition: Callable[[], bool], message: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(message)
+        time.sleep(0.05)
 
 
 def test_chat_json_lines_from_a_pipe(tmp_path: Path) -> None:
