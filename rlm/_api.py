@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rlm import prompts
 from rlm._config import DEFAULTS, ProviderName, RunConfig, TraceContent
 from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
 from rlm._run.call import CallOutcome, SessionCarry
 from rlm._run.context import Context, context_chars
-from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget
+from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget, root_system_prompt
 from rlm._run.schema import SchemaError, normalise_schema
 from rlm._run.tools import HostTool, ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
@@ -437,7 +436,7 @@ class RLM:
             context_docs=1 if isinstance(context, str) else len(context),
             config=public,
             wall_time=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            system_prompt=prompts.load("system"),
+            system_prompt=root_system_prompt(self._tools),  # what the root is sent
         )
 
     @asynccontextmanager

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from rlm import RLM
+from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers.fixture import FixtureProvider
 
 CALLS: list[tuple[str, int]] = []
 
@@ -53,14 +55,23 @@ def test_a_tool_cannot_be_handed_a_sandbox_object() -> None:
 
 
 def test_the_system_prompt_lists_each_tool_with_its_signature_and_docstring() -> None:
-    result = RLM(provider="fixture", tools=[lookup]).completion("Call lookup('k')", "ctx")
-    assert result.status == "answered"
-    started = next(e for e in result.trace if e["event"] == "call_started")
-    assert started["call_id"] == "root"
-    from rlm._run.tools import ToolBox
+    sent: list[str] = []
 
-    listed = ToolBox([lookup]).describe()
-    assert "- `lookup(key: str, limit: int = 2) -> dict[str, object]`: Look a key up" in listed
+    class Recording(FixtureProvider):
+        async def complete(self, request: CompletionRequest) -> Completion:
+            if request.lane == "root":
+                sent.append(request.messages[0]["content"])
+            return await super().complete(request)
+
+    provider = Recording()
+    model = RLM(providers={"root": provider, "sub": provider}, tools=[lookup])
+    result = model.completion("Call lookup('k')", "ctx")
+    assert result.answer == "{'key': 'k', 'hits': ['K', 'K']}"
+    entry = "- `lookup(key: str, limit: int = 2) -> dict[str, object]`: Look a key up"
+    assert sent and all(entry in system for system in sent)
+    # The trace's copy of the system prompt is the one the root was sent (it lacked the tools).
+    started = next(e for e in result.trace if e["event"] == "run_started")
+    assert started["system_prompt"] == sent[0]
 
 
 def test_arguments_nested_past_the_hosts_json_depth_are_a_tool_error_not_a_crash() -> None:

@@ -37,7 +37,7 @@ from rlm._traffic.usage import Usage
 from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, SettingError
 from rlm.providers.base import CompletionRequest, Lane, Provider
 
-__all__ = ["RunOutcome", "Runtime", "default_launcher"]
+__all__ = ["RunOutcome", "Runtime", "default_launcher", "root_system_prompt"]
 
 # Short on purpose: the extract step must fit where a full step did not.
 _EXTRACT_SYSTEM = (
@@ -108,12 +108,9 @@ class Runtime:
             deadline=self._current_deadline,
             tools=tools,
         )
-        system = prompts.load("system")
-        if tools:
-            system = f"{system}\n\n{tools.describe()}"
         self._parts = CallParts(
             config, events, self.gate, self.sandboxes, bridge, self.abort,
-            system_prompt=system, answer_schema=answer_schema,
+            system_prompt=root_system_prompt(tools), answer_schema=answer_schema,
         )
         #: The root call of the last run (its ``data`` holds a structured answer).
         self.root: Call | None = None
@@ -261,6 +258,12 @@ class Runtime:
             self._error = exc
         if self._run_scope is not None:
             self._run_scope.cancel()
+
+
+def root_system_prompt(tools: ToolBox) -> str:
+    """The root model's system prompt: the built-in one, then the host tools' list."""
+    system = prompts.load("system")
+    return f"{system}\n\n{tools.describe()}" if tools else system
 
 
 _COMPACT_SYSTEM = (
