@@ -7,7 +7,8 @@ queries.  When the conversation would pass ``max_history_chars``, its older
 steps are compacted into a summary by the root model (a ``history_compacted``
 event) while the REPL variables stay.
 
-:class:`AsyncSession` is the trio form (``async with model.asession(ctx)``).
+:class:`AsyncSession` is the trio form (``async with model.asession(ctx) as s:``, then
+``await s.acompletion(query)``).
 :class:`Session` is the blocking form: it runs an :class:`AsyncSession` in a
 trio loop on a thread of its own, so it can live between calls of plain code.
 ``save(path)`` writes the conversation and the plain-data variables (str,
@@ -151,6 +152,10 @@ class AsyncSession:
                 raise
             self._count(result)
             return result
+
+    async def acompletion(self, query: str) -> RunResult:
+        """:meth:`completion` under the name :meth:`RLM.acompletion` has (both are awaited)."""
+        return await self.completion(query)
 
     def interrupt(self) -> None:
         """Stop the query in progress (it ends ``interrupted``); the session stays open."""

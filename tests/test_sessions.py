@@ -63,6 +63,18 @@ def test_a_follow_up_uses_variables_of_the_previous_query_and_close_kills_the_sa
         session.completion("again?")
 
 
+async def test_an_async_session_in_a_trio_loop_keeps_its_variables_and_its_block_kills_it(
+) -> None:
+    async with RLM(provider="fixture").asession(TEXT) as session:
+        first = await session.acompletion("What is the magic number?")
+        follow = await session.acompletion("How many chunks did you search?")
+        assert sandbox_children()
+    assert (first.answer, follow.answer) == (NEEDLE.answer, "16")
+    assert sandbox_children() == []
+    with pytest.raises(UsageError, match="session is closed"):
+        await session.acompletion("again?")
+
+
 def test_the_follow_up_request_does_not_resend_the_context_description() -> None:
     seen: list[list[dict[str, str]]] = []
 
