@@ -64,6 +64,9 @@ def test_api_errors_name_python_parameters(settings: dict[str, object], message:
         (["--provider", "fixture", "--max-depth", "0"], "--max-depth must be a positive integer"),
         (["--provider", "fixture", "--root-permits", "8"], "--root-permits (8) must be less"),
         (["--provider", "openai", "--model", ""], "no model: pass --model M (or set RLM_MODEL)"),
+        # No --model at all (and no RLM_MODEL): the same message, not a type error about None.
+        (["--provider", "openai"], "no model: pass --model M (or set RLM_MODEL)"),
+        (["--provider", "anthropic"], "no model: pass --model M (or set RLM_MODEL)"),
     ],
 )
 def test_cli_errors_name_flags(args: list[str], message: str) -> None:

@@ -189,6 +189,12 @@ def test_a_model_name_alone_uses_the_vendor_endpoint_and_asks_for_a_key(
     assert "step 1" not in done.stderr  # nothing was sent
 
 
+def test_chat_without_a_model_names_the_flag(needle: Path) -> None:
+    done = rlm_in_process("chat", "--context-file", str(needle), stdin="")
+    assert done.returncode == 2
+    assert "Error: no model: pass --model M (or set RLM_MODEL)" in done.stderr, done.stderr
+
+
 # 12. Output polish ------------------------------------------------------------------------------
 
 

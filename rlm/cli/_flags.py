@@ -11,7 +11,7 @@ import click
 
 from rlm.errors import SettingError, SettingNamer
 
-__all__ = ["flag_namer", "usage_message"]
+__all__ = ["flag_namer", "model_or_blank", "usage_message"]
 
 
 def flag_namer(command: click.Command) -> SettingNamer:
@@ -37,3 +37,9 @@ def usage_message(exc: Exception, command: click.Command) -> str:
     if isinstance(exc, SettingError):
         return exc.spelled(flag_namer(command))
     return str(exc)
+
+
+def model_or_blank(provider: str, model: str | None) -> str:
+    """``--model`` as given; without it the fixture's own name, else "" (the endpoint
+    check then says which flag to pass, where ``None`` would be a type error about None)."""
+    return model or ("fixture" if provider == "fixture" else "")

@@ -14,6 +14,7 @@ from rlm._run.tools import load_tool
 from rlm._session import Session
 from rlm.cli._context_input import context_paths, read_context
 from rlm.cli._errors import fail
+from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._profile_option import profile_only_settings
 from rlm.cli._terminal import answer_for_stdout, say
 from rlm.cli.run_cmd import run
@@ -59,8 +60,7 @@ def _chat(
           rlm chat --context-file big.txt --provider fixture --json
     """
     settings.update(profile_only_settings())
-    if settings["provider"] == "fixture" and not settings["model"]:
-        settings["model"] = "fixture"
+    settings["model"] = model_or_blank(settings["provider"], settings["model"])
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
     interactive = sys.stdin.isatty() and not as_json
@@ -79,7 +79,7 @@ def _chat(
         else:
             session = model.session(context)
     except RLMError as exc:
-        fail(str(exc), exc.exit_code, as_json=as_json)
+        fail(usage_message(exc, chat), exc.exit_code, as_json=as_json)
     exit_code = 0
     try:
         if interactive:

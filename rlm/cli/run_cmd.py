@@ -14,7 +14,7 @@ import click
 from rlm._config import DEFAULTS, PROVIDERS, TraceContent
 from rlm._sizes import format_size
 from rlm.cli._errors import fail
-from rlm.cli._flags import usage_message
+from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._limits import memory_size, optional_count, optional_duration
 from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._terminal import answer_for_stdout, plural, say
@@ -284,8 +284,7 @@ def run(
     from rlm.cli.doctor_cmd import require_isolation
 
     settings.update(profile_only_settings())
-    if settings["provider"] == "fixture" and not settings["model"]:
-        settings["model"] = "fixture"
+    settings["model"] = model_or_blank(settings["provider"], settings["model"])
     if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
         importlib.import_module("rlm.providers._http").load_http_transport()
     vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"

@@ -20,7 +20,7 @@ from rlm._durations import parse_duration
 from rlm._events import Event
 from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
-from rlm.cli._flags import usage_message
+from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._history import RunKeeper
 from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
@@ -278,9 +278,7 @@ def _context_list(paths: tuple[str, ...], encoding: str) -> list[str]:
 
 
 def _config(settings: dict[str, Any], file_cap: int | None) -> RunConfig:
-    # No --model: "" (the endpoint check below says which flag to give); fixture needs none.
-    fixture = settings["provider"] == "fixture"
-    settings["model"] = settings["model"] or ("fixture" if fixture else "")
+    settings["model"] = model_or_blank(settings["provider"], settings["model"])
     vendor = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     profile_cap = settings.pop("profile_max_concurrent", None)
     settings["max_concurrent"] = (
