@@ -24,6 +24,7 @@ from rlm._session import AsyncSession, Session, read_saved_session
 from rlm._status import RunStatus
 from rlm._trace import TraceWriter
 from rlm._traffic.usage import Usage
+from rlm._trio_only import require_trio
 from rlm.errors import (
     Interrupted,
     LimitExceeded,
@@ -214,9 +215,9 @@ class RLM:
         """
         from rlm.streaming.run import stream_events
 
-        return stream_events(
+        return _under_trio("RLM.astream", stream_events(
             lambda merger: self.acompletion(query, context, stream=merger), capacity
-        )
+        ))
 
     async def acompletion(
         self,
@@ -235,7 +236,7 @@ class RLM:
         trio; under asyncio, run the blocking :meth:`completion` in a thread:
         ``await asyncio.to_thread(model.completion, query, context)``.
         """
-        _require_trio()
+        require_trio("RLM.acompletion", _IN_A_THREAD.format("completion, query, context"))
         return await self._arun(query, context, stream=stream, schema=schema)
 
     async def _arun(
@@ -337,6 +338,7 @@ class RLM:
         self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
     ) -> VolleyResult:
         """Like :meth:`volley`, inside a running trio loop."""
+        require_trio("RLM.avolley", _IN_A_THREAD.format("volley, tasks, context"))
         run = self._make_volley(tasks, context, **options)
         self._volley = run
         try:
@@ -359,6 +361,7 @@ class RLM:
         """
         from rlm.volley.api import stream_volley
 
+        require_trio("RLM.iter_volley", _IN_A_THREAD.format("volley, tasks, context"))
         async with stream_volley(
             lambda on_result: self._make_volley(tasks, context, on_result=on_result, **options)
         ) as stream:
@@ -381,10 +384,10 @@ class RLM:
         """
         from rlm.streaming.run import stream_events
 
-        return stream_events(
+        return _under_trio("RLM.avolley_stream", stream_events(
             lambda merger: self._make_volley(tasks, context, stream=merger, **options).run(),
             capacity,
-        )
+        ))
 
     def _make_volley(
         self, tasks: Iterable[TaskInput], context: Context | None, **options: Any
@@ -509,16 +512,19 @@ def _saw_fixture(events: list[Event]) -> bool:
     )
 
 
-def _require_trio() -> None:
-    """UsageError, not a trio-internal RuntimeError, when awaited outside trio (asyncio)."""
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        raise UsageError(
-            "RLM.acompletion runs under trio, not asyncio or another event loop: call it "
-            "inside trio.run(...), or from asyncio use "
-            "`await asyncio.to_thread(model.completion, query, context)`"
-        ) from None
+#: What an asyncio program does instead of awaiting an entry: the blocking call, in a thread.
+_IN_A_THREAD = "run the blocking call in a thread: `await asyncio.to_thread(model.{})`"
+
+
+@asynccontextmanager
+async def _under_trio(
+    entry: str, events: AbstractAsyncContextManager[trio.abc.ReceiveChannel[Event]]
+) -> AsyncIterator[trio.abc.ReceiveChannel[Event]]:
+    """``events``, entered only under trio (an event stream has no blocking twin)."""
+    require_trio(entry, "use the blocking RLM.completion or RLM.volley in a thread "
+                 "(asyncio.to_thread), and sinks=[...] for the events")
+    async with events as channel:
+        yield channel
 
 
 def _check_inputs(query: str, context: Context) -> None:

@@ -40,6 +40,7 @@ from rlm._run.context import Context
 from rlm._run.runtime import default_launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
+from rlm._trio_only import require_trio
 from rlm.errors import RLMError, UsageError
 from rlm.providers.base import Message
 from rlm_sandbox.protocol import BridgeAnswer
@@ -93,6 +94,8 @@ class AsyncSession:
         self.queries = 0
 
     async def __aenter__(self) -> AsyncSession:
+        require_trio("RLM.asession", "use the blocking RLM.session and run its completion in "
+                     "a thread: `await asyncio.to_thread(chat.completion, query)`")
         stack = AsyncExitStack()
         try:
             nursery = await stack.enter_async_context(trio.open_nursery())

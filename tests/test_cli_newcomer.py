@@ -122,6 +122,28 @@ def test_acompletion_under_asyncio_says_it_needs_trio() -> None:
     assert asyncio.run(in_a_thread()) == "5"
 
 
+@pytest.mark.parametrize("entry", ["avolley", "iter_volley", "astream", "avolley_stream",
+                                   "asession"])
+def test_every_async_entry_under_asyncio_says_it_needs_trio(entry: str) -> None:
+    model = RLM(provider="fixture")
+
+    async def enter() -> None:
+        if entry == "avolley":
+            await model.avolley(["a"])
+            return
+        managers = {
+            "iter_volley": lambda: model.iter_volley(["a"]),
+            "astream": lambda: model.astream(QUESTION, "The magic number is 5."),
+            "avolley_stream": lambda: model.avolley_stream(["a"]),
+            "asession": lambda: model.asession("The magic number is 5."),
+        }
+        async with managers[entry]():
+            pass
+
+    with pytest.raises(UsageError, match=rf"RLM\.{entry} runs under trio.*asyncio\.to_thread"):
+        asyncio.run(enter())
+
+
 # 5. An empty context is never silent --------------------------------------------------------
 
 
