@@ -241,6 +241,15 @@ def test_volley_usage_names_the_command_people_type() -> None:
     assert "Usage: rlm volley work [OPTIONS]" in work
 
 
+def test_volley_messages_are_not_hard_wrapped_on_a_redirected_stderr() -> None:
+    done = rlm_in_process("volley", "hello", "--model", "gpt-4.1", "--base-url",
+                          "http://127.0.0.1:1/v1", "--max-retries", "0", "--no-history",
+                          env={"RLM_API_KEY": "k"})
+    assert done.returncode == 1
+    failed = [line for line in done.stderr.splitlines() if "cannot reach" in line]
+    assert failed and all(line.endswith("--base-url right?)") for line in failed), done.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [["run", "--json"], ["run", QUESTION, "--json", "--no-such-flag"],

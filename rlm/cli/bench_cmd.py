@@ -46,6 +46,7 @@ def bench(names: tuple[str, ...], quick: bool, no_baseline: bool, as_json: bool,
     from rlm.bench.run import run_scenario
     from rlm.bench.scenarios import DEFAULT, QUICK, VolleyScenario, by_name
     from rlm.bench.volley import run_volley_scenario
+    from rlm.cli._progress import stderr_console
 
     try:
         scenarios = by_name(names) if names else (QUICK if quick else DEFAULT)
@@ -57,7 +58,7 @@ def bench(names: tuple[str, ...], quick: bool, no_baseline: bool, as_json: bool,
         for s in (*DEFAULT, *QUICK):
             click.echo(f"{s.name:<20} {s.about}")
         return
-    err = Console(stderr=True)
+    err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     started = time.perf_counter()
     results: list[ScenarioResult] = []
     for s in scenarios:

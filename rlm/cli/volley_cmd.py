@@ -23,6 +23,7 @@ from rlm.cli._context_input import read_context, read_text
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._history import RunKeeper
 from rlm.cli._profile_option import profile_only_settings, profile_option
+from rlm.cli._progress import stderr_console
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
     JournalFlags,
@@ -164,7 +165,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     3 a budget or limit stopped it · 4 credentials refused · 130 interrupted.
     """
     flags = JournalFlags(journal_path, resume, skip_failed, stale_timeout)
-    err = Console(stderr=True, highlight=False)
+    err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     keeper = RunKeeper(keep=history, view=False, trace_path=trace_path, query="")
     try:
         if resume is not None and (tasks or task_file or from_stdin):

@@ -31,6 +31,7 @@ from rich.console import Console
 
 from rlm._config import RunConfig
 from rlm._durations import format_duration, parse_duration
+from rlm.cli._progress import stderr_console
 from rlm.errors import RLMError, UsageError
 from rlm.journal import JournalStore, Recovered, Spend, open_store
 from rlm.journal.volleys import (
@@ -287,7 +288,7 @@ class JournalSession:
     def __init__(self, flags: JournalFlags, console: Console | None = None) -> None:
         self.flags = flags
         self.store = open_journal(flags.path)
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or stderr_console()
 
     def close(self) -> None:
         self.store.close()

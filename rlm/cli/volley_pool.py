@@ -20,9 +20,9 @@ from typing import Any
 
 import click
 import trio
-from rich.console import Console
 
 from rlm.cli import volley_cmd
+from rlm.cli._progress import stderr_console
 from rlm.cli.volley_journal import (
     JournalFlags,
     JournalSession,
@@ -107,7 +107,7 @@ def _work(
     quiet, trace_path = values.pop("quiet"), values.pop("trace_path")
     overrides = explicit(ctx, values)
     flags = JournalFlags(journal_path, stale_timeout=stale_timeout)
-    err = Console(stderr=True, highlight=False)
+    err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     try:
         with JournalSession(flags, err) as session:
             stored = session.load(volley_ref, rerun_failed=False)
