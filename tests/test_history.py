@@ -174,3 +174,19 @@ def test_a_volley_is_kept_too(state: tuple[Path, dict[str, str], Path]) -> None:
     page = rlm_in_process("view", "last", env=env)
     assert page.returncode == 0, page.stderr
     assert "volley_finished" not in page.stderr  # a known kind, not "from a newer rlm"
+
+
+def test_an_rlm_volley_counts_every_request_its_tasks_sent(tmp_path: Path) -> None:
+    """An --rlm task makes many requests (steps and sub-queries), not one per task."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    context = tmp_path / "F.txt"
+    from rlm.fixtures.needle import generate_needle
+    context.write_text(generate_needle(30_000, seed=5).text, encoding="utf-8")
+    done = rlm("volley", "--rlm", "What is the magic number?", "Find the magic number",
+               "--context-file", str(context), "--provider", "fixture", "--model", "fixture:3",
+               "--trace", str(tmp_path / "v.jsonl"), "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    newest = listed(env)[0]
+    sent = sum(1 for e in events(tmp_path / "v.jsonl") if e["event"] == "llm_request")
+    assert sent > 2 * 2  # two tasks, each a root step and its fan-out at least
+    assert newest["llm_calls"] == sent

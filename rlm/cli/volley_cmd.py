@@ -219,7 +219,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
         message = usage_message(exc, volley) if isinstance(exc, UsageError) else str(exc)
         click.echo(f"Error: {message}", err=True)
         sys.exit(exc.exit_code)
-    keeper.close(None, summary=volley_summary(result))
+    keeper.close(None, summary=volley_summary(result, run.ledger.spent.calls))
     writer.finish(result)
     _report(result, quiet)
     sys.exit(result.exit_code)

@@ -31,12 +31,16 @@ def summary_of(result: RunResult) -> dict[str, Any]:
     }
 
 
-def volley_summary(result: VolleyResult) -> dict[str, Any]:
-    """The same fields for a volley: its tasks are its calls."""
+def volley_summary(result: VolleyResult, llm_calls: int) -> dict[str, Any]:
+    """The same fields for a volley: its tasks are its calls.
+
+    ``llm_calls`` comes from the volley's ledger (requests actually sent):
+    an ``--rlm`` task makes many, a cached one none, so the tasks cannot tell.
+    """
     s = result.summary
     return {
         "status": result.status, "answer": None, "error": result.error,
-        "llm_calls": s.total_tasks - s.cancelled + s.total_retries,
+        "llm_calls": llm_calls,
         "input_tokens": s.tokens_input, "output_tokens": s.tokens_output,
         "cost": s.total_cost, "duration_s": round(s.duration_sec, 3),
         "calls": s.total_tasks, "fixture": result.fixture,
