@@ -173,7 +173,9 @@ def test_ten_thousand_sub_queries_render_and_the_time_is_reported(
     from rlm.fixtures.needle import generate_needle
     context.write_text(generate_needle(200_000, seed=1).text, encoding="utf-8")
     done = rlm("run", QUESTION, "--context-file", str(context), "--provider", "fixture",
-               "--model", "fixture:10000", "--max-concurrent", "64", "--trace",
+               "--model", "fixture:10000", "--max-concurrent", "64",
+               # 10,001 requests: above the default --max-llm-calls, which would refuse the batch.
+               "--max-llm-calls", "none", "--trace",
                str(tmp_path / "big.jsonl"), "-q")
     assert done.returncode == 0, done.stderr
     started = time.perf_counter()
