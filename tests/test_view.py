@@ -11,7 +11,7 @@ import pytest
 
 from rlm.view import load_trace, parse_trace
 from rlm.view.model import build_model
-from rlm.view.texts import INLINE_CHARS, TextStore
+from rlm.view.texts import HEAD_CHARS, INLINE_CHARS, TIGHT_HEAD, TIGHT_TAIL, TextStore
 from tests.view_helpers import events, fixture_run, rlm, rlm_in_process
 
 
@@ -118,8 +118,9 @@ def test_long_texts_are_folded_stored_once_and_cut_beyond_the_budget() -> None:
     long = "".join(f"line {i}: {i * 7919 % 10007}\n" for i in range(600))
     sizing = TextStore()
     sizing.add(long)
-    store = TextStore(budget_bytes=sizing.used + 100)  # room for one copy only
     short = "x" * INLINE_CHARS
+    # Room for the short text, one copy and its head (what the page shows counts too).
+    store = TextStore(budget_bytes=sizing.used + sizing.shown + len(short) + 100)
     assert store.add(short) == short
     first, again = store.add(long), store.add(long)
     assert isinstance(first, dict) and first == again and first["n"] == len(long)
@@ -127,6 +128,26 @@ def test_long_texts_are_folded_stored_once_and_cut_beyond_the_budget() -> None:
     other = store.add(long + "something else")  # no room left
     assert isinstance(other, dict) and other["b"] == -1 and other["tail"].endswith("else")
     assert store.dropped == 1
+
+
+def test_past_the_inline_budget_texts_fold_sooner_so_many_long_prompts_stay_small() -> None:
+    # Thousands of bridge calls, each with its own long prompt: the page must not hold
+    # a 1,000-char head of every one on top of the compressed copies.
+    texts = [f"prompt {i}: " + "".join(f"{(i * 31 + j) % 997} " for j in range(500))
+             for i in range(3_000)]
+    store = TextStore(budget_bytes=2**20, inline_chars=2**20)
+    values = [store.add(t) for t in texts]
+    shown = sum(len(v) if isinstance(v, str) else len(v["head"]) + len(v.get("tail", ""))
+                for v in values if v is not None)
+    assert store.shown == shown
+    assert shown <= 2**20 + 3_000 * (TIGHT_HEAD + TIGHT_TAIL)  # not 3,000 x 1,000
+    assert sum(map(len, store.blobs)) <= 2**20
+    first, last = values[0], values[-1]
+    assert isinstance(first, dict) and len(first["head"]) == HEAD_CHARS
+    assert isinstance(last, dict) and len(last["head"]) == TIGHT_HEAD
+    assert all(isinstance(v, dict) and v["n"] == len(t) for v, t in zip(values, texts, strict=True))
+    # A short text still shows whole.
+    assert store.add("NOT FOUND") == "NOT FOUND"
 
 
 def test_the_model_attributes_steps_code_and_sub_queries_to_their_calls(run_dir: Path) -> None:
