@@ -165,6 +165,30 @@ def test_dragging_across_the_timeline_zooms_to_that_range(
     assert browser.evaluate(dataset)["bars"] == whole["bars"]
 
 
+def test_a_step_with_many_bridge_calls_lists_them_a_page_at_a_time(
+        browser: Browser, tmp_path: Path) -> None:
+    """A loop of llm_query calls (here the fixture's sequential probe, after the budget
+    refused its batch) must not build every bridge call's table at once."""
+    trace = fixture_run(tmp_path, "--model", "fixture:200", "--max-llm-calls", "150",
+                        "--max-depth", "1")
+    assert rlm_in_process("view", str(trace), "-o", str(tmp_path / "many.html")).returncode == 0
+    bridges = [e for e in events(trace) if e["event"] == "bridge_call_finished"]
+    # Step 1: the batch the budget refused; step 2: one llm_query per chunk.
+    assert [e["fn"] for e in bridges[:2]] == ["llm_query_batched", "llm_query"]
+    probes = bridges[1:]
+    assert len(probes) > 50
+    open_page(browser, tmp_path / "many.html")
+    step2 = "#detail .step[data-step='2']"
+    count = f"document.querySelectorAll({json.dumps(step2 + ' .bridge')}).length"
+    assert browser.evaluate(count) == 50
+    assert f"of {len(probes) - 50} bridge calls" in text_of(browser, f"{step2} .more-bridges")
+    browser.click(f"{step2} .more-bridges")
+    assert browser.evaluate(count) == len(probes)
+    shown = browser.evaluate(f"[...document.querySelectorAll({json.dumps(step2 + ' .bridge')})]"
+                             ".map(b => Number(b.dataset.bridge))")
+    assert shown == [e["bridge_id"] for e in probes]
+
+
 @pytest.mark.slow
 def test_ten_thousand_sub_queries_render_and_the_time_is_reported(
         browser: Browser, tmp_path: Path) -> None:

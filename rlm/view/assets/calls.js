@@ -249,6 +249,28 @@
       itemsTable(bridge));
   }
 
+  // A step's bridge calls, a page at a time: a loop of thousands of llm_query calls would
+  // otherwise build hundreds of thousands of elements and take the browser many seconds.
+  const BRIDGE_PAGE = 50;
+  function bridgesView(bridges) {
+    if (!bridges.length) return null;
+    const box = el("div", {class: "bridges"});
+    const more = el("button", {type: "button", class: "more-bridges"});
+    let shown = 0;
+    function add(count) {
+      const stop = Math.min(bridges.length, shown + count);
+      for (let i = shown; i < stop; i++) box.insertBefore(bridgeView(bridges[i]), more);
+      shown = stop;
+      more.textContent = "show " + num(Math.min(BRIDGE_PAGE, bridges.length - shown)) +
+        " more of " + num(bridges.length - shown) + " bridge calls";
+      more.hidden = shown >= bridges.length;
+    }
+    box.append(more);
+    more.addEventListener("click", () => add(BRIDGE_PAGE));
+    add(BRIDGE_PAGE);
+    return box;
+  }
+
   function requestView(request) {
     if (!request) return null;
     return el("details", {},
@@ -270,7 +292,7 @@
       el("div", {class: "label-row"}, "reply" + (step.reply_chars !== undefined ? " (" + num(step.reply_chars) + " chars)" : "")),
       textView(step.reply, {absent: "the reply's text is " + ABSENT}),
       step.blocks.map(blockView),
-      step.bridges.map(bridgeView),
+      bridgesView(step.bridges),
       finalHere ? el("div", {class: "final-line"}, el("b", {}, "FINAL "), textView(call.answer)) : null);
   }
 
