@@ -70,8 +70,11 @@ def serve_zygote(control_fd: int) -> int:
             answer = _handle(data, fds, children, control)
             control.send(msgpack.packb(answer, use_bin_type=True))
     finally:
+        # Kill them all before reaping any, so they die at the same time.
         for pid in children:
-            _kill_and_reap(pid)
+            _kill(pid)
+        for pid in children:
+            _reap(pid)
 
 
 def _handle(data: bytes, fds: list[int], children: set[int],
@@ -99,10 +102,18 @@ def _handle(data: bytes, fds: list[int], children: set[int],
 
 
 def _kill_and_reap(pid: int) -> int:
+    _kill(pid)
+    return _reap(pid)
+
+
+def _kill(pid: int) -> None:
     # The child itself too: right after the fork it may not have called setsid() yet.
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError):
             kill(pid, signal.SIGKILL)
+
+
+def _reap(pid: int) -> int:
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:

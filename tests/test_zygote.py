@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import trio
 
-from rlm._events import EventBus, SandboxStarted
+from rlm._events import EventBus, SandboxExited, SandboxStarted
 from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS
@@ -29,6 +31,28 @@ async def test_pool_sandboxes_are_forked_hardened_and_replaced() -> None:
     assert len(started) == 3 and len({e.pid for e in started}) == 3
     assert all("parent-death-signal" in e.isolation for e in started)
     assert sandbox_descendants() == []
+
+
+async def test_sandboxes_left_to_the_launcher_are_reaped_by_the_zygote_on_its_way_out() -> None:
+    # A run's root call only kills its sandbox: the launcher reaps it when it stops serving,
+    # with the pool's, by closing the zygote, which reaps every sandbox it forked and exits.
+    bus = EventBus()
+    launcher = SandboxLauncher(events=bus, max_output_chars=100, pool_size=1)
+    async with trio.open_nursery() as nursery, launcher.serving():
+        box = await launcher.open(nursery, context="root", owner=OWNER)
+        await launcher.wait_pool_full()
+        assert launcher.pooled == 1 and launcher.zygote is not None
+        zygote = launcher.zygote.pid
+        box.kill("closed")
+    assert not _exists(box.pid) and not _exists(zygote)
+    assert sandbox_descendants() == []
+    exited = [e for e in bus.events if isinstance(e, SandboxExited)]
+    assert [(e.pid, e.reason) for e in exited] == [(box.pid, "closed")]
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is any process at all, a zombie included."""
+    return os.path.exists(f"/proc/{pid}")
 
 
 @pytest.mark.parametrize("context", [

@@ -140,11 +140,15 @@ class Call:
         context: Context,
         carry: SessionCarry | None = None,
         reaper: trio.Nursery | None = None,
+        launcher_reaps: bool = False,
     ) -> None:
         self._parts = parts
         self._carry = carry
         # A child's sandbox is reaped here, in its parent's nursery, after its answer went up.
         self._reaper = reaper
+        # The launcher stops serving as soon as this call returns (a run's root): the
+        # sandbox is killed at the end and reaped there with every other one, at once.
+        self._launcher_reaps = launcher_reaps
         self._nursery: trio.Nursery | None = None  # this call's own, while it runs
         self.call_id = call_id
         self.parent_id = parent_id
@@ -182,11 +186,12 @@ class Call:
 
     @classmethod
     def root(
-        cls, parts: CallParts, query: str, context: Context, carry: SessionCarry | None = None
+        cls, parts: CallParts, query: str, context: Context, carry: SessionCarry | None = None,
+        *, launcher_reaps: bool = False,
     ) -> Call:
         return cls(
             parts, call_id="root", parent_id=None, depth=0, query=query, context=context,
-            carry=carry,
+            carry=carry, launcher_reaps=launcher_reaps,
         )
 
     def child(self, query: str, context: Context) -> Call:
@@ -219,8 +224,9 @@ class Call:
         An error that ends the run (any error of the root call, or one whose
         ``ends_run`` is set) goes to ``abort``; a child's other errors are its
         outcome, data for its parent.  On every exit path, cancellation
-        included, the sandbox is killed and reaped before this returns, and a
-        call that did not conclude concludes as ``stopped``.
+        included, the sandbox is killed and reaped before this returns (killed only,
+        when the launcher reaps it: see ``launcher_reaps``), and a call that did
+        not conclude concludes as ``stopped``.
         """
         async with trio.open_nursery() as own:  # the sandbox's helper tasks
             nursery = self._carry.nursery if self._carry is not None else own
@@ -461,7 +467,9 @@ class Call:
         if self.outcome is None and self.depth == 0 and not self.candidate:
             self.candidate = await self._slot.peek("answer")
         # A session keeps its sandbox for the next query.
-        if self._carry is None and not self._reap_later():
+        if self._carry is None and self._launcher_reaps:
+            self._slot.kill("closed")
+        elif self._carry is None and not self._reap_later():
             await self._slot.discard()
         if self.outcome is None:
             self._conclude(self._outcome("stopped", error="the run ended before this call did"))

@@ -141,7 +141,10 @@ class Runtime:
             self._run_scope = run_scope
             if carry is not None and _too_long(carry):
                 await self._compact(carry)
-            root = self.root = Call.root(self._parts, query, context, carry)
+            # Without a carry the launcher serves this root call alone and reaps its sandbox.
+            root = self.root = Call.root(
+                self._parts, query, context, carry, launcher_reaps=carry is None
+            )
             async with contextlib.AsyncExitStack() as stack:
                 if carry is None:
                     await stack.enter_async_context(self.sandboxes.serving())

@@ -305,12 +305,15 @@ class SandboxLauncher:
         boxes, self._created = list(self._created), []
         for box in boxes:  # kill every one first, then reap them all at once
             box.kill("closed")
+        if self._zygote is not None:
+            # The zygote reaps every sandbox it forked as it exits: one step for all of
+            # them, where a reap exchange each took a few milliseconds one after another.
+            # Their handles then only close their pipes (the zygote is gone, so none waits).
+            await self._zygote.aclose()
+            self._zygote = None
         async with trio.open_nursery() as nursery:
             for box in boxes:
                 nursery.start_soon(box.aclose)
-        if self._zygote is not None:
-            await self._zygote.aclose()
-            self._zygote = None
         for _, fd in self._shared.values():
             os.close(fd)
         self._shared.clear()

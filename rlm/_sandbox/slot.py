@@ -156,10 +156,11 @@ class SandboxSlot:
             return "{}", []
         return await self._sandbox.export_variables()
 
-    def kill(self) -> None:
-        """Kill the sandbox at once (synchronous; reaping happens in ``discard``)."""
+    def kill(self, reason: str = "interrupted") -> None:
+        """Kill the sandbox at once (synchronous; reaping happens in ``discard``, or in the
+        launcher when it stops serving)."""
         if self._sandbox is not None:
-            self._sandbox.kill("interrupted")
+            self._sandbox.kill(reason)
 
     async def discard(self) -> None:
         """Kill, reap and forget the current sandbox, if any."""

@@ -216,12 +216,13 @@ class Zygote:
             raise SandboxCrashed("the zygote did not answer")
 
     async def aclose(self) -> None:
-        """Close the socket (the zygote then kills its sandboxes and exits), reap it,
-        and kill whatever is left.  Shielded: nothing outlives the run.
+        """Close the socket (the zygote then kills and reaps its sandboxes and exits), reap
+        it, and kill whatever is left.  Shielded: nothing outlives the run.
 
-        When every sandbox it forked was reaped already (the launcher reaps them
-        first), the zygote has nothing left to do and is killed outright: its
-        interpreter's orderly exit took tens of milliseconds of every run's end.
+        When every sandbox it forked was reaped already, the zygote has nothing
+        left to do and is killed outright.  A sandbox still unreaped here is
+        reaped by the zygote on its way out; its handle's ``wait`` then returns
+        at once.
         """
         self._broken = True
         self._control.close()
