@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from rlm._config import RunConfig
     from rlm._events import Event
     from rlm._result import RunResult
+    from rlm._run.tools import make_tool
     from rlm._traffic.usage import Usage
 
 #: The one place the version is written (pyproject reads it from here).
@@ -69,6 +70,7 @@ __all__ = [
     "SettingError",
     "Usage",
     "UsageError",
+    "make_tool",
 ]
 
 # Public name → the module that defines it, imported when the name is first read.
@@ -77,6 +79,7 @@ _LAZY = {
     "RunConfig": "rlm._config",
     "Event": "rlm._events",
     "RunResult": "rlm._result",
+    "make_tool": "rlm._run.tools",
     "Usage": "rlm._traffic.usage",
 }
 

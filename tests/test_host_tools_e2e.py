@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from rlm import RLM
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider
+from tests.helpers import rlm_in_process
 
 CALLS: list[tuple[str, int]] = []
 
@@ -80,3 +85,46 @@ def test_arguments_nested_past_the_hosts_json_depth_are_a_tool_error_not_a_crash
     answer, calls = ask(f"Call lookup({deep})")
     assert answer == "ToolError: lookup: the arguments are not JSON data"
     assert calls[0]["ok"] is False
+
+
+def test_rlm_run_offers_tools_named_module_function(tmp_path: Path) -> None:
+    (tmp_path / "v16run_tools.py").write_text(
+        "def shout(key: str) -> str:\n    return key.upper()\n\n"
+        "def whisper(key: str) -> str:\n    return key.lower()\n"
+    )
+    rlm_bin = str(Path(sys.executable).with_name("rlm"))
+    answers = []
+    for query in ["Call shout('abc')", "Call whisper('XYZ')", "Call shout(5)"]:
+        done = subprocess.run(
+            [rlm_bin, "run", query, "--context-file", "-", "--provider", "fixture", "-q",
+             "--tools", "v16run_tools:shout", "--tools", "v16run_tools:whisper"],
+            input="some context", capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+        answers.append(done.stdout.strip())
+    # Was a NameError: the run's sandbox launcher never learnt the tools' names.
+    assert answers == ["ABC", "xyz", "ToolError: shout: argument 'key': 5 is not of type 'string'"]
+    bad = rlm_in_process("run", "q", "--context-file", "-", "--provider", "fixture",
+                         "--tools", "v16run_tools", stdin="ctx")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("Error: --tools 'v16run_tools': expected module:function")
+
+
+def test_a_tool_made_with_its_own_timeout_times_out_as_a_tool_error() -> None:
+    import threading
+
+    import rlm
+
+    release = threading.Event()
+
+    def stuck() -> str:
+        """Never answers in time."""
+        release.wait(30)
+        return "late"
+
+    try:
+        tool = rlm.make_tool(stuck, timeout_s=0.2, max_concurrent=1)
+        result = RLM(provider="fixture", tools=[tool]).completion("Call stuck()", "ctx")
+    finally:
+        release.set()
+    assert result.answer == "ToolError: stuck timed out after 0.2 s"

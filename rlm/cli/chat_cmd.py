@@ -157,12 +157,6 @@ chat = click.Command(
             is_flag=True,
             help="Read one question per line; write one JSON object per answer.",
         ),
-        click.Option(
-            ["--tools"],
-            multiple=True,
-            metavar="MODULE:FUNCTION",
-            help="Offer a Python function to the model's code (host code, host privileges).",
-        ),
         click.Option(["--load"], metavar="PATH", help="Resume a session saved with --save."),
         click.Option(
             ["--save"], metavar="PATH", help="At the end, save the conversation and variables."

@@ -224,6 +224,13 @@ __all__ = ["run"]
 )
 @click.option("--view", is_flag=True, help="At the end, write the run's page next to its trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option(
+    "--tools",
+    multiple=True,
+    metavar="MODULE:FUNCTION",
+    help="Offer a Python function to the model's code, by name (repeatable). It runs on "
+    "this machine with your privileges: host code, not sandboxed.",
+)
 @profile_option
 def run(
     query: str,
@@ -237,6 +244,7 @@ def run(
     stream: bool,
     history: bool,
     view: bool,
+    tools: tuple[str, ...],
     **settings: Any,
 ) -> None:
     """Answer QUERY over a large context with a recursive language model.
@@ -276,6 +284,7 @@ def run(
     from rlm._api import RLM
     from rlm._result import STATUS_EXIT_CODES
     from rlm._run.runtime import default_launcher
+    from rlm._run.tools import ToolBox, load_tool
     from rlm._trace import check_trace_path
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
@@ -295,9 +304,15 @@ def run(
         if trace_path is not None:
             check_trace_path(trace_path)
         sinks = [] if printer is None else [printer]
-        launcher = functools.partial(default_launcher, early_zygote=early_zygote)
+        functions = [load_tool(spec) for spec in tools]
+        # A launcher factory is called with (config, events) only: the sandbox learns the
+        # tools' names here, or model code would meet a NameError calling one.
+        launcher = functools.partial(
+            default_launcher, early_zygote=early_zygote, tools=ToolBox(functions).names
+        )
         model = RLM(
-            trace_path=trace_path, sinks=sinks, api_key=api_key, sandboxes=launcher, **settings
+            trace_path=trace_path, sinks=sinks, api_key=api_key, sandboxes=launcher,
+            tools=functions, **settings
         )
         if not api_key and settings["provider"] != "fixture":
             from rlm.providers.keys import missing_key_message  # httpx: not for fixture runs
