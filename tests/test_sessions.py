@@ -54,9 +54,9 @@ def test_a_follow_up_uses_variables_of_the_previous_query_and_close_kills_the_sa
         follow = session.completion("How many chunks did you search?")
         assert sandbox_children(), "the session's sandbox lives between queries"
     assert follow.status == "answered" and follow.answer == "16"  # len(chunks) from query 1
-    # The follow-up's steps did not describe the context again.
-    requests = [e for e in follow.trace if e["event"] == "step_completed"]
-    assert len(requests) == 2
+    # Answered from the REPL in two root steps, with no new search (no sub-query).
+    steps = [e for e in follow.trace if e["event"] == "step_completed"]
+    assert len(steps) == 2 and follow.usage.llm_calls == 2
     assert session.total_llm_calls == first.usage.llm_calls + follow.usage.llm_calls
     assert sandbox_children() == []
     with pytest.raises(UsageError, match="session is closed"):

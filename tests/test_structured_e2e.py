@@ -58,14 +58,18 @@ def test_a_bad_schema_is_an_error_model_code_can_read() -> None:
     assert "Error: schema: schema.x: unknown type 'strng'" in (result.last_output or "")
 
 
-def test_a_root_answer_can_be_validated_data() -> None:
+@pytest.mark.parametrize(
+    ("schema", "data"),
+    [({"number": "int", "text": "str"}, {"number": 4711, "text": "4711"}), (["str"], ["4711"])],
+)
+def test_a_root_answer_can_be_validated_data(schema: object, data: object) -> None:
     text = "filler " * 500 + "the magic number is 4711. " + "filler " * 500
-    result = RLM(provider="fixture").completion(
-        "What is the magic number?", text, schema={"number": "int", "text": "str"}
-    )
+    result = RLM(provider="fixture").completion("What is the magic number?", text, schema=schema)
     assert result.status == "answered"
-    assert result.data == {"number": 4711, "text": "4711"}
+    assert result.data == data  # a dict, or a list, handed over with FINAL_VAR
     assert json.loads(result.answer or "") == result.data
+    code = [e["code"] for e in result.trace if e["event"] == "code_executed"]
+    assert 'FINAL_VAR("answer_data")' in code[-1]
 
 
 def test_a_root_answer_that_does_not_fit_is_sent_back_to_the_model() -> None:
