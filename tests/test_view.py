@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import re
 from pathlib import Path
@@ -148,6 +150,27 @@ def test_past_the_inline_budget_texts_fold_sooner_so_many_long_prompts_stay_smal
     assert all(isinstance(v, dict) and v["n"] == len(t) for v, t in zip(values, texts, strict=True))
     # A short text still shows whole.
     assert store.add("NOT FOUND") == "NOT FOUND"
+
+
+def test_a_child_call_shows_its_whole_query_from_the_bridge_call_that_started_it(
+        run_dir: Path) -> None:
+    trace = events(run_dir / "t.jsonl")
+    started = {e["call_id"]: e["query"] for e in trace if e["event"] == "call_started"}
+    bridge = next(e for e in trace if e["event"] == "bridge_call_finished"
+                  and e["call_id"] == "root")
+    texts = TextStore()
+    calls = {c["id"]: c for c in build_model(load_trace(run_dir / "t.jsonl"), texts)["calls"]}
+    children = [c for c in calls if c != "root"]
+    assert len(children) == len(bridge["prompts"]) == 4
+    for child in children:
+        query = calls[child]["query"]
+        assert len(started[child]) == 500  # what call_started keeps
+        # Folded, with the whole prompt's length, and unfolding gives the whole prompt.
+        assert isinstance(query, dict) and query["head"].startswith(started[child])
+        whole = gzip.decompress(base64.b64decode(texts.blobs[query["b"]])).decode()
+        assert query["n"] == len(whole) and whole in bridge["prompts"]
+        assert whole.startswith(started[child])
+    assert len({calls[c]["query"]["b"] for c in children}) == 4
 
 
 def test_the_model_attributes_steps_code_and_sub_queries_to_their_calls(run_dir: Path) -> None:

@@ -26,6 +26,8 @@ __all__ = ["build_model"]
 
 #: How many sub-queries a bridge call lists with their prompts and answers (the rest are counted).
 ITEMS_SHOWN = 500
+#: call_started.query keeps this many characters (docs/events.md).
+CALL_QUERY_CHARS = 500
 
 _STATUS_CODES = {"ok": 0, "error": 1, "cancelled": 2}
 
@@ -196,8 +198,23 @@ class _Builder:
                 for p, c in zip(prompts[:ITEMS_SHOWN], contexts[:ITEMS_SHOWN], strict=True)]
         if isinstance(answers, list):
             bridge["answers"] = [self.texts.add(_text(a)) for a in answers[:ITEMS_SHOWN]]
+        if isinstance(prompts, list) and bridge["children"]:
+            self._whole_queries(bridge["children"], [_text(p) for p in prompts])
         self._row(self.bridges, call_id=call.id, t0=bridge["t0"], t1=e["t"],
                   items=e.get("items"), failed=e.get("failed_items"))
+
+    def _whole_queries(self, children: list[str], prompts: list[str]) -> None:
+        """Give each child call its whole query: call_started keeps only its first 500
+        characters, the parent's bridge call has the prompt that started it in full."""
+        by_start: dict[str, set[str]] = defaultdict(set)
+        for prompt in prompts:
+            if len(prompt) > CALL_QUERY_CHARS:
+                by_start[prompt[:CALL_QUERY_CHARS]].add(prompt)
+        for child_id in children:
+            record = self.calls[child_id].record
+            whole = by_start.get(record["query"]) if isinstance(record["query"], str) else None
+            if whole is not None and len(whole) == 1:  # two different prompts: cannot tell which
+                record["query"] = self.texts.add(next(iter(whole)))
 
     def _on_llm_request(self, e: dict[str, Any]) -> None:
         call_id = str(e.get("call_id"))
