@@ -190,3 +190,23 @@ def test_an_rlm_volley_counts_every_request_its_tasks_sent(tmp_path: Path) -> No
     sent = sum(1 for e in events(tmp_path / "v.jsonl") if e["event"] == "llm_request")
     assert sent > 2 * 2  # two tasks, each a root step and its fan-out at least
     assert newest["llm_calls"] == sent
+
+
+def test_a_meta_run_keeps_no_answer_in_the_history_either(tmp_path: Path) -> None:
+    """--trace-content meta is for sensitive inputs: the answer comes from the input."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    context = tmp_path / "F.txt"
+    from rlm.fixtures.needle import generate_needle
+    needle = generate_needle(30_000, seed=5)
+    context.write_text(needle.text, encoding="utf-8")
+    done = rlm("run", "What is the magic number?", "--context-file", str(context),
+               "--provider", "fixture", "--model", "fixture:2", "--trace-content", "meta",
+               "-q", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(needle.answer)  # answered, on stdout only
+    newest = listed(env)[0]
+    assert newest["answer"] is None and newest["status"] == "answered"
+    kept = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
+    assert {p.name for p in kept} >= {"summary.json", "trace.jsonl"}
+    for path in kept:
+        assert str(needle.answer).encode() not in path.read_bytes(), path

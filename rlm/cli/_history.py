@@ -32,6 +32,7 @@ class RunKeeper:
         self.query = query
         self.entry: RunEntry | None = None
         self.history: RunHistory | None = None
+        self.meta = False  # --trace-content meta: the history keeps no answer either
 
     def attach(self, model: RLM) -> None:
         """Open the run's history entry; its trace goes there unless --trace says elsewhere."""
@@ -43,6 +44,7 @@ class RunKeeper:
              query: str | None = None) -> str | None:
         """Open the history entry of a run (or volley); the trace path it should write."""
         self.query = query if query is not None else self.query
+        self.meta = config.trace_content == "meta"
         if self.view and self.user_trace is None and not self.keep:
             raise UsageError("--view writes the page next to the trace: pass --trace PATH, "
                              "or keep the run history on")
@@ -78,6 +80,8 @@ class RunKeeper:
             summary.update(summary_of(result))
         if ended is not None:
             summary.update(ended)
+        if self.meta:  # the answer comes from the input the user chose not to record
+            summary["answer"] = None
         if self.user_trace and Path(self.user_trace).exists():
             keep_trace(Path(self.user_trace), entry.trace_path)
         entry.write_summary(summary)
