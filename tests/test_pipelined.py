@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from rlm import RLM
-from rlm._events import CodeExecuted, StepCompleted
+from rlm._events import CodeExecuted, Event, StepCompleted
 from rlm._run.call import Call
 from rlm.providers.base import Completion, CompletionRequest, TextSink
 from tests.helpers import assistant_turns, is_root_request
@@ -93,15 +93,53 @@ async def test_later_blocks_run_after_earlier_ones_and_a_final_block_stops_them(
     assert run.launcher.opened[0].executed == ["sleep 1\n", "final early\n"]
 
 
+class UntilExecuted(PacedScript):
+    """Streams the first root reply's 2 s of prose, then keeps writing until code ran.
+
+    The real clock and a real sandbox: how long the block takes depends on the
+    machine, so the reply does not end at a fixed time.  It goes on (at most
+    ``patience`` s more) until a ``code_executed`` event has been seen: with
+    pipelining that comes while the reply streams; without it, it never would
+    (the block would wait for the reply's end), and the assertions fail.
+    """
+
+    def __init__(self, steps: list[list[str]], patience: float = 60.0) -> None:
+        super().__init__(steps)
+        self.patience = patience
+        self.executed = trio.Event()
+        self.extra = 0
+
+    def watch(self, event: Event) -> None:
+        if isinstance(event, CodeExecuted):
+            self.executed.set()
+
+    async def stream(self, request: CompletionRequest, on_text: TextSink) -> Completion:
+        first = is_root_request(request) and assistant_turns(request) == 0
+        completion = await super().stream(request, on_text)
+        if not first:
+            return completion
+        with trio.move_on_after(self.patience):
+            while not self.executed.is_set():
+                await trio.sleep(self.delay)
+                await on_text(" still writing")
+                self.extra += 1
+        return Completion(
+            text=completion.text + " still writing" * self.extra, model=request.model
+        )
+
+
 async def test_a_block_streamed_before_two_seconds_of_text_finishes_before_the_reply_ends() -> None:
     """The issue's check, with a real sandbox process on the real clock."""
-    provider = PacedScript([step_one("n = len(context)\nprint(n * 2)"), ["FINAL(done)"]])
-    model = RLM(providers={"root": provider, "sub": provider}, stream=True)
+    provider = UntilExecuted([step_one("n = len(context)\nprint(n * 2)"), ["FINAL(done)"]])
+    model = RLM(providers={"root": provider, "sub": provider}, stream=True, sinks=[provider.watch])
     result = await model.acompletion("How long?", "x" * 1234)
     assert result.answer == "done"
     trace = result.trace
     executed = [e for e in trace if e["event"] == "code_executed"]
     first_step = next(e for e in trace if e["event"] == "step_completed")
     assert executed[0]["pipelined"] is True and executed[0]["output"].strip() == "2468"
-    assert executed[0]["t"] < first_step["t"]  # the code had finished; the reply went on
+    # The code had finished while the reply was still being written (its 2 s of prose
+    # and whatever a loaded machine's sandbox start-up added); then the reply ended.
+    assert executed[0]["t"] < first_step["t"]
+    assert first_step["reply_chars"] == len(provider.requests[-1].messages[-2]["content"])
     assert "2468" in provider.requests[-1].messages[-1]["content"]

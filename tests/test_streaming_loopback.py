@@ -88,6 +88,11 @@ async def test_eight_concurrent_streams_over_loopback_merge_attributed() -> None
     fast_last = by_call["root.0"][-1][0]
     for call_id in list(models)[1:]:
         assert fast_last < by_call[call_id][-1][0], f"the fast stream waited for {call_id}"
+    # Arrival order, not round-robin: every chunk of the fast stream was delivered
+    # while the slowest stream had sent fewer than half of its own.
+    slowest = by_call[list(models)[-1]]
+    before = [at for at, _ in slowest if at <= fast_last]
+    assert len(before) < len(slowest) // 2, (len(before), len(slowest))
     responses = [e for _, e in seen if isinstance(e, LLMResponse)]
     assert len(responses) == 8 and all(r.ttft_s is not None for r in responses)
 

@@ -56,6 +56,10 @@ async def test_eight_tasks_stream_at_their_own_rates_attributed_by_task() -> Non
         assert finished[task].status == "succeeded"
     fast_last = deltas[1][-1][0]
     assert all(fast_last < deltas[task][-1][0] for task in range(2, 9))
+    # Not round-robin: task 1's whole text came while the slowest task had sent
+    # fewer than half of its pieces.
+    before = [at for at, _ in deltas[8] if at <= fast_last]
+    assert len(before) < len(deltas[8]) // 2, (len(before), len(deltas[8]))
 
 
 async def test_leaving_avolley_stream_early_cancels_it_and_closes_connections() -> None:
