@@ -114,8 +114,9 @@ async def test_rlm_volley_stream_labels_each_task_s_root_text(tmp_path: Path) ->
             "--context-file", "{facts}", "--base-url", url, "--model", "fixture:2", "-y",
             "--no-history")
     lines = done.stderr.decode().splitlines()
+    titles = {1: "What is the secret word?", 2: "What is the door code?"}
     for index in (1, 2):  # each task's root step, its code ending in FINAL_VAR
-        mine = [line for line in lines if line.startswith(f"[{index}/2")]
+        mine = [line for line in lines if line.startswith(f"[{index}/2 {titles[index]}] ")]
         assert any("llm_query_batched(" in line for line in mine), lines
         assert any("FINAL_VAR(" in line for line in mine), lines
     # Sub-query answers are not mixed into the tasks' text.

@@ -143,3 +143,28 @@ def test_task_lines_hold_partial_lines_and_drop_a_cut_attempt() -> None:
         "[3/50 api.go] again",
         "[3/50 api.go] last",
     ]
+
+
+def test_task_lines_title_rlm_tasks_and_start_each_step_on_its_own_line() -> None:
+    out = io.StringIO()
+    lines = TaskLines(2, out, titles={1: "What is the magic number?", 2: "What is the key?"})
+
+    def root_piece(task: int, request_id: int, text: str) -> TextDelta:
+        # An --rlm task's root step: no task field, the task is in the call id.
+        return TextDelta(call_id=f"t{task}", text=text, lane="root", request_id=request_id,
+                         attempt=1)
+
+    lines(root_piece(2, 1, "Split it.\nThe code prints the hits."))
+    lines(root_piece(2, 5, "The search found nothing.\n"))
+    lines(root_piece(1, 2, "FINAL(4711)"))
+    lines(TextDelta(call_id="t1", depth=1, parent_id="t1", text="4711\n", lane="sub",
+                    request_id=3, attempt=1))  # a sub-query's text: not a task line
+    lines(TaskFinished(call_id="t1", index=1, status="succeeded", duration_s=1.0,
+                       input_tokens=1, output_tokens=1, cached_tokens=0, cost=None, retries=0,
+                       error=None, output="4711"))
+    assert out.getvalue().splitlines() == [
+        "[2/2 What is the key?] Split it.",
+        "[2/2 What is the key?] The code prints the hits.",
+        "[2/2 What is the key?] The search found nothing.",
+        "[1/2 What is the magic number?] FINAL(4711)",
+    ]

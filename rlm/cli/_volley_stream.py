@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Mapping
 from typing import TextIO
 
 from rlm._events import Event, StreamDiscarded, TextDelta
@@ -56,20 +57,31 @@ class VolleyJSONLines:
 
 
 class TaskLines:
-    """Each task's streamed text, line by line, prefixed ``[i/N title]``."""
+    """Each task's streamed text, line by line, prefixed ``[i/N title]``.
 
-    def __init__(self, total: int, out: TextIO | None = None, *, title_width: int = 32) -> None:
+    ``titles`` (task index → title) labels the tasks whose text carries no
+    title of its own: an ``--rlm`` task's root steps.
+    """
+
+    def __init__(self, total: int, out: TextIO | None = None, *, title_width: int = 32,
+                 titles: Mapping[int, str] | None = None) -> None:
         self.total = total
         self.out = out or sys.stderr
         self.width = title_width
         self._partial: dict[int, str] = {}
-        self._titles: dict[int, str] = {}
+        self._titles: dict[int, str] = dict(titles or {})
+        self._request: dict[int, int] = {}  # the request each task's text came from last
         self._broken = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta) and (task := _streamed_task(event)) is not None:
             if event.task_title:
                 self._titles.setdefault(task, event.task_title)
+            if self._request.setdefault(task, event.request_id) != event.request_id:
+                # A new step of an --rlm task: its reply starts on a line of its own.
+                self._request[task] = event.request_id
+                if rest := self._partial.pop(task, ""):
+                    self._line(task, rest)
             text = self._partial.pop(task, "") + event.text
             *lines, rest = text.split("\n")
             for line in lines:

@@ -211,7 +211,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                          volley_id=volley_id, source=worker, sink=worker, earlier=earlier,
                          fixture=fixture)
             live = not quiet_progress and err.is_terminal
-            on_event = VolleyJSONLines() if events_out else TaskLines(len(task_list))
+            on_event = (VolleyJSONLines() if events_out else TaskLines(
+                len(task_list), titles={t.index: t.title for t in task_list}))
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
             result = trio.run(session.work, run, worker, main, spent)
     except RLMError as exc:

@@ -68,6 +68,6 @@ class RequestLayout:
             max_tokens=task.max_tokens or self.max_tokens,
             call_id=call_id,
             task=task.index,
-            task_title=task.prompt.strip().partition("\n")[0][:80],
+            task_title=task.title,
             cache_prefix=len(self.prefix) if self.cacheable else 0,
         )

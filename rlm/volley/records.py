@@ -64,6 +64,11 @@ class VolleyTask:
     model: str | None = None
     max_tokens: int | None = None
 
+    @property
+    def title(self) -> str:
+        """The prompt's first line, at most 80 characters: the task's label in streamed text."""
+        return self.prompt.strip().partition("\n")[0][:80]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
