@@ -9,7 +9,7 @@ from pathlib import Path
 from rlm._events import CodeExecuted, LLMResponse, StreamDiscarded, TextDelta
 from rlm.cli._live import LiveDisplay
 from rlm.fixtures.needle import generate_needle
-from tests.helpers import serving
+from tests.helpers import rlm_in_process, serving
 from tests.test_cli import QUESTION, rlm
 
 
@@ -68,6 +68,33 @@ async def test_stream_json_writes_attributed_events_one_per_line(tmp_path: Path)
     assert "".join(retried).startswith("The context is too long")
     subs = {e["request_id"] for e in deltas if e["lane"] == "sub"}
     assert len(subs) == 4 and {e["depth"] for e in deltas if e["lane"] == "sub"} == {1}
+
+
+async def test_output_format_jsonl_streams_events_and_json_keeps_one_object(
+    tmp_path: Path,
+) -> None:
+    path, answer = needle(tmp_path)
+    common = ["run", QUESTION, "--context-file", str(path), "--provider", "fixture", "--stream"]
+    lines = await rlm(*common, "--output-format", "jsonl")
+    assert lines.returncode == 0, lines.stderr
+    events = [json.loads(line) for line in lines.stdout.decode().splitlines()]
+    assert events[-1]["event"] == "run_finished" and events[-1]["answer"] == answer
+    assert all({"event", "call_id", "parent_id", "depth"} <= set(e) for e in events)
+    root = "".join(e["text"] for e in events if e["event"] == "text_delta" and e["lane"] == "root")
+    assert root.startswith("The context is too long")
+    whole = await rlm(*common, "--output-format", "json")
+    assert whole.returncode == 0, whole.stderr
+    assert json.loads(whole.stdout)["answer"] == answer  # one object on stdout
+    assert "[code]```repl" in whole.stderr.decode()  # the live reply on stderr
+
+
+def test_json_and_another_output_format_is_a_usage_error(tmp_path: Path) -> None:
+    path, _ = needle(tmp_path)
+    done = rlm_in_process("run", QUESTION, "--context-file", str(path), "--provider",
+                          "fixture", "--json", "--output-format", "jsonl")
+    assert done.returncode == 2
+    assert "--json is --output-format json; give --output-format jsonl alone" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_live_display_marks_code_split_across_pieces_on_a_terminal() -> None:

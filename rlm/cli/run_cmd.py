@@ -203,10 +203,17 @@ __all__ = ["run"]
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."
 )
 @click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "jsonl"]),
+    help="stdout: the answer (text), one JSON object (json, like --json), or with --stream "
+    "every event as one JSON line (jsonl; without --stream, the object on one line).",
+)
+@click.option(
     "--stream",
     is_flag=True,
     help="Show the root's reply as it is written (stderr), code running as soon as its "
-    "block closes; with --json, every event as one JSON line on stdout.",
+    "block closes; with --json or --output-format jsonl, every event as one JSON line on "
+    "stdout.",
 )
 @click.option(
     "--stream-idle-timeout",
@@ -239,6 +246,7 @@ def run(
     glob_pattern: str,
     encoding: str,
     as_json: bool,
+    output_format: str | None,
     quiet: bool,
     trace_path: str | None,
     stream: bool,
@@ -268,7 +276,7 @@ def run(
     \b
     Streaming:
       rlm run "What is the magic number?" --context-file big.txt --provider fixture --stream
-      ... --stream --json | jq -r 'select(.event=="text_delta") | .text'
+      ... --stream --output-format jsonl | jq -r 'select(.event=="text_delta") | .text'
 
     \b
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
@@ -292,6 +300,14 @@ def run(
     from rlm.cli._signals import run_with_signals
     from rlm.cli.doctor_cmd import require_isolation
 
+    if as_json and output_format not in (None, "json"):
+        raise click.UsageError(
+            f"--json is --output-format json; give --output-format {output_format} alone"
+        )
+    # --json with --stream has always meant the events, one per line (jsonl).
+    fmt = output_format or ("jsonl" if as_json and stream else "json" if as_json else "text")
+    events_out = stream and fmt == "jsonl"  # stdout carries every event, one JSON line each
+    object_out = fmt != "text" and not events_out  # stdout carries one JSON object
     settings.update(profile_only_settings())
     settings["model"] = model_or_blank(settings["provider"], settings["model"])
     if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
@@ -319,33 +335,33 @@ def run(
 
             problem = missing_key_message(model.config)
             if problem:
-                fail(problem, 4, as_json=as_json)
+                fail(problem, 4, as_json=fmt != "text")
         if settings["require_isolation"]:
             require_isolation(settings["require_isolation"])
         paths = context_paths(context_files, more_paths)
         context = read_context(paths, encoding, glob_pattern)
         warn_if_empty(paths, context)
-        on_event = (JSONLines() if as_json else LiveDisplay()) if stream else None
+        on_event = (JSONLines() if events_out else LiveDisplay()) if stream else None
         keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
         keeper.close(getattr(exc, "result", None), str(exc), page=False)
-        fail(usage_message(exc, run), exc.exit_code, as_json=as_json and not stream)
+        fail(usage_message(exc, run), exc.exit_code, as_json=object_out)
     except RLMError as exc:
         partial: RunResult | None = getattr(exc, "result", None)
         keeper.close(partial, str(exc))
-        if as_json and not stream and partial is not None:
+        if object_out and partial is not None:
             click.echo(json.dumps(partial.to_dict(), ensure_ascii=False))
-            as_json = False  # the object on stdout already holds the error
-        fail(str(exc), exc.exit_code, as_json=as_json and not stream)
+            object_out = False  # the object on stdout already holds the error
+        fail(str(exc), exc.exit_code, as_json=object_out)
     except KeyboardInterrupt:
         keeper.close(None, "interrupted")
-        fail("interrupted", 130, as_json=as_json and not stream)
+        fail("interrupted", 130, as_json=object_out)
     finally:
         if printer is not None:
             printer.close()
     keeper.close(result)
-    _report(result, as_json=as_json and not stream, quiet=quiet, events=as_json and stream)
+    _report(result, as_json=object_out, quiet=quiet, events=events_out)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
 
 
