@@ -107,9 +107,10 @@ class RunConfig:
             )
         if self.timeout is not None and self.timeout <= 0:
             raise SettingError("<timeout> must be a positive number of seconds")
-        if self.exec_timeout <= 0:
+        # `not x > 0` and not `x <= 0`: NaN is refused here, not deep in trio's clock.
+        if not self.exec_timeout > 0:
             raise SettingError("<exec_timeout> must be a positive number of seconds")
-        if self.stream_idle_timeout <= 0:
+        if not self.stream_idle_timeout > 0:
             raise SettingError("<stream_idle_timeout> must be a positive number of seconds")
         _positive("max_output_chars", self.max_output_chars)
         if self.sandbox_memory < _MIN_SANDBOX_MEMORY:

@@ -67,6 +67,11 @@ def test_api_errors_name_python_parameters(settings: dict[str, object], message:
         # No --model at all (and no RLM_MODEL): the same message, not a type error about None.
         (["--provider", "openai"], "no model: pass --model M (or set RLM_MODEL)"),
         (["--provider", "anthropic"], "no model: pass --model M (or set RLM_MODEL)"),
+        # NaN is not a positive number of seconds (it reached trio as a ValueError).
+        (["--provider", "fixture", "--stream-idle-timeout", "nan"],
+         "--stream-idle-timeout must be a positive number of seconds"),
+        (["--provider", "fixture", "--exec-timeout", "nan"],
+         "--exec-timeout must be a positive number of seconds"),
     ],
 )
 def test_cli_errors_name_flags(args: list[str], message: str) -> None:
