@@ -24,7 +24,9 @@ from rlm.providers.keys import missing_key_message
 __all__ = ["chat"]
 
 #: ``rlm run`` options that mean something else (or nothing) in a chat.
-_NOT_SHARED = {"query", "as_json", "stream", "trace_path", "quiet", "history", "view"}
+_NOT_SHARED = {
+    "query", "as_json", "output_format", "stream", "trace_path", "quiet", "history", "view",
+}
 _BANNER = (
     "rlm chat: ask about the context; follow-ups keep the REPL's variables.\n"
     "Ctrl-C cancels the current question; Ctrl-D or 'exit' ends."
