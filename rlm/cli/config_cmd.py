@@ -17,7 +17,7 @@ __all__ = ["config_group"]
 # Options of `rlm run` that describe one run's input and output, not a setting.
 _NOT_SETTINGS = frozenset(
     {"query", "more_paths", "context_files", "glob_pattern", "encoding", "trace_path"}
-    | {"as_json", "quiet", "profile_name"}
+    | {"as_json", "output_format", "quiet", "profile_name"}
 )
 
 
