@@ -75,6 +75,34 @@ def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) ->
     assert store.spent("v1") == Spend(0.5, 1, 5, 2)
 
 
+def test_a_group_of_verdicts_keeps_every_character_and_number(store: JournalStore) -> None:
+    # A group is written as one JSON document: nothing may be lost or changed on the way.
+    texts = ['say "hi"\n\tand \\ back', "ünïcödé ✓ 😀", "", "'; DROP TABLE tasks; --", "[1]"]
+    store.create_volley("v1", {}, _tasks(len(texts) + 1))
+    store.claim("v1", A, 10)
+    usage = {"tokens_input": 2**40, "nested": {"x": [1, 2.5, None, "é"]}}
+    verdicts = [
+        Verdict(i + 1, "done", output=text, cost=0.1 + 0.2 * i / 3, usage=usage)
+        for i, text in enumerate(texts)
+    ]
+    verdicts.append(Verdict(len(texts) + 1, "failed", error="boom ✗ 'quoted'", cost=None))
+    assert store.finish("v1", verdicts) == len(verdicts)
+    rows = store.tasks("v1")
+    assert [r.output for r in rows] == [*texts, None]
+    assert [r.cost for r in rows] == [v.cost for v in verdicts]  # exactly, not approximately
+    assert [r.error for r in rows] == [None] * len(texts) + ["boom ✗ 'quoted'"]
+    assert [r.usage for r in rows] == [usage] * len(texts) + [{}]
+    assert [r.status for r in rows] == ["done"] * len(texts) + ["failed"]
+
+
+def test_the_first_verdict_wins_within_one_group(store: JournalStore) -> None:
+    store.create_volley("v1", {}, _tasks(1))
+    store.claim("v1", A, 1)
+    group = [Verdict(1, "done", output="first"), Verdict(1, "failed", error="second")]
+    assert store.finish("v1", group) == 1
+    assert (store.tasks("v1")[0].status, store.tasks("v1")[0].output) == ("done", "first")
+
+
 def test_release_reopens_only_the_owners_claims(store: JournalStore) -> None:
     store.create_volley("v1", {}, _tasks(2))
     store.claim("v1", A, 2)

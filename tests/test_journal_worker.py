@@ -168,6 +168,39 @@ async def test_concurrent_claimers_share_one_transaction_per_batch(
         for _ in range(16):
             nursery.start_soon(claimer)
     assert sorted(taken) == list(range(1, 41))  # each task handed out once
-    assert calls.count("claim_specs") == 5  # 4 batches of 10, then one finding none
+    # A batch of 10, then (tasks go faster than claims) bigger ones, claimed ahead,
+    # then the one finding none: 4 transactions for 40 tasks and 16 claimers.
+    assert calls.count("claim_specs") == 4
     assert calls.count("held_elsewhere") == 1  # the other 15 claimers saw the volley drained
     assert all(r.status == "done" and r.attempts == 1 for r in store.tasks("v"))
+
+
+async def test_a_fast_worker_claims_the_next_batch_before_its_buffer_runs_dry(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    """Tasks taken faster than a claim takes: once the pace is known (the second claim),
+    no task waits for a claim (a slow worker never claims ahead: see the slow-but-alive
+    test above)."""
+    _create(store, 40)
+
+    async def slow_run_sync(fn, *args):  # type: ignore[no-untyped-def]
+        await trio.sleep(0.01)  # every transaction takes 10 ms
+        return fn(*args)
+
+    worker = JournalWorker(
+        store, "v", owner=Owner("h", 1, "a"), claim_batch=10, run_sync=slow_run_sync
+    )
+    waited: list[int] = []
+    async with worker.running():
+        while True:
+            started = trio.current_time()
+            task = await worker.claim()
+            if task is None:
+                break
+            if trio.current_time() > started:
+                waited.append(task.index)
+            await trio.sleep(0.002)  # a task every 2 ms: a batch lasts 20 ms
+            worker.keep(_ok(task), lambda result: None)
+    assert waited == [1, 11]
+    assert [r.status for r in store.tasks("v")] == ["done"] * 40
+    assert all(r.attempts == 1 for r in store.tasks("v"))

@@ -249,9 +249,14 @@ async def test_results_are_reported_only_after_the_sink_accepted_them(
     tasks = number_tasks(["a", "b", "c"])
 
     class SlowSink(MemoryStore):
-        async def accept(self, result: TaskResult) -> None:
-            await trio.sleep(10.0)  # a slow durable write
-            await super().accept(result)
+        nursery: trio.Nursery
+
+        def keep(self, result: TaskResult, kept: Callable[[TaskResult], None]) -> None:
+            async def later() -> None:
+                await trio.sleep(10.0)  # a slow durable write
+                MemoryStore.keep(self, result, kept)
+
+            self.nursery.start_soon(later)
 
     store = SlowSink(tasks)
     reported: list[tuple[int, bool]] = []
@@ -265,7 +270,9 @@ async def test_results_are_reported_only_after_the_sink_accepted_them(
         sink=store,
         on_result=lambda r: reported.append((r.index, r.index in store.results)),
     )
-    result = await run.run()
+    async with trio.open_nursery() as nursery:
+        store.nursery = nursery
+        result = await run.run()
     assert sorted(reported) == [(1, True), (2, True), (3, True)]
     assert store.unclaimed() == [] and isinstance(tasks[0], VolleyTask)
     assert result.summary.duration_sec == pytest.approx(11.0)

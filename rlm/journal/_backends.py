@@ -54,6 +54,14 @@ class Backend(Protocol):
     #: Reads the database server's clock (epoch seconds); None when the journal has no
     #: server (SQLite: the machine's own clock is the journal's).
     clock_sql: str | None
+    #: A table of the elements of a JSON array given as the statement's parameter,
+    #: each in a column ``value`` (one statement writes a whole group of rows).
+    json_rows: str
+
+    def json_item(self, i: int) -> str:
+        """SQL for element ``i`` of ``value`` (a JSON array) as an SQL value; a nested
+        object or array as its JSON text."""
+        ...
 
     def transaction(self) -> Any:
         """A context manager yielding a :class:`Tx`; commits on success, rolls back on error."""
@@ -74,7 +82,10 @@ class _SQLiteTx:
         return list(self._conn.execute(sql, params).fetchall())
 
     def run(self, sql: str, params: Params = ()) -> int:
-        return self._conn.execute(sql, params).rowcount
+        # Not the cursor's rowcount: sqlite3 reports -1 for an UPDATE that starts with WITH.
+        before = self._conn.total_changes
+        self._conn.execute(sql, params)
+        return self._conn.total_changes - before
 
     def many(self, sql: str, params: Sequence[Params]) -> int:
         return self._conn.executemany(sql, params).rowcount
@@ -91,6 +102,10 @@ class SQLiteBackend:
     lock_clause = ""  # BEGIN IMMEDIATE already holds the file's write lock
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
     clock_sql: str | None = None
+    json_rows = "json_each(?)"
+
+    def json_item(self, i: int) -> str:
+        return f"json_extract(value, '$[{i}]')"
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
         self.where = str(path)
@@ -198,6 +213,10 @@ class PostgresBackend:
     )
     # clock_timestamp(), not now(): now() is the start of the transaction.
     clock_sql: str | None = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+    json_rows = "json_array_elements(CAST(? AS json))"
+
+    def json_item(self, i: int) -> str:
+        return f"(value ->> {i})"
 
     def __init__(self, url: str) -> None:
         self.where = _redact(url)

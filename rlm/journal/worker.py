@@ -4,14 +4,21 @@
 :class:`~rlm.volley.store.ResultSink` over one volley of a journal:
 
 - ``claim`` takes open tasks in task order, a few per transaction (kept in a
-  small buffer, all held under this worker's claim and heartbeat);
-- ``accept`` returns once the verdict is committed, so the runner reports a
-  result only when it is durable; verdicts that arrive together are committed
-  in one transaction (group commit), which keeps the journal's cost per task
-  small on a fast volley;
+  small buffer, all held under this worker's claim and heartbeat); when tasks
+  are taken faster than the journal answers a claim, the next batch is claimed
+  in the background before the buffer runs dry, so a fast volley never stops
+  for a claim (a slow one claims no earlier than it did);
+- ``keep`` queues a verdict and calls back once it is committed, so the runner
+  reports a result only when it is durable, while the task's runner worker
+  goes on with the next task; verdicts queued meanwhile are committed together
+  in one transaction by one committer task (group commit): a fast volley pays
+  one transaction, one fsync and one thread hand-off per group, and no task
+  waits for an fsync before the next one starts (``accept`` is ``keep`` and
+  wait, for callers that want to block);
 - ``release`` gives a task back to ``open``.
 
-While :meth:`JournalWorker.running` is open, a heartbeat refreshes every claim
+While :meth:`JournalWorker.running` is open (``keep`` needs it: its committer
+runs there), a heartbeat refreshes every claim
 this worker holds (every ``stale_timeout / 4``), and a sweep reopens claims of
 other workers whose heartbeat is older than ``stale_timeout`` (every
 ``stale_timeout / 2``, and once at start, when claims of dead processes of this
@@ -27,19 +34,24 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
-from rlm.journal._threads import GroupCommit, RunSync, thread_run_sync
-from rlm.journal.store import JournalStore, Owner, Recovered, Spend, Verdict
+from rlm.journal._threads import RunSync, thread_run_sync
+from rlm.journal.store import JournalStore, Owner, Recovered, Spend, VerdictRow
 from rlm.volley.records import TaskResult, VolleyTask
 
 __all__ = ["JournalWorker", "pid_alive"]
 
 #: The default for ``--stale-timeout``: ten minutes without a heartbeat.
 DEFAULT_STALE_TIMEOUT = 600.0
+
+
+#: The most tasks one claim takes (a very fast volley's claims grow up to this).
+_MAX_CLAIM = 1024
 
 
 def pid_alive(pid: int) -> bool:
@@ -75,6 +87,7 @@ class JournalWorker:
         self._run_sync = run_sync
         self._spent = spent
         self._recorded = spent() if spent is not None else Spend()
+        self._unrecorded = Spend()  # kept results' spend, when no ledger is followed
         self.on_recovered = on_recovered or (lambda r: None)
         self.on_workers = on_workers or (lambda n: None)
         self._buffer: list[VolleyTask] = []
@@ -82,8 +95,19 @@ class JournalWorker:
         self.accepted = 0  # verdicts this worker committed
         self._refill: trio.Event | None = None  # set when the batch being claimed is in
         self._drained = False  # nothing open, nothing held elsewhere: the volley has ended
+        self._ahead: trio.Nursery | None = None  # claims ahead run in it, while running
+        self._ahead_found_none = False  # the last claim ahead found nothing open
+        self._claim_s = 0.0  # how long the last claim took
+        self._taken = 0  # tasks handed out by claim
+        self._paced_since: float | None = None  # when the pace's window began
+        self._paced_from = 0  # _taken when that window began
+        self._low_water = 0.0  # claim ahead when the buffer holds fewer tasks
         self._poll_s = min(stale_timeout / 4, 2.0)
-        self._verdicts: GroupCommit[Verdict] = GroupCommit(self._commit, run_sync)
+        # Verdicts waiting for the committer: their rows, and whom to tell once durable.
+        self._rows: list[VerdictRow] = []
+        self._waiting: list[tuple[TaskResult, Callable[[TaskResult], None]]] = []
+        self._queued = trio.Event()  # set when _rows gets its first row
+        self._committer = False  # running() has started the committer
 
     def follow_spend(self, spent: Callable[[], Spend]) -> None:
         """Record the growth of ``spent()`` (the volley's ledger) from now on."""
@@ -115,19 +139,64 @@ class JournalWorker:
             finally:
                 self._refill = None
                 refill.set()
-        return self._buffer.pop()
+        task = self._buffer.pop()
+        self._taken += 1
+        if (
+            len(self._buffer) < self._low_water
+            and self._refill is None
+            and self._ahead is not None
+            and not self._ahead_found_none
+        ):
+            self._refill = trio.Event()
+            self._ahead.start_soon(self._claim_ahead, self._refill)
+        return task
+
+    async def _claim_ahead(self, refill: trio.Event) -> None:
+        """Claim the next batch behind what the buffer still holds (in the background)."""
+        try:
+            specs = await self._claim_specs()
+            self._ahead_found_none = not specs
+            self._take(specs)
+        finally:
+            self._refill = None
+            refill.set()
+
+    async def _claim_specs(self) -> list[dict[str, Any]]:
+        """Claim the next batch, sized to the pace tasks are taken at.
+
+        A fast volley takes more tasks per claim (enough for about four claims'
+        time, up to ``_MAX_CLAIM``), so claims stay rare and the next one starts
+        (in the background: the low-water mark) while the buffer still holds
+        about two claims' time of tasks.  A slow one's pace keeps the configured
+        batch and no low-water mark: it claims no earlier than it needs to.
+        """
+        started = trio.current_time()
+        elapsed = started - (self._paced_since or started)
+        pace = (self._taken - self._paced_from) / elapsed if elapsed > 0 else 0.0
+        self._paced_since, self._paced_from = started, self._taken
+        size = max(self._batch, min(_MAX_CLAIM, int(pace * 4 * self._claim_s)))
+        specs = await self._run_sync(self.store.claim_specs, self.volley_id, self.owner, size)
+        self._claim_s = trio.current_time() - started
+        self._low_water = pace * 2 * self._claim_s
+        return specs
+
+    def _take(self, specs: list[dict[str, Any]]) -> None:
+        """Hold claimed tasks: buffered behind the ones already there, and heartbeated.
+
+        Called with no checkpoint since the claim returned: a cancelled caller
+        still leaves every claimed task where ``_finish`` releases it.
+        """
+        tasks = [VolleyTask.from_dict(spec) for spec in reversed(specs)]
+        self._buffer[:0] = tasks  # popped from the end
+        self._held.update(task.index for task in tasks)
 
     async def _claim_batch(self) -> None:
         """Fill the buffer with the next batch, or set ``_drained`` when nothing is left."""
         while True:
-            specs = await self._run_sync(
-                self.store.claim_specs, self.volley_id, self.owner, self._batch
-            )
+            specs = await self._claim_specs()
             if specs:
-                # No checkpoint between the claim's return and here: a cancelled
-                # caller still leaves every claimed task where _finish releases it.
-                self._buffer = [VolleyTask.from_dict(spec) for spec in reversed(specs)]
-                self._held.update(task.index for task in self._buffer)
+                self._ahead_found_none = False
+                self._take(specs)
                 return
             if not await self._run_sync(self.store.held_elsewhere, self.volley_id, self.owner):
                 self._drained = True
@@ -140,40 +209,79 @@ class JournalWorker:
             self.store.release, self.volley_id, self.owner, [task.index], self._spend_delta()
         )
 
+    def keep(self, result: TaskResult, kept: Callable[[TaskResult], None]) -> None:
+        """Queue ``result``'s verdict; ``kept(result)`` is called once it is committed.
+
+        Only while :meth:`running` (its committer commits the queue).  A result
+        with no verdict (``cancelled``) is not kept: ``release`` its task.
+        """
+        if not self._committer:
+            raise RuntimeError("JournalWorker.keep needs the worker running (see running())")
+        if result.status == "cancelled":
+            raise ValueError(f"task {result.index} has no verdict: release it, do not keep it")
+        self._rows.append(
+            (
+                result.index,
+                "done" if result.status == "succeeded" else "failed",
+                result.output,
+                {
+                    "duration_sec": round(result.duration_sec, 6),
+                    "tokens_input": result.tokens_input,
+                    "tokens_output": result.tokens_output,
+                    "tokens_cached": result.tokens_cached,
+                    "retries": result.retries,
+                },
+                result.cost,
+                result.error,
+            )
+        )
+        self._waiting.append((result, kept))
+        if self._spent is None:  # no ledger to follow: count what the result says
+            self._unrecorded += Spend(
+                result.cost or 0.0, result.retries + 1, result.tokens_input, result.tokens_output
+            )
+        if len(self._rows) == 1:
+            self._queued.set()
+
     async def accept(self, result: TaskResult) -> None:
+        """:meth:`keep` ``result`` and return once its verdict is committed.
+
+        A ``cancelled`` result has its task released instead.
+        """
         if result.status == "cancelled":
             await self.release(VolleyTask(result.index, result.prompt))
             return
-        verdict = Verdict(
-            index=result.index,
-            status="done" if result.status == "succeeded" else "failed",
-            output=result.output,
-            error=result.error,
-            cost=result.cost,
-            usage={
-                "duration_sec": round(result.duration_sec, 6),
-                "tokens_input": result.tokens_input,
-                "tokens_output": result.tokens_output,
-                "tokens_cached": result.tokens_cached,
-                "retries": result.retries,
-            },
-            spend=self._spend_delta(result),
-        )
-        await self._verdicts.write(verdict)
-        self._held.discard(result.index)
-        self.accepted += 1
+        committed = trio.Event()
+        self.keep(result, lambda _: committed.set())
+        await committed.wait()
 
-    def _commit(self, verdicts: Sequence[Verdict]) -> None:
-        self.store.finish(self.volley_id, verdicts)
+    async def _commit_loop(self) -> None:
+        """Commit whatever is queued, one group at a time, as soon as the last commit ends."""
+        while True:
+            await self._queued.wait()
+            await self._commit_queued()
 
-    def _spend_delta(self, result: TaskResult | None = None) -> Spend:
-        """What the volley spent since the last record: the ledger's growth, when known."""
+    async def _commit_queued(self, *, tell: bool = True) -> None:
+        """One transaction for every queued verdict, then tell each writer (shielded:
+        a verdict taken from the queue is committed even if the worker is cancelled)."""
+        with trio.CancelScope(shield=True):
+            rows, waiting = self._rows, self._waiting
+            if not rows:
+                return
+            self._rows, self._waiting, self._queued = [], [], trio.Event()
+            await self._run_sync(self.store.finish_rows, self.volley_id, rows, self._spend_delta())
+        for result, kept in waiting:
+            self._held.discard(result.index)
+            self.accepted += 1
+            if tell:
+                kept(result)
+
+    def _spend_delta(self) -> Spend:
+        """What the volley spent since the last record: the ledger's growth when it is
+        followed, else what the results kept since then say."""
         if self._spent is None:
-            if result is None:
-                return Spend()
-            return Spend(
-                result.cost or 0.0, result.retries + 1, result.tokens_input, result.tokens_output
-            )
+            spend, self._unrecorded = self._unrecorded, Spend()
+            return spend
         now = self._spent()
         last, self._recorded = self._recorded, now
         return now - last
@@ -189,14 +297,22 @@ class JournalWorker:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._sweep_loop)
-                yield self
+                nursery.start_soon(self._commit_loop)
+                self._committer, self._ahead = True, nursery
+                try:
+                    yield self
+                finally:
+                    self._committer, self._ahead = False, None
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await self._finish()
 
     async def _finish(self) -> None:
-        """Give back every claim still held, record the last spend, retire."""
+        """Commit queued verdicts, give back every claim still held, record the last
+        spend, retire.  Verdicts still queued (the body was cancelled or failed) are
+        committed, but their writers are gone: durable results nobody reported."""
+        await self._commit_queued(tell=False)
         leftovers = sorted(self._held | {t.index for t in self._buffer})
         self._held.clear()
         self._buffer.clear()

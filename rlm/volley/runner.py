@@ -15,9 +15,11 @@ Stopping, first reason wins:
 - a budget wall (``BudgetExceeded``) is *soft*: nothing new starts, tasks that
   have not sent anything yet are cancelled, requests already in flight finish.
 
-A task that gets no verdict is released back to the source.  A verdict goes to
-the sink inside a shielded scope and is reported (``on_result``, the
-``task_finished`` event) only after the sink accepted it.
+A task that gets no verdict is released back to the source (inside a shielded
+scope).  A verdict goes to the sink's ``keep`` and is reported (``on_result``,
+the ``task_finished`` event) only once the sink says it is kept; the worker
+does not wait for that (a journal's group commit) and takes its next task.
+``run`` returns once every verdict is kept and reported.
 """
 
 from __future__ import annotations
@@ -88,7 +90,9 @@ class VolleyRunner:
         self._on_result = on_result
         self._running: dict[str, _Running] = {}
         self.stop: Stop | None = None
-        self.finished = 0  # verdicts accepted by the sink
+        self.finished = 0  # verdicts kept by the sink (and reported)
+        self._unkept = 0  # verdicts handed to the sink, not kept yet
+        self._all_kept: trio.Event | None = None  # set when _unkept drops to 0 at the end
         self.cut_short: set[int] = set()  # tasks cancelled after sending something
 
     @property
@@ -104,6 +108,9 @@ class VolleyRunner:
         async with trio.open_nursery() as nursery:
             for _ in range(self._window):
                 nursery.start_soon(self._work)
+        if self._unkept:
+            self._all_kept = trio.Event()
+            await self._all_kept.wait()
 
     async def _work(self, *, once: bool = False) -> None:
         """One worker: claim a task, run it to its verdict, repeat.
@@ -149,14 +156,19 @@ class VolleyRunner:
                 if self._tally.sent(call_id):
                     self.cut_short.add(task.index)
                 self._tally.pop(call_id)  # what it spent stays in the ledger's totals
-            with trio.CancelScope(shield=True):
-                if result is None:
+            if result is None:
+                with trio.CancelScope(shield=True):
                     await self._source.release(task)
-                else:
-                    await self._sink.accept(result)
-            if result is not None:
-                self.finished += 1
-                self._report(result)
+            else:
+                self._unkept += 1
+                self._sink.keep(result, self._kept)
+
+    def _kept(self, result: TaskResult) -> None:
+        self._unkept -= 1
+        self.finished += 1
+        self._report(result)
+        if self._unkept == 0 and self._all_kept is not None:
+            self._all_kept.set()
 
     async def _verdict(self, task: VolleyTask, call_id: str, started: float) -> TaskResult | None:
         """Run the task to a result, or None when it got no verdict (stopped, refused)."""

@@ -2,19 +2,23 @@
 
 The runner takes tasks from a :class:`TaskSource` and hands every verdict to a
 :class:`ResultSink`; it reports (prints, yields, emits ``task_finished``) a
-result only after ``accept`` has returned, so a sink that makes results durable
-(the journal) guarantees that nothing reported can be lost.  Both protocols
-are small on purpose: a journal implements them over SQLite or PostgreSQL,
-:class:`MemoryStore` over a list.
+result only once the sink says it is kept, so a sink that makes results
+durable (the journal) guarantees that nothing reported can be lost.  Both
+protocols are small on purpose: a journal implements them over SQLite or
+PostgreSQL, :class:`MemoryStore` over a list.
 
-Cancellation: the runner calls ``release`` and ``accept`` inside a shielded
-cancel scope, so an interrupt never tears a write in half.
+``keep`` does not block: a journal commits verdicts in groups (one fsync for
+many), and the runner goes on with the next task meanwhile instead of holding
+a place in its window for a result that only waits to be durable.
+
+Cancellation: the runner calls ``release`` inside a shielded cancel scope, so
+an interrupt never tears a write in half.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import trio
@@ -30,7 +34,7 @@ class TaskSource(Protocol):
     async def claim(self) -> VolleyTask | None:
         """The next task to run, now claimed by the caller; ``None`` when none is left.
 
-        A claimed task is either closed by ``ResultSink.accept`` or given back
+        A claimed task is either closed by ``ResultSink.keep`` or given back
         with ``release``.
         """
         ...
@@ -41,9 +45,16 @@ class TaskSource(Protocol):
 
 
 class ResultSink(Protocol):
-    """Takes each task's verdict; returns only when it is kept (durable, for a journal)."""
+    """Takes each task's verdict and says when it is kept (durable, for a journal)."""
 
-    async def accept(self, result: TaskResult) -> None: ...
+    def keep(self, result: TaskResult, kept: Callable[[TaskResult], None]) -> None:
+        """Keep ``result`` (a verdict: succeeded or failed); call ``kept(result)`` on
+        the trio thread once it is kept: at once, or later (after other tasks ran).
+
+        A sink that cannot keep it raises from whatever runs its writes, never
+        calls ``kept``: an unkept result is never reported.
+        """
+        ...
 
 
 class MemoryStore:
@@ -62,9 +73,9 @@ class MemoryStore:
         heapq.heappush(self._open, (task.index, task))
         await trio.lowlevel.checkpoint()
 
-    async def accept(self, result: TaskResult) -> None:
+    def keep(self, result: TaskResult, kept: Callable[[TaskResult], None]) -> None:
         self.results[result.index] = result
-        await trio.lowlevel.checkpoint()
+        kept(result)
 
     def unclaimed(self) -> list[VolleyTask]:
         """The tasks still open (never claimed, or released), in task order."""
