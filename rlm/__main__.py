@@ -1,6 +1,6 @@
 """``python -m rlm`` is the ``rlm`` command."""
 
-from rlm.cli import main
+from rlm.cli import console_main
 
 if __name__ == "__main__":
-    main()
+    console_main()

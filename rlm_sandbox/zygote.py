@@ -50,6 +50,9 @@ _EXIT_SETUP_FAILED = 70
 def serve_zygote(control_fd: int) -> int:
     """Serve spawn/reap requests on ``control_fd`` until it closes; return the exit code."""
     preload()
+    # The host let the zygote write bytecode for what it imported (a faster next start);
+    # nothing a sandbox does may write any.
+    sys.dont_write_bytecode = True
     warm_up()  # what the first block compiles and runs is then warm in every fork
     # Everything loaded so far lives as long as the zygote: frozen, the collector never
     # walks it again, so a fork needs no collection first (one took 5-20 ms on a loaded

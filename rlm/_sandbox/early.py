@@ -22,7 +22,7 @@ import subprocess
 import sys
 from types import TracebackType
 
-__all__ = ["EarlyZygote", "child_env", "zygote_argv"]
+__all__ = ["EarlyZygote", "child_env", "zygote_argv", "zygote_env"]
 
 
 def child_env() -> dict[str, str]:
@@ -35,6 +35,19 @@ def child_env() -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def zygote_env() -> dict[str, str]:
+    """The zygote's environment: :func:`child_env`, but bytecode may be written.
+
+    The zygote imports rlm_sandbox modules the host never imports (the worker,
+    the policy); with bytecode off they were compiled from source at every
+    start of an editable install, a third of the zygote's boot.  It turns
+    bytecode writing off itself before it forks any sandbox.
+    """
+    env = child_env()
+    del env["PYTHONDONTWRITEBYTECODE"]
+    return env
 
 
 def zygote_argv(control_fd: int) -> list[str]:
@@ -64,7 +77,7 @@ class EarlyZygote:
             process = subprocess.Popen(
                 zygote_argv(child.fileno()),
                 pass_fds=[child.fileno()],
-                env=child_env(),
+                env=zygote_env(),
                 cwd="/",
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,

@@ -111,15 +111,17 @@ async def spawn_direct(ends: ChildEnds, memory_bytes: int) -> DirectChild:
 
 
 async def open_scrubbed_process(
-    argv: Sequence[str], pass_fds: Sequence[int], *, keep_stderr: bool
+    argv: Sequence[str], pass_fds: Sequence[int], *, keep_stderr: bool,
+    env: dict[str, str] | None = None,
 ) -> trio.Process:
-    """Start ``argv`` in its own session, in ``/``, with :func:`child_env` and only
-    ``pass_fds`` (plus a stderr pipe when ``keep_stderr``); SandboxCrashed if it fails."""
+    """Start ``argv`` in its own session, in ``/``, with ``env`` (:func:`child_env` by
+    default) and only ``pass_fds`` (plus a stderr pipe when ``keep_stderr``);
+    SandboxCrashed if it fails."""
     try:
         return await trio.lowlevel.open_process(
             argv,
             pass_fds=pass_fds,
-            env=child_env(),
+            env=child_env() if env is None else env,
             cwd="/",
             start_new_session=True,
             stdin=subprocess.DEVNULL,

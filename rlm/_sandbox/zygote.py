@@ -22,7 +22,7 @@ from typing import Protocol
 import msgpack
 import trio
 
-from rlm._sandbox.early import EarlyZygote, zygote_argv
+from rlm._sandbox.early import EarlyZygote, zygote_argv, zygote_env
 from rlm._sandbox.spawn import ChildEnds, open_scrubbed_process
 from rlm.errors import SandboxCrashed
 
@@ -129,7 +129,8 @@ class Zygote:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = await open_scrubbed_process(
-                zygote_argv(child.fileno()), [child.fileno()], keep_stderr=False
+                zygote_argv(child.fileno()), [child.fileno()], keep_stderr=False,
+                env=zygote_env()
             )
         except SandboxCrashed:
             host.close()

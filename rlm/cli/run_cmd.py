@@ -283,11 +283,14 @@ def run(
     3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
     """
     # The sandbox zygote boots while the runtime is imported and the context read; the run
-    # adopts it.  Closed when this command's context closes, on every exit path.
+    # adopts it.  The `rlm` executable started it before parsing the command line
+    # (rlm.cli._console); otherwise it starts now.  Closed on every exit path.
     from rlm._sandbox.early import EarlyZygote
 
-    early_zygote = EarlyZygote.begin()
-    click.get_current_context().call_on_close(early_zygote.close)
+    ctx = click.get_current_context()
+    started = ctx.find_root().obj
+    early_zygote = started if isinstance(started, EarlyZygote) else EarlyZygote.begin()
+    ctx.call_on_close(early_zygote.close)
     # Imported here, not at the top: `rlm --help` lists this command without loading the runtime.
     from rlm._api import RLM
     from rlm._result import STATUS_EXIT_CODES

@@ -1,0 +1,92 @@
+"""The ``rlm`` executable: what happens before the command line is parsed and after it ran.
+
+Two things here are about start-up and exit time, not behaviour:
+
+- ``rlm run`` starts its sandbox zygote first thing, before click, trio and
+  the runtime are imported, so that the zygote's own start (an interpreter,
+  RestrictedPython, the allowed modules) runs on the other core while this
+  process imports.  The run adopts it (``ctx.obj``); whatever happens, it is
+  closed (killed and reaped if no run took it) before the process exits.
+- Once the command has returned and its output is flushed, the process ends
+  with :func:`os._exit` after running the ``atexit`` handlers and waiting for
+  non-daemon threads, as the interpreter would, but without tearing every
+  module and object down one by one: that teardown took longer than a tiny
+  run's own work, after its answer was already printed.  Nothing is left to
+  it: every file, sandbox and connection is closed by the command itself.
+
+``python -m rlm`` goes through here too.  :func:`rlm.cli.main` (the click
+group, what tests drive in-process) exits normally.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import NoReturn
+
+from rlm._sandbox.early import EarlyZygote
+
+__all__ = ["console_main", "starts_a_run"]
+
+
+def starts_a_run(args: Sequence[str]) -> bool:
+    """Whether the command line is ``rlm [--debug] run ...`` that will run (not ``--help``)."""
+    words = [a for a in args if a != "--debug"]
+    if not words or words[0] != "run":
+        return False
+    options = words[: words.index("--")] if "--" in words else words
+    return "--help" not in options and "-h" not in options
+
+
+def console_main() -> NoReturn:
+    """Run the ``rlm`` command line, then end the process at once with its exit code."""
+    early = EarlyZygote.begin() if starts_a_run(sys.argv[1:]) else None
+    try:
+        from rlm.cli._group import main
+
+        main(obj=early)
+    except SystemExit as exc:
+        code = exc.code
+    else:  # pragma: no cover - RLMGroup.main always ends with sys.exit
+        code = 0
+    finally:
+        if early is not None:
+            early.close()
+    exit_now(code)
+
+
+def exit_now(code: object) -> NoReturn:
+    """End the process with ``code`` the way the interpreter would, without its teardown.
+
+    Standard streams are flushed, non-daemon threads joined and ``atexit``
+    handlers run first.  A code that is not an int, or a stdout that cannot be
+    flushed, takes the interpreter's ordinary exit instead, which reports it.
+    """
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise SystemExit(code)
+    try:
+        if sys.stdout is not None:  # None when the process started with fd 1 closed
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        raise SystemExit(code) from None
+    _flush_stderr()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    with contextlib.suppress(OSError, ValueError):  # what a handler wrote, if it can go
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    _flush_stderr()
+    os._exit(code)
+
+
+def _flush_stderr() -> None:
+    """stderr is a side channel: closed or broken, it never changes the exit code."""
+    with contextlib.suppress(OSError, ValueError):
+        if sys.stderr is not None:
+            sys.stderr.flush()
