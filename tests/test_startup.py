@@ -78,14 +78,25 @@ def test_help_and_version_load_no_test_code(args: list[str]) -> None:
         assert "trio" not in modules and "rlm.cli.run_cmd" not in modules
 
 
-def test_a_fixture_run_loads_no_test_code(tmp_path: Path) -> None:
+@pytest.mark.parametrize("quiet", [["-q"], []])
+def test_a_fixture_run_loads_no_test_code(tmp_path: Path, quiet: list[str]) -> None:
     fixture = generate_needle(20_000, seed=3)
     path = tmp_path / "needle.txt"
     path.write_text(fixture.text, encoding="utf-8")
     code = "from rlm.cli import main; main()"
-    args = ["run", fixture.question, "--context-file", str(path), "--provider", "fixture", "-q"]
+    args = ["run", fixture.question, "--context-file", str(path), "--provider", "fixture", *quiet]
     modules = loaded_modules(code, *args)
     assert "rlm._run.runtime" in modules  # it did run
     assert forbidden(modules) == []
-    # Neither volleys, streaming, the journal nor the viewer; -q shows no progress, so no rich.
+    # Neither volleys, streaming, the journal nor the viewer.  Progress on a pipe (stderr is
+    # captured here) is plain text: no rich, with -q or without.
     assert loaded(modules, (*NOT_ON_THE_RUN_PATH, "rich")) == []
+
+
+def test_progress_on_a_terminal_still_goes_through_rich(tmp_path: Path) -> None:
+    fixture = generate_needle(20_000, seed=3)
+    path = tmp_path / "needle.txt"
+    path.write_text(fixture.text, encoding="utf-8")
+    code = "import os; os.environ['FORCE_COLOR'] = '1'; from rlm.cli import main; main()"
+    args = ["run", fixture.question, "--context-file", str(path), "--provider", "fixture"]
+    assert "rich.console" in loaded_modules(code, *args)

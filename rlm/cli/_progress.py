@@ -4,21 +4,16 @@ Lines are never hard-wrapped (a redirected stderr is read by programs and
 grep), colour follows ``NO_COLOR``, and every piece of text that came from a
 model or from model code passes :func:`safe_text` first.  On a terminal an
 elapsed-time spinner says what the run is waiting for, so a slow first step
-is not mistaken for a hang.  A closed or broken stderr silences the printer;
-it never costs the run.
+is not mistaken for a hang.  On a pipe or in a file the lines are plain text
+and rich is not imported (``_rich_stderr.py`` holds what needs it).  A closed
+or broken stderr silences the printer; it never costs the run.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from typing import Any
-
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.live import Live
-from rich.markup import escape
-from rich.spinner import Spinner
-from rich.text import Text
+import sys
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlm._events import (
     BridgeCallFinished,
@@ -34,58 +29,85 @@ from rlm._events import (
 )
 from rlm.cli._terminal import plural, safe_text, silence
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 __all__ = ["ProgressPrinter", "format_cost", "format_traffic", "stderr_console"]
 
-
-class _StderrConsole(Console):
-    """A console whose broken pipe silences it, and only it.
-
-    Rich's default answers a broken pipe by pointing *stdout* at /dev/null and
-    raising SystemExit: that would cost the run its answer.
-    """
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        silence()
+#: A line as pieces of text, each with a rich style name (or None): colour on a
+#: terminal, the bare text on a pipe.
+Segments = list[tuple[str, str | None]]
 
 
 def stderr_console() -> Console:
-    """The console progress goes to: stderr, no wrapping, no colour under NO_COLOR."""
-    no_color = bool(os.environ.get("NO_COLOR"))
-    return _StderrConsole(
-        stderr=True,
-        highlight=False,
-        soft_wrap=True,
-        color_system=None if no_color else "auto",
-        no_color=no_color,
-    )
+    """The rich console for stderr (``_rich_stderr.py``); rich is imported on this call."""
+    from rlm.cli._rich_stderr import stderr_console as rich_console
+
+    return rich_console()
 
 
-class _Elapsed:
-    """The spinner line: what the run waits for and for how long."""
+def stderr_is_terminal() -> bool:
+    """Whether rich would treat stderr as a terminal (``Console.is_terminal``'s rules).
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.doing = "starting"
-        self._spinner = Spinner("dots")
+    Decided without importing rich: on a pipe or in a file progress is plain
+    text and rich is not needed at all.
+    """
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except ValueError:  # closed
+        return False
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        self._spinner.update(
-            text=Text(f"{self.doing} · {time.monotonic() - self.started:.1f}s", style="dim")
-        )
-        yield self._spinner
+
+class _Output(Protocol):
+    def line(self, segments: Segments) -> None: ...
+    def doing(self, what: str) -> None: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class _PlainOutput:
+    """Progress on a pipe or in a file: the lines' text, no colour, no spinner."""
+
+    def line(self, segments: Segments) -> None:
+        if sys.stderr is None:  # the process started with fd 2 closed
+            return
+        sys.stderr.write("".join(text for text, _ in segments) + "\n")
+        sys.stderr.flush()
+
+    def doing(self, what: str) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 class ProgressPrinter:
-    """An event sink that prints a short line for steps, code, fan-outs and calls."""
+    """An event sink that prints a short line for steps, code, fan-outs and calls.
+
+    With no ``console``, a stderr that is not a terminal gets plain lines
+    without rich; otherwise lines go through rich (colour, and the spinner
+    unless ``spinner`` is False).
+    """
 
     def __init__(self, console: Console | None = None, *, spinner: bool | None = None) -> None:
-        self.console = console or stderr_console()
+        self._output: _Output
+        if console is None and not stderr_is_terminal():
+            self._output = _PlainOutput()
+        else:
+            from rlm.cli._rich_stderr import RichProgressOutput
+
+            self._output = RichProgressOutput(console, spinner=spinner)
         self._broken = False
         self._refused: set[str] = set()  # call ids whose current batch the budget refused
-        want_spinner = self.console.is_terminal if spinner is None else spinner
-        self._elapsed = _Elapsed() if want_spinner else None
-        self._live: Live | None = None
 
     def __call__(self, event: Event) -> None:
         if self._broken:
@@ -95,7 +117,7 @@ class ProgressPrinter:
             line = self._line(event)
             if line:
                 indent = "  " * event.depth
-                self.console.print(f"[dim]{event.t:7.2f}s[/dim] {indent}{line}")
+                self._output.line([(f"{event.t:7.2f}s", "dim"), (f" {indent}", None), *line])
             if isinstance(event, RunFinished):
                 self.close()
         except OSError:  # stderr closed or its reader gone: the run goes on without it
@@ -112,67 +134,58 @@ class ProgressPrinter:
             silence()
 
     def _stop_live(self) -> None:
-        live, self._live = self._live, None
-        if live is not None:
-            live.stop()
+        self._output.stop()
 
     def _follow(self, event: Event) -> None:
         """Keep the spinner's "waiting for" current."""
-        if self._elapsed is None:
-            return
         doing = _doing(event)
         if doing is not None:
-            self._elapsed.doing = doing
-        if isinstance(event, RunStarted) and self._live is None:
-            self._live = Live(
-                self._elapsed,
-                console=self.console,
-                transient=True,
-                refresh_per_second=8,
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self._live.start()
+            self._output.doing(doing)
+        if isinstance(event, RunStarted):
+            self._output.start()
 
-    def _line(self, event: Event) -> str | None:
-        who = escape(event.call_id)
+    def _line(self, event: Event) -> Segments | None:
+        who = (event.call_id, None)
         if isinstance(event, CallStarted) and event.depth > 0:
-            return f"{who}: child call started"
+            return [who, (": child call started", None)]
         if isinstance(event, StepCompleted):
             what = plural(event.code_blocks, "code block") if event.code_blocks else "no code"
             final = ", FINAL" if event.has_final else ""
             step = "final-answer step" if event.forced_final else f"step {event.iteration}"
-            return f"{who}: {step} → {what}{final}"
+            return [who, (f": {step} → {what}{final}", None)]
         if isinstance(event, CodeExecuted):
             if event.ok:
-                return f"{who}: code ran ({plural(event.output_chars, 'char')} printed)"
+                return [who, (f": code ran ({plural(event.output_chars, 'char')} printed)", None)]
             first = safe_text(event.error or "").strip().splitlines()[-1:] or ["error"]
-            return f"{who}: [yellow]code error[/yellow]: {escape(first[0][:120])}"
+            return [who, (": ", None), ("code error", "yellow"), (f": {first[0][:120]}", None)]
         if isinstance(event, BudgetRefused) and event.scope == "batch":
             self._refused.add(event.call_id)
             return None
         if isinstance(event, BridgeCallFinished):
             return self._bridge_line(who, event)
         if isinstance(event, CallFinished) and event.depth > 0:
-            return f"{who}: child call {event.status}"
+            return [who, (f": child call {event.status}", None)]
         if isinstance(event, RunFinished):
-            return (
+            return [(
                 f"run {event.status} in {event.duration_s:.2f}s · "
                 f"{plural(event.llm_calls, 'LLM call')} · "
                 f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens · "
-                f"{format_cost(event.usage_detail, event.llm_calls)}"
-            )
+                f"{format_cost(event.usage_detail, event.llm_calls)}",
+                None,
+            )]
         return None
 
-    def _bridge_line(self, who: str, event: BridgeCallFinished) -> str:
+    def _bridge_line(self, who: tuple[str, None], event: BridgeCallFinished) -> Segments:
         if event.call_id in self._refused:
             self._refused.discard(event.call_id)
-            return (
-                f"{who}: {event.fn} × {event.items} [red]refused[/red]: "
-                "more than the budget has left (nothing was sent)"
-            )
-        failed = f", [red]{event.failed_items} failed[/red]" if event.failed_items else ""
-        return f"{who}: {event.fn} × {event.items} answered in {event.duration_s:.2f}s{failed}"
+            return [who, (f": {event.fn} × {event.items} ", None), ("refused", "red"),
+                    (": more than the budget has left (nothing was sent)", None)]
+        line: Segments = [
+            who, (f": {event.fn} × {event.items} answered in {event.duration_s:.2f}s", None)
+        ]
+        if event.failed_items:
+            line += [(", ", None), (f"{event.failed_items} failed", "red")]
+        return line
 
 
 def _doing(event: Event) -> str | None:
