@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Event:
     """Base of every event.  ``kind`` is the event's name in traces."""
 
@@ -58,6 +58,25 @@ class Event:
     call_id: str = ""
     parent_id: str | None = None
     depth: int = 0
+
+    # __eq__, __hash__ and __repr__ are written once here, as dataclasses would generate
+    # them for each class (eq=False, repr=False below): every generated method is an
+    # exec() at import, and the event classes' made up a tenth of a tiny run's start.
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Event)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in _field_names(type(self)))
+        return f"{type(self).__qualname__}({values})"
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _field_names(type(self)))
 
     def to_dict(self) -> dict[str, Any]:
         # What dataclasses.asdict gives, without its deep copy of every scalar: a run's
@@ -95,8 +114,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class RunStarted(Event):
+    """The run began (its query, context size and settings)."""
+
     kind: ClassVar[str] = "run_started"
     query: str
     context_chars: int
@@ -106,8 +127,10 @@ class RunStarted(Event):
     system_prompt: str | None = None  # content: the root model's system prompt, sent once here
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class RunFinished(Event):
+    """The run ended, for any reason: its status, answer and usage totals."""
+
     kind: ClassVar[str] = "run_finished"
     status: RunStatus
     answer: str | None
@@ -120,16 +143,20 @@ class RunFinished(Event):
     traffic: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class CallStarted(Event):
+    """A call (root or child) began."""
+
     kind: ClassVar[str] = "call_started"
     query: str
     model: str
     context_chars: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class CallFinished(Event):
+    """A call ended."""
+
     kind: ClassVar[str] = "call_finished"
     status: CallStatus
     iterations: int
@@ -138,8 +165,10 @@ class CallFinished(Event):
     duration_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class StepCompleted(Event):
+    """One generation of a call's model came back."""
+
     kind: ClassVar[str] = "step_completed"
     iteration: int
     model: str
@@ -155,8 +184,10 @@ class StepCompleted(Event):
     request: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class CodeExecuted(Event):
+    """One code block ran in the call's sandbox."""
+
     kind: ClassVar[str] = "code_executed"
     iteration: int
     block: int
@@ -170,8 +201,10 @@ class CodeExecuted(Event):
     code: str | None = None  # content: the block's source
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class BridgeCallStarted(Event):
+    """Sandbox code called llm_query or llm_query_batched."""
+
     kind: ClassVar[str] = "bridge_call_started"
     bridge_id: int
     fn: str
@@ -179,8 +212,10 @@ class BridgeCallStarted(Event):
     mode: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class BridgeCallFinished(Event):
+    """An llm_query or llm_query_batched call returned to sandbox code."""
+
     kind: ClassVar[str] = "bridge_call_finished"
     bridge_id: int
     fn: str
@@ -193,7 +228,7 @@ class BridgeCallFinished(Event):
     answers: list[str] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class HistoryCompacted(Event):
     """A session's conversation grew past its limit: older steps became a summary."""
 
@@ -204,7 +239,7 @@ class HistoryCompacted(Event):
     summary: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class ToolCalled(Event):
     """Sandbox code called a host tool; ``error`` is what model code saw as ToolError."""
 
@@ -215,8 +250,10 @@ class ToolCalled(Event):
     duration_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class LLMRequest(Event):
+    """An attempt was sent to a provider."""
+
     kind: ClassVar[str] = "llm_request"
     request_id: int
     lane: str
@@ -229,8 +266,10 @@ class LLMRequest(Event):
     in_flight: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class LLMResponse(Event):
+    """The provider answered, or the attempt failed."""
+
     kind: ClassVar[str] = "llm_response"
     request_id: int
     lane: str
@@ -248,7 +287,7 @@ class LLMResponse(Event):
     ttft_s: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class LLMCached(Event):
     """A request answered from the response cache: nothing was sent, nothing spent."""
 
@@ -261,8 +300,10 @@ class LLMCached(Event):
     output_tokens: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class LLMRetry(Event):
+    """A failed attempt will be retried."""
+
     kind: ClassVar[str] = "llm_retry"
     request_id: int
     lane: str
@@ -272,7 +313,7 @@ class LLMRetry(Event):
     retry_after: bool
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class TextDelta(Event):
     """A piece of streamed text, attributed to its call, request and attempt."""
 
@@ -285,7 +326,7 @@ class TextDelta(Event):
     task_title: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class StreamDiscarded(Event):
     """A streaming attempt failed after some text: that text is void."""
 
@@ -298,8 +339,10 @@ class StreamDiscarded(Event):
     task: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class BudgetRefused(Event):
+    """The budget ledger refused to spend."""
+
     kind: ClassVar[str] = "budget_refused"
     scope: str
     items: int
@@ -308,8 +351,10 @@ class BudgetRefused(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class CapacityChanged(Event):
+    """Adaptive concurrency changed the sub lane's permits."""
+
     kind: ClassVar[str] = "capacity_changed"
     lane: str
     old: int
@@ -317,24 +362,30 @@ class CapacityChanged(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class RateLimitLearned(Event):
+    """The provider announced a limit in its headers and the pacer adopted it."""
+
     kind: ClassVar[str] = "rate_limit_learned"
     limit: str
     value: float
     source: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class SandboxStarted(Event):
+    """A sandbox process is ready to execute code."""
+
     kind: ClassVar[str] = "sandbox_started"
     pid: int
     startup_s: float
     isolation: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class SandboxExited(Event):
+    """A sandbox process is gone (always killed and reaped)."""
+
     kind: ClassVar[str] = "sandbox_exited"
     pid: int
     returncode: int | None

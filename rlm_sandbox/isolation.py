@@ -34,12 +34,11 @@ import sys
 from rlm_sandbox import seccomp
 from rlm_sandbox.landlock import Ruleset
 from rlm_sandbox.modules import ALLOWED_MODULES
+from rlm_sandbox.protocol import ISOLATION_LAYERS
 
 __all__ = ["LAYERS", "Limits", "harden", "preload"]
 
-LAYERS = (
-    "fds", "netns", "rlimits", "uid", "no-new-privs", "parent-death-signal", "landlock", "seccomp",
-)
+LAYERS = ISOLATION_LAYERS
 
 #: Sandboxes started as root run as UID_BASE + their pid (an unused, unnamed uid).
 UID_BASE = 0x7000_0000

@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "HEADER",
     "HOST_FRAME_MAX_BYTES",
+    "ISOLATION_LAYERS",
     "BridgeAnswer",
     "BridgeFn",
     "BridgeFrame",
@@ -71,6 +72,13 @@ CHILD_FRAME_MAX_BYTES = DEFAULT_MAX_FRAME_BYTES
 #: Host → child frames may be this large: ``init`` carries the whole context when it is small
 #: enough to go inline, and a ``reply`` carries a whole batch of answers.
 HOST_FRAME_MAX_BYTES = 1 << 30
+
+#: The child's isolation layers, in the order ``isolation.harden`` applies them: the keys
+#: of a ``hardened``/``ready`` frame's ``isolation`` map.  Here, not in isolation.py, so
+#: that the host reads them without importing ctypes, Landlock and seccomp.
+ISOLATION_LAYERS = (
+    "fds", "netns", "rlimits", "uid", "no-new-privs", "parent-death-signal", "landlock", "seccomp",
+)
 
 # -- host → child ------------------------------------------------------------------------
 

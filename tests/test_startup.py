@@ -91,6 +91,10 @@ def test_a_fixture_run_loads_no_test_code(tmp_path: Path, quiet: list[str]) -> N
     # Neither volleys, streaming, the journal nor the viewer.  Progress on a pipe (stderr is
     # captured here) is plain text: no rich, with -q or without.
     assert loaded(modules, (*NOT_ON_THE_RUN_PATH, "rich")) == []
+    # The host reads the sandbox's protocol, never its hardening code (ctypes, Landlock,
+    # seccomp): that runs in the zygote and its forks.
+    assert "rlm_sandbox.protocol" in modules
+    assert loaded(modules, ("rlm_sandbox.isolation", "rlm_sandbox.seccomp")) == []
 
 
 def test_progress_on_a_terminal_still_goes_through_rich(tmp_path: Path) -> None:

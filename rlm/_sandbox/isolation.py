@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from rlm.errors import SandboxError
-from rlm_sandbox.isolation import LAYERS as CHILD_LAYERS
+from rlm_sandbox.protocol import ISOLATION_LAYERS as CHILD_LAYERS
 
 __all__ = [
     "ALL_LAYERS",
