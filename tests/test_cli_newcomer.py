@@ -88,14 +88,22 @@ def test_doctor_with_too_few_file_descriptors_says_one_line() -> None:
     debug = subprocess.run(["sh", "-c", script, "sh", *RLM_CMD, "doctor", "--debug"],
                            capture_output=True, timeout=60, check=False)
     assert debug.returncode == 1 and b"Traceback" in debug.stderr
+    by_env = subprocess.run(["sh", "-c", script, "sh", *RLM_CMD, "doctor"],
+                            env={**os.environ, "RLM_DEBUG": "1"},
+                            capture_output=True, timeout=60, check=False)
+    assert by_env.returncode == 1 and b"Traceback" in by_env.stderr
 
 
 # 3. A broken stderr never costs the answer ------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["closed", "reader-gone"])
+@pytest.mark.parametrize("how", ["closed", "reader-gone", "reader-gone-quiet"])
 def test_a_broken_stderr_keeps_the_answer(needle: Path, how: str) -> None:
     args = ["run", QUESTION, "--context-file", str(needle), "--provider", "fixture"]
+    if how == "reader-gone-quiet":  # no progress printer: a warning is the first write
+        (needle.parent / "blob.bin").write_bytes(b"\x00binary")  # "Warning: skipped 1 file"
+        args = ["run", QUESTION, "--context-file", str(needle.parent), "--provider", "fixture",
+                "-q"]
     if how == "closed":
         done = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", *RLM_CMD, *args],
                               capture_output=True, timeout=60, check=False)
