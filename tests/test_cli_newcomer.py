@@ -94,6 +94,15 @@ def test_doctor_with_too_few_file_descriptors_says_one_line() -> None:
     assert by_env.returncode == 1 and b"Traceback" in by_env.stderr
 
 
+def test_run_with_too_few_file_descriptors_says_what_to_do(needle: Path) -> None:
+    done = subprocess.run(["sh", "-c", 'ulimit -n 16; exec "$@"', "sh", *RLM_CMD, "run", QUESTION,
+                           "--context-file", str(needle), "--provider", "fixture"],
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
+    assert b"cannot start a sandbox: Too many open files" in done.stderr
+    assert b"ulimit -n" in done.stderr and b"interrupted" not in done.stderr
+
+
 # 3. A broken stderr never costs the answer ------------------------------------------------
 
 

@@ -220,13 +220,19 @@ class SandboxLauncher:
         if self._use_zygote and self._nursery is not None:
             await self._zygote_settled.wait()
         zygote = self._zygote
-        ends = ChildEnds()
+        try:
+            ends = ChildEnds()
+        except OSError as exc:  # EMFILE, ENOMEM: this machine's limits, not the run's doing
+            raise SandboxError(_cannot_start(exc)) from exc
         try:
             if zygote is not None and zygote.alive:
                 process: ChildProcess = await zygote.spawn(
                     ends, memory_bytes=self._memory_bytes, cpu_seconds=DEFAULT_CPU_SECONDS)
             else:
                 process = await spawn_direct(ends, self._memory_bytes)
+        except OSError as exc:
+            ends.close_all()
+            raise SandboxError(_cannot_start(exc)) from exc
         except BaseException:
             ends.close_all()
             raise
@@ -321,3 +327,11 @@ class SandboxLauncher:
 
 def _no_nursery() -> trio.Nursery:
     raise RuntimeError("SandboxLauncher.probe() needs serving()")
+
+
+def _cannot_start(exc: OSError) -> str:
+    """What a person reads when the OS refuses a sandbox its pipes or its process."""
+    return (
+        f"cannot start a sandbox: {exc.strerror or exc}. This is a limit of this machine or "
+        "user (open files: `ulimit -n`; processes; memory), not of the run: see docs/sandbox.md"
+    )

@@ -61,11 +61,11 @@ def isolation_report() -> tuple[dict[str, str], dict[str, Any]]:
         inner = leaf_error(exc)
         if not isinstance(inner, RLMError | OSError) or debug_wanted(sys.argv):
             raise
-        fail(
-            f"cannot start a sandbox: {inner}. This is a problem of this machine or user, "
-            "not of the run: see docs/sandbox.md, or run `rlm --debug doctor` for details",
-            1,
-        )
+        said = str(inner)
+        if not said.startswith("cannot start a sandbox"):  # the launcher's own says it all
+            said = (f"cannot start a sandbox: {said}. This is a problem of this machine or "
+                    "user, not of the run: see docs/sandbox.md")
+        fail(f"{said} (`rlm --debug doctor` shows the details)", 1)
     report = {layer: "active" for layer in HOST_LAYERS}
     report.update(
         {
