@@ -192,6 +192,10 @@ def test_a_shell_glob_after_one_flag_makes_a_list(tmp_path: Path) -> None:
     unquoted = rlm_in_process("run", "what", "is", "it", "--context-file", paths[0],
                               "--provider", "fixture")
     assert unquoted.returncode == 2 and "Quote the whole query" in unquoted.stderr
+    mistyped = rlm_in_process("run", QUESTION, "--context-file", paths[0], paths[0] + ".gone",
+                              "--provider", "fixture")
+    assert mistyped.returncode == 2
+    assert f"{paths[0]}.gone (no such file, so not read as a context file)" in mistyped.stderr
 
 
 def test_a_directory_is_one_document_per_matching_file(tmp_path: Path) -> None:

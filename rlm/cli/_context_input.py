@@ -45,8 +45,10 @@ def context_paths(flagged: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str
     strays = [arg for arg in extra if arg == "-" or not os.path.exists(arg)]
     if extra and (not flagged or strays):
         shown = " ".join(strays or extra)
+        # After --context-file a stray may be a mistyped path as well as a word of the query.
+        missing = " (no such file, so not read as a context file)" if flagged else ""
         raise UsageError(
-            f"unexpected argument(s): {shown}. Quote the whole query "
+            f"unexpected argument(s): {shown}{missing}. Quote the whole query "
             '(rlm run "what is ...?"), and put input files after --context-file'
         )
     return (*flagged, *extra)
