@@ -302,6 +302,17 @@ def test_multidoc_writes_a_directory_that_run_reads(tmp_path: Path) -> None:
     assert len(read_context((str(tmp_path / "docs"),), "utf-8")) == 3 == len(facts)
 
 
+def test_generated_files_are_readable_like_any_file_the_user_writes(tmp_path: Path) -> None:
+    needle_file, docs = tmp_path / "needle.txt", tmp_path / "docs"
+    for args in (["needle", "--chars", "2000", "--output", str(needle_file)],
+                 ["multidoc", "--docs", "2", "--chars", "2000", "--output-dir", str(docs)]):
+        assert CliRunner().invoke(main, ["fixture", *args]).exit_code == 0
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in (needle_file, docs / "doc-001.txt"):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path  # not mkstemp's 0600
+
+
 def test_readme_documents_shell_completion() -> None:
     assert "_RLM_COMPLETE=bash_source rlm" in README.read_text()
 

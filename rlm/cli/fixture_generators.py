@@ -61,12 +61,20 @@ def _write_atomically(path: Path, text: str) -> None:
     fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets, not data files
             handle.write(text)
         os.replace(temp_name, path)
     except BaseException:
         # Leave no half-written temporary file behind, then report the failure.
         Path(temp_name).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """This process's umask (reading it means setting it: put straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @fixture_group.command("needle")
