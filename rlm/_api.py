@@ -283,7 +283,7 @@ class RLM:
                     cache=cache,
                     sandboxes=sandboxes
                     if sandboxes is not None
-                    else (self._sandboxes(config, events) if self._sandboxes else None),
+                    else self._factory_launcher(config, events, answer_schema is not None),
                     tools=self._tools,
                     answer_schema=answer_schema,
                 )
@@ -308,6 +308,23 @@ class RLM:
             error.result = result
             raise error
         return result
+
+    def _factory_launcher(
+        self, config: RunConfig, events: EventBus, answer_json: bool
+    ) -> Launcher | None:
+        """The run's launcher from the ``sandboxes`` factory (None: the runtime's default),
+        told the host tools' names and whether FINAL_VAR hands over JSON when the run
+        has them: without, model code met a NameError calling a tool, and a structured
+        answer never fitted its schema."""
+        if self._sandboxes is None:
+            return None
+        extra: dict[str, Any] = {}
+        if self._tools:
+            extra["tools"] = self._tools.names
+        if answer_json:
+            extra["answer_json"] = True
+        launcher: Launcher = self._sandboxes(config, events, **extra)
+        return launcher
 
     def interrupt(self) -> None:
         """Stop the run in progress (call it from another task or a signal handler's task).

@@ -14,8 +14,6 @@ from typing import Protocol
 
 import trio
 
-from rlm._config import RunConfig
-from rlm._events import EventBus
 from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
 
 __all__ = ["Launcher", "LauncherFactory", "ReplSandbox"]
@@ -62,4 +60,7 @@ class Launcher(Protocol):
 
 #: Makes one run's launcher from the run's configuration; the run's event bus
 #: receives its sandbox events.  ``rlm._run.runtime.default_launcher`` is one.
-LauncherFactory = Callable[[RunConfig, EventBus], Launcher]
+#: Called as ``factory(config, events)``, plus ``tools=[names]`` when the run has
+#: host tools and ``answer_json=True`` when it wants a structured answer (the
+#: sandbox must know both), so a factory for such runs takes those keywords.
+LauncherFactory = Callable[..., Launcher]

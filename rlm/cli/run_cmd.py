@@ -295,7 +295,7 @@ def run(
     from rlm._api import RLM
     from rlm._result import STATUS_EXIT_CODES
     from rlm._run.runtime import default_launcher
-    from rlm._run.tools import ToolBox, load_tool
+    from rlm._run.tools import load_tool
     from rlm._trace import check_trace_path
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
@@ -324,11 +324,7 @@ def run(
             check_trace_path(trace_path)
         sinks = [] if printer is None else [printer]
         functions = [load_tool(spec) for spec in tools]
-        # A launcher factory is called with (config, events) only: the sandbox learns the
-        # tools' names here, or model code would meet a NameError calling one.
-        launcher = functools.partial(
-            default_launcher, early_zygote=early_zygote, tools=ToolBox(functions).names
-        )
+        launcher = functools.partial(default_launcher, early_zygote=early_zygote)
         model = RLM(
             trace_path=trace_path, sinks=sinks, api_key=api_key, sandboxes=launcher,
             tools=functions, **settings
