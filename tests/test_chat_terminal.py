@@ -59,8 +59,10 @@ def test_chat_at_a_terminal_prompt(tmp_path: Path) -> None:
     )
     try:
         _wait_for(name, "rlm>")
-        _send(name, "What is the magic number?")
-        _wait_for(name, NEEDLE.answer)
+        # Line editing (readline): a typo fixed with the arrow keys before Enter.
+        subprocess.run(["tmux", "send-keys", "-t", name, "What is the magic numer?",
+                        "Left", "Left", "Left", "b", "Enter"], check=True)
+        _wait_for(name, f"rlm> What is the magic number?\n{NEEDLE.answer}\n")
         _send(name, "How many chunks did you search?")
         _wait_for(name, "\n16\n")
         # Ctrl-C while the query's code is running (a host tool that never returns):
