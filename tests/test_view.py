@@ -91,6 +91,18 @@ def test_a_cut_trace_shows_what_is_there_and_says_it_was_cut(run_dir: Path,
     assert data["run"]["status"] == "unfinished"
     loaded = parse_trace(text[: len(text) // 2 - 7])
     assert len(data["calls"]) == sum(1 for e in loaded.events if e["event"] == "call_started")
+    # Every bridge call the trace saw start is on the timeline; those still waiting at the
+    # cut (the root's fan-out at least) end at the trace's end.
+    started = [e for e in loaded.events if e["event"] == "bridge_call_started"]
+    finished = {(e["call_id"], e["bridge_id"]) for e in loaded.events
+                if e["event"] == "bridge_call_finished"}
+    open_ones = [e["call_id"] for e in started if (e["call_id"], e["bridge_id"]) not in finished]
+    assert "root" in open_ones
+    bridges = data["timeline"]["bridges"]
+    assert len(bridges["call_id"]) == len(started)
+    ends = [t1 for call, t1 in zip(bridges["call_id"], bridges["t1"], strict=True)
+            if call == "root"]
+    assert ends == [data["timeline"]["end"]]
 
 
 def test_events_from_a_newer_rlm_are_named_and_the_rest_is_shown(run_dir: Path,

@@ -351,6 +351,11 @@ class _Builder:
         for row, value in enumerate(a.get("end", [])):
             if value is None:  # never answered (a cut trace): draw it to the end, marked
                 a["end"][row] = end
+        for call in self.calls.values():
+            bridge = call.open_bridge
+            if bridge is not None:  # still waiting when the trace ends: drawn to the end
+                self._row(self.bridges, call_id=call.id, t0=bridge["t0"], t1=end,
+                          items=bridge["items"], failed=None)
         order = sorted(self.calls.values(), key=lambda c: (c.t0, c.id))
         calls = []
         for call in order:
