@@ -16,6 +16,7 @@ import re
 import socket
 from typing import Any
 
+import httpcore2
 import httpx2
 
 from rlm.errors import (
@@ -68,25 +69,41 @@ def load_http_transport() -> None:
 
 
 def make_http_client(
-    *, max_connections: int, request_timeout: float, tls: bool = True
+    *,
+    max_connections: int,
+    request_timeout: float,
+    tls: bool = True,
+    network: httpcore2.AsyncNetworkBackend | None = None,
 ) -> httpx2.AsyncClient:
     """The one HTTP client a run shares across every provider.
 
     With ``tls=False`` (every endpoint is plain ``http://``, e.g. a local
     vLLM or Ollama) the CA bundle is not loaded: that saves ~30 ms per run and
     no TLS connection can be made anyway, since redirects are not followed.
+    ``network`` is where the pool gets its connections (e.g.
+    :class:`rlm.providers._warm.WarmConnections`); by default it dials them.
     """
+    # A client given a transport ignores its own `verify` and `limits`, and httpx2's
+    # transport takes no network backend: so the transport's connection pool is built
+    # here, with the CA bundle loaded only for TLS and the run's connection limits.
+    transport = httpx2.AsyncHTTPTransport(retries=0, verify=False)
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=httpx2.create_ssl_context(verify=tls),
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=_KEEPALIVE_EXPIRY,
+        retries=0,
+        network_backend=network,
+    )
     return httpx2.AsyncClient(
-        verify=tls,
-        timeout=httpx2.Timeout(request_timeout, connect=30.0),
-        limits=httpx2.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-        # The transport's own `verify` is what counts (the client's is ignored when a
-        # transport is given): left at its default it would load the CA bundle anyway.
-        transport=httpx2.AsyncHTTPTransport(retries=0, verify=tls),
+        timeout=httpx2.Timeout(request_timeout, connect=_CONNECT_TIMEOUT),
+        transport=transport,
         follow_redirects=False,
     )
+
+
+_CONNECT_TIMEOUT = 30.0
+_KEEPALIVE_EXPIRY = 5.0  # httpx's default
 
 
 class JSONProvider:

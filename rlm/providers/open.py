@@ -26,6 +26,9 @@ async def open_providers(
         return
     # Imported here: httpx and the HTTP providers take a while to load, and a fixture run
     # never needs them.
+    import trio
+
+    from rlm.providers._warm import WarmConnections
     from rlm.providers.anthropic import AnthropicProvider
     from rlm.providers.keys import default_base_url
     from rlm.providers.openai import OpenAIProvider, make_http_client
@@ -33,13 +36,39 @@ async def open_providers(
     kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
     base_url = config.base_url or default_base_url(config.provider) or ""
     urls = [base_url, config.sub_base_url or base_url]
+    warm = WarmConnections()
     async with make_http_client(
         max_connections=config.max_concurrent,
         request_timeout=config.request_timeout,
         tls=any(url.startswith("https://") for url in urls),
-    ) as client:
-        idle = config.stream_idle_timeout
-        yield {
-            "root": kind(client, urls[0], config.api_key, stream_idle_timeout=idle),
-            "sub": kind(client, urls[1], config.api_key, stream_idle_timeout=idle),
-        }
+        network=warm,
+    ) as client, trio.open_nursery() as nursery:
+        try:
+            # While the root's first step is generated, open the connections the sub
+            # lane's first wave will want (one per permit; no request is sent).
+            origin = _origin(urls[1])
+            if origin is not None:
+                sub_permits = config.max_concurrent - config.root_permits
+                nursery.start_soon(warm.open, *origin, sub_permits)
+            idle = config.stream_idle_timeout
+            yield {
+                "root": kind(client, urls[0], config.api_key, stream_idle_timeout=idle),
+                "sub": kind(client, urls[1], config.api_key, stream_idle_timeout=idle),
+            }
+        finally:
+            nursery.cancel_scope.cancel()
+            await warm.aclose()
+
+
+def _origin(url: str) -> tuple[str, int] | None:
+    """The host and port the HTTP pool dials for ``url`` (None if it is not HTTP)."""
+    import httpx2
+
+    try:
+        parsed = httpx2.URL(url)
+    except httpx2.InvalidURL:
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.raw_host.decode("ascii"), port
