@@ -61,7 +61,28 @@ class ZygoteChild:
 
     async def wait(self) -> None:
         if self._returncode is None:
+            if self._zygote.alive:
+                await _until_exited(self._pid)
             self._returncode = await self._zygote.reap(self._pid)
+
+
+async def _until_exited(pid: int) -> None:
+    """Wait until the zygote's unreaped child ``pid`` has exited, without the zygote.
+
+    Only the zygote can reap it, and its reap waits for the death: a dying
+    sandbox would hold the zygote (and every fork queued behind it) for that
+    long.  Watched through a pidfd, deaths overlap and the reap that follows
+    is immediate.  The pid cannot be reused meanwhile: nothing reaps it but
+    the zygote, which is alive.  Without pidfds the reap waits instead.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)  # readable once it exited
+    finally:
+        os.close(pidfd)
 
 
 class _Process(Protocol):
