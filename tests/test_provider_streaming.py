@@ -268,3 +268,24 @@ async def test_anthropic_stream_without_message_stop_is_a_retryable_failure() ->
     body = anthropic_events(stop=False)
     with pytest.raises(ProviderConnectionError, match="before its final event"):
         await mock(streamed(body), AnthropicProvider).stream(SUB, Pieces())
+
+
+async def test_anthropic_streams_over_loopback_and_a_cut_stream_is_a_retryable_failure() -> None:
+    async with (
+        serving(chunk_chars=5, cut_streams=1) as (url, server),
+        httpx2.AsyncClient() as client,
+    ):
+        provider = AnthropicProvider(client, url, "k")
+        cut = Pieces()
+        with pytest.raises(ProviderConnectionError) as caught:
+            await provider.stream(ROOT, cut)
+        assert caught.value.retryable
+        whole = Pieces()
+        completion = await provider.stream(ROOT, whole)
+    expected = fixture_reply(ROOT.messages, "fixture:4")
+    assert completion.text == whole.text == expected
+    assert cut.pieces and len(cut.text) < len(expected)
+    assert len(whole.pieces) == -(-len(expected) // 5)
+    assert completion.input_tokens > 0 and completion.output_tokens > 0
+    assert completion.finish_reason == "end_turn" and completion.metadata["streamed"] is True
+    assert server.stats.streams == 2 and server.stats.cut_streams == 1

@@ -76,8 +76,11 @@ async def test_anthropic_dialect_refuses_what_it_does_not_serve() -> None:
     async with serving() as (base_url, _), httpx2.AsyncClient() as client:
         url = base_url.removesuffix("/v1") + "/v1/messages"
         no_cap = await client.post(url, json={"model": "fixture", "messages": []})
-        streamed = await client.post(
-            url, json={"model": "fixture", "max_tokens": 5, "messages": [], "stream": True}
-        )
+        tool = {"name": "answer", "input_schema": {"type": "object"}}
+        streamed_tool = await client.post(url, json={
+            "model": "fixture", "max_tokens": 5, "messages": [], "stream": True,
+            "tools": [tool], "tool_choice": {"type": "tool", "name": "answer"},
+        })
     assert no_cap.status_code == 400 and "max_tokens" in no_cap.text
-    assert streamed.status_code == 400 and "streaming" in streamed.text
+    # Text answers stream (test_provider_streaming); a forced tool call is never streamed.
+    assert streamed_tool.status_code == 400 and "text answers only" in streamed_tool.text

@@ -4,8 +4,9 @@ Requests: ``system`` (a string or text blocks), ``messages`` whose content is a
 string or text blocks, and optionally a forced tool (``tools`` +
 ``tool_choice``), which is how rlm asks for a structured answer.  Answers:
 a ``message`` with a text block, or a ``tool_use`` block whose input is the
-structured answer.  Streaming is not served in this dialect (the OpenAI
-dialect streams); a request with ``stream: true`` gets a 400 saying so.
+structured answer.  A text answer asked for with ``stream: true`` is streamed
+as Messages events (:func:`rlm.testing.stream_reply.anthropic_stream_reply`);
+a structured one is not (rlm never streams those), and gets a 400 saying so.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ def _text(content: object) -> str:
 
 def parse_anthropic(payload: dict[str, Any]) -> tuple[list[Message], dict[str, Any] | None]:
     """``(messages with the system text first, the forced tool's input schema or None)``."""
-    if payload.get("stream") is True:
-        raise DialectError("the fixture serves Anthropic streaming only in the OpenAI dialect")
     if not isinstance(payload.get("max_tokens"), int):
         raise DialectError("max_tokens: field required")
     messages: list[Message] = []
@@ -58,6 +57,8 @@ def parse_anthropic(payload: dict[str, Any]) -> tuple[list[Message], dict[str, A
         if tool is None or not isinstance(tool.get("input_schema"), dict):
             raise DialectError("tool_choice names a tool that is not in tools")
         schema = tool["input_schema"]
+        if payload.get("stream") is True:
+            raise DialectError("the fixture streams text answers only, not a forced tool call")
     return messages, schema
 
 

@@ -38,7 +38,7 @@ from rlm.testing.anthropic_dialect import (
     anthropic_message,
     parse_anthropic,
 )
-from rlm.testing.stream_reply import StreamReply, stream_reply
+from rlm.testing.stream_reply import StreamReply, anthropic_stream_reply, stream_reply
 
 __all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
 
@@ -192,7 +192,8 @@ def _parse_chat(body: bytes, path: bytes) -> _Chat:
             said, tool_schema = parse_anthropic(payload)
         except DialectError as exc:
             raise _BadRequest(str(exc)) from exc
-        return _Chat(said, model, dialect="anthropic", schema=tool_schema)
+        return _Chat(said, model, payload.get("stream") is True, dialect="anthropic",
+                     schema=tool_schema)
     messages: list[Message] = []
     for item in payload["messages"]:
         role = _ROLES.get(str(item.get("role"))) if isinstance(item, dict) else None
@@ -439,17 +440,23 @@ class FixtureServer:
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
         chunk_delay = opts.model_chunk_delay.get(model, opts.chunk_delay)
-        if not chat.stream or chat.dialect == "anthropic":  # generated at that pace, sent whole
+        if not chat.stream:  # generated at that pace, sent whole
             await trio.sleep(chunk_delay * len(scripted.stream_pieces(text, opts.chunk_chars)))
+        if chat.stream:
+            self.stats.streams += 1
+            cut = self.stats.cut_streams < opts.cut_streams
+            self.stats.cut_streams += cut
+        if chat.dialect == "anthropic" and chat.stream:
+            return anthropic_stream_reply(
+                text, model=model, reply_id=f"fixture-{self.stats.total_requests}", usage=usage,
+                chunk_chars=opts.chunk_chars, chunk_delay=chunk_delay, cut=cut,
+            )
         if chat.dialect == "anthropic":
             return _json_reply(200, anthropic_message(
                 text, model=model, reply_id=f"fixture-{self.stats.total_requests}",
                 structured=chat.schema is not None, usage=usage,
             ))
         if chat.stream:
-            self.stats.streams += 1
-            cut = self.stats.cut_streams < opts.cut_streams
-            self.stats.cut_streams += cut
             return stream_reply(
                 text, model=model, reply_id=f"chatcmpl-fixture-{self.stats.total_requests}",
                 usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
