@@ -121,6 +121,29 @@ def test_live_display_marks_code_split_across_pieces_on_a_terminal() -> None:
     assert text.index("after") < text.index("output of block 1")
 
 
+def test_live_display_marks_where_a_pipelined_reply_goes_on_after_an_output() -> None:
+    out = io.StringIO()
+    display = LiveDisplay(out, tty=False)
+
+    def root(text: str, request_id: int = 1) -> TextDelta:
+        return TextDelta(call_id="root", text=text, lane="root", request_id=request_id, attempt=1)
+
+    display(root("```repl\nprint(2)\n```\nThe code prints how many chunks had a"))
+    display(CodeExecuted(call_id="root", iteration=1, block=1, ok=True, output="2\n",
+                         output_chars=2, error=None, final=False, duration_s=0.1))
+    display(root(" value."))
+    display(root("FINAL(2)", request_id=2))
+    assert out.getvalue().split("[/code]\n")[1].splitlines() == [
+        "The code prints how many chunks had a",
+        "── output of block 1 (0.10s) ──",
+        "2",
+        "── root step (request 1) goes on ──",
+        " value.",
+        "── root step (request 2) ──",
+        "FINAL(2)",
+    ]
+
+
 def test_live_display_status_for_subs_and_a_note_for_a_cut_root_stream() -> None:
     out = io.StringIO()
     display = LiveDisplay(out, tty=False)

@@ -58,6 +58,7 @@ class LiveDisplay:
         self._at_line_start = True
         self._status_shown = False
         self._root_request: int | None = None
+        self._after_output = False  # a block's output was shown while its reply streamed
         self._subs: dict[str, Any] = {"streaming": set(), "done": 0, "failed": 0, "chars": 0}
 
     def __call__(self, event: Event) -> None:
@@ -95,6 +96,9 @@ class LiveDisplay:
         if event.request_id != self._root_request:
             self._root_request = event.request_id
             self._line(self._paint(_DIM, f"── root step (request {event.request_id}) ──"))
+        elif self._after_output:  # pipelined: the reply goes on below the block's output
+            self._line(self._paint(_DIM, f"── root step (request {event.request_id}) goes on ──"))
+        self._after_output = False
         text = self._held + safe_text(event.text)  # model text: no escapes reach the terminal
         keep = len(text) - len(text.rstrip("`"))
         self._held = text[len(text) - keep :] if keep < 3 else ""
@@ -131,6 +135,7 @@ class LiveDisplay:
         if event.error:
             last = safe_text(event.error).strip().splitlines()[-1:] or ["error"]
             self._line(self._paint(_RED, f"error: {last[0]}"))
+        self._after_output = True
 
     # -- the status line for everything but the root's text ----------------------------
 
