@@ -213,11 +213,11 @@ class RLM:
                     if event.kind == "text_delta":
                         print(event.text, end="")
         """
-        from rlm.streaming.run import stream_events
+        from rlm.streaming.run import EventStream, stream_events
 
-        return _under_trio("RLM.astream", stream_events(
+        return EventStream("RLM.astream", _under_trio("RLM.astream", stream_events(
             lambda merger: self.acompletion(query, context, stream=merger), capacity
-        ))
+        )))
 
     async def acompletion(
         self,
@@ -399,12 +399,12 @@ class RLM:
         ``task_title``; each task ends with ``task_finished`` (``index``,
         ``status``, ``output``).  ``options`` are :meth:`volley`'s.
         """
-        from rlm.streaming.run import stream_events
+        from rlm.streaming.run import EventStream, stream_events
 
-        return _under_trio("RLM.avolley_stream", stream_events(
+        return EventStream("RLM.avolley_stream", _under_trio("RLM.avolley_stream", stream_events(
             lambda merger: self._make_volley(tasks, context, stream=merger, **options).run(),
             capacity,
-        ))
+        )))
 
     def _make_volley(
         self, tasks: Iterable[TaskInput], context: Context | None, **options: Any

@@ -61,3 +61,17 @@ async def test_breaking_out_of_astream_leaves_no_process_and_no_connection(after
             assert open_at_break >= 1  # a reply was streaming when the consumer left
     assert not [pid for pid in started if pid_alive(pid)]
     assert not sandbox_descendants() - before
+
+
+async def test_async_for_straight_over_astream_shows_the_async_with_form() -> None:
+    model = RLM(provider="fixture")
+    with pytest.raises(TypeError, match=r"`async with model\.astream\(\.\.\.\) as events: async"):
+        async for _ in model.astream(QUESTION, "the magic number is 7"):
+            pass
+    with pytest.raises(TypeError, match=r"`async with model\.avolley_stream\(\.\.\.\) as"):
+        async for _ in model.avolley_stream(["What is the magic number?"]):
+            pass
+    # The async with form over the same object runs.
+    async with model.astream(QUESTION, "the magic number is 7") as events:
+        kinds = [event.kind async for event in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"

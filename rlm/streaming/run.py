@@ -15,6 +15,9 @@ its own task inside the ``async with``, which is what makes leaving early safe.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import NoReturn
 
 import trio
 
@@ -22,7 +25,7 @@ from rlm._events import Event
 from rlm.errors import RLMError
 from rlm.streaming.merger import StreamMerger
 
-__all__ = ["stream_events"]
+__all__ = ["EventStream", "stream_events"]
 
 
 @trio.as_safe_channel
@@ -47,3 +50,36 @@ async def stream_events(
             yield event
     if failure:
         raise failure[0]
+
+
+class EventStream(AbstractAsyncContextManager[trio.abc.ReceiveChannel[Event]]):
+    """What ``astream``/``avolley_stream`` return: ``async with`` it for the events.
+
+    ``async for`` straight over it (the form other libraries use) raises a
+    TypeError that shows the ``async with`` form, instead of Python's bare
+    "'async for' requires an object with __aiter__ method".
+    """
+
+    def __init__(
+        self, entry: str, events: AbstractAsyncContextManager[trio.abc.ReceiveChannel[Event]]
+    ) -> None:
+        self._entry = entry
+        self._events = events
+
+    async def __aenter__(self) -> trio.abc.ReceiveChannel[Event]:
+        return await self._events.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._events.__aexit__(exc_type, exc, tb)
+
+    def __aiter__(self) -> NoReturn:
+        raise TypeError(
+            f"{self._entry}(...) is used with async with (leaving the block ends the run "
+            f"cleanly): `async with model.{self._entry.rpartition('.')[2]}(...) as events: "
+            "async for event in events: ...`"
+        )
