@@ -60,6 +60,7 @@ async def _journaled(n: int, spec: str) -> Rates:
         tasks, volley_id = _tasks(n), new_volley_id()
         record_volley(store, volley_id, stored_settings(_config(), {}), tasks, [])
         worker = JournalWorker(store, volley_id, claim_batch=64)
+        worker.know(tasks)  # as `rlm volley` does: claims read indices, not specs
         run = Volley(_config(), tasks, volley_id=volley_id, source=worker, sink=worker)
         started, cpu = time.perf_counter(), time.process_time()
         async with worker.running():

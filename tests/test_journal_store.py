@@ -61,6 +61,21 @@ def test_claims_take_open_tasks_in_order_and_never_twice(store: JournalStore) ->
     assert first[0].spec == {"index": 1, "prompt": "task 1"}
 
 
+def test_claims_of_indices_and_of_specs_take_the_lowest_open_tasks(store: JournalStore) -> None:
+    store.create_volley("v1", {}, _tasks(6))
+    assert store.claim_indices("v1", A, 2) == [1, 2]
+    assert store.claim_specs("v1", B, 3) == [
+        {"index": i, "prompt": f"task {i}"} for i in (3, 4, 5)
+    ]
+    assert store.release("v1", A, [2]) == 1
+    assert store.claim_indices("v1", B, 10) == [2, 6]
+    assert store.claim_indices("v1", A, 10) == [] and store.claim_specs("v1", A, 10) == []
+    rows = store.tasks("v1")
+    assert [r.claimed_by for r in rows] == [A, B, B, B, B, B]
+    assert [r.attempts for r in rows] == [1, 2, 1, 1, 1, 1]
+    assert all(r.status == "in_progress" and r.heartbeat_at is not None for r in rows)
+
+
 def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) -> None:
     store.create_volley("v1", {}, _tasks(2))
     store.claim("v1", A, 2)

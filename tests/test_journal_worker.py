@@ -204,3 +204,29 @@ async def test_a_fast_worker_claims_the_next_batch_before_its_buffer_runs_dry(
     assert waited == [1, 11]
     assert [r.status for r in store.tasks("v")] == ["done"] * 40
     assert all(r.attempts == 1 for r in store.tasks("v"))
+
+
+async def test_a_worker_that_knows_the_tasks_claims_only_their_indices(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    _create(store, 5)
+    tasks = [VolleyTask(i, f"t{i}") for i in range(1, 6)]
+    calls: list[str] = []
+
+    async def counting_run_sync(fn, *args):  # type: ignore[no-untyped-def]
+        calls.append(fn.__name__)
+        await trio.lowlevel.checkpoint()
+        return fn(*args)
+
+    worker = JournalWorker(
+        store, "v", owner=Owner("h", 1, "a"), claim_batch=2, run_sync=counting_run_sync
+    )
+    worker.know(tasks)
+    got: list[VolleyTask] = []
+    async with worker.running():
+        while (task := await worker.claim()) is not None:
+            got.append(task)
+            await worker.accept(_ok(task))
+    assert got == tasks
+    assert "claim_specs" not in calls and calls.count("claim_indices") == 4  # 2+2+1, none
+    assert [r.status for r in store.tasks("v")] == ["done"] * 5

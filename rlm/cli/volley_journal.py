@@ -337,6 +337,7 @@ class JournalSession:
         The volley's ledger starts with what earlier attempts spent, the journal
         records what this one spends, and limits are shared with live workers.
         """
+        worker.know(run.tasks)
         ledger = run.ledger
         spent_before = spent_before or Spend()
         ledger.preload(

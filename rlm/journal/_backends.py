@@ -54,6 +54,9 @@ class Backend(Protocol):
     #: Reads the database server's clock (epoch seconds); None when the journal has no
     #: server (SQLite: the machine's own clock is the journal's).
     clock_sql: str | None
+    #: Whether a statement may return many rows at no more cost than one (PostgreSQL
+    #: sends them together; SQLite steps once per row, giving the GIL up each time).
+    cheap_returning: bool
     #: A table of the elements of a JSON array given as the statement's parameter,
     #: each in a column ``value`` (one statement writes a whole group of rows).
     json_rows: str
@@ -102,6 +105,7 @@ class SQLiteBackend:
     lock_clause = ""  # BEGIN IMMEDIATE already holds the file's write lock
     tables_sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
     clock_sql: str | None = None
+    cheap_returning = False
     json_rows = "json_each(?)"
 
     def json_item(self, i: int) -> str:
@@ -213,6 +217,7 @@ class PostgresBackend:
     )
     # clock_timestamp(), not now(): now() is the start of the transaction.
     clock_sql: str | None = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+    cheap_returning = True
     json_rows = "json_array_elements(CAST(? AS json))"
 
     def json_item(self, i: int) -> str:

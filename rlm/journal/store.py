@@ -375,9 +375,45 @@ class JournalStore:
 
         A worker's hot path: no row record is built for a task about to run.
         """
-        rows = self._claim(volley_id, owner, limit, "idx, spec")
-        rows.sort(key=lambda row: int(row[0]))
-        return [json.loads(spec) for _, spec in rows]
+        return [spec for _, spec in self._claim_picked(volley_id, owner, limit, specs=True)]
+
+    def claim_indices(self, volley_id: str, owner: Owner, limit: int = 1) -> list[int]:
+        """:meth:`claim`, returning only the indices (for a worker that knows the tasks)."""
+        return [idx for idx, _ in self._claim_picked(volley_id, owner, limit, specs=False)]
+
+    def _claim_picked(
+        self, volley_id: str, owner: Owner, limit: int, *, specs: bool
+    ) -> list[tuple[int, Any]]:
+        if self.backend.cheap_returning:
+            rows = self._claim(volley_id, owner, limit, "idx, spec" if specs else "idx")
+            rows.sort(key=lambda row: int(row[0]))
+            return [(int(row[0]), json.loads(row[1]) if specs else None) for row in rows]
+        # SQLite: every row a statement returns is one sqlite3_step, and the store's
+        # thread gives the GIL up for each and must win it back from the busy event
+        # loop.  So the pick comes back as one row (JSON arrays) and the claim is a
+        # second statement over it, in the same write transaction (BEGIN IMMEDIATE
+        # holds the file's write lock: nobody claims in between).
+        now = self.now()
+        columns = "json_group_array(idx), " + ("json_group_array(json(spec))" if specs else "NULL")
+
+        def work(tx: Tx) -> tuple[str, str | None]:
+            ((picked, spec_doc),) = tx.rows(
+                f"SELECT {columns} FROM (SELECT idx, spec FROM tasks WHERE volley_id = ? "
+                "AND status = 'open' ORDER BY idx LIMIT ?)",
+                (volley_id, limit),
+            )
+            tx.run(
+                "UPDATE tasks SET status = 'in_progress', started_at = ?, heartbeat_at = ?, "
+                "claimed_host = ?, claimed_pid = ?, claimed_worker = ?, attempts = attempts + 1 "
+                "WHERE volley_id = ? AND idx IN (SELECT value FROM json_each(?))",
+                (now, now, owner.host, owner.pid, owner.worker, volley_id, picked),
+            )
+            return picked, spec_doc
+
+        picked, spec_doc = self._tx(work)
+        indices: list[int] = json.loads(picked)
+        found = json.loads(spec_doc) if spec_doc is not None else [None] * len(indices)
+        return list(zip(indices, found, strict=True))
 
     def _claim(
         self, volley_id: str, owner: Owner, limit: int, columns: str

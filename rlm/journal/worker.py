@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 import trio
 
+from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
 from rlm.journal.store import JournalStore, Owner, Recovered, Spend, VerdictRow
 from rlm.volley.records import TaskResult, VolleyTask
@@ -87,10 +87,10 @@ class JournalWorker:
         self._run_sync = run_sync
         self._spent = spent
         self._recorded = spent() if spent is not None else Spend()
-        self._unrecorded = Spend()  # kept results' spend, when no ledger is followed
         self.on_recovered = on_recovered or (lambda r: None)
         self.on_workers = on_workers or (lambda n: None)
         self._buffer: list[VolleyTask] = []
+        self._known: dict[int, VolleyTask] = {}  # the volley's tasks, when given (know)
         self._held: set[int] = set()  # claimed by this worker, no verdict yet
         self.accepted = 0  # verdicts this worker committed
         self._refill: trio.Event | None = None  # set when the batch being claimed is in
@@ -154,14 +154,18 @@ class JournalWorker:
     async def _claim_ahead(self, refill: trio.Event) -> None:
         """Claim the next batch behind what the buffer still holds (in the background)."""
         try:
-            specs = await self._claim_specs()
-            self._ahead_found_none = not specs
-            self._take(specs)
+            tasks = await self._claim_next()
+            self._ahead_found_none = not tasks
+            self._take(tasks)
         finally:
             self._refill = None
             refill.set()
 
-    async def _claim_specs(self) -> list[dict[str, Any]]:
+    def know(self, tasks: Iterable[VolleyTask]) -> None:
+        """The volley's tasks, as loaded: claims then read only indices from the journal."""
+        self._known = {task.index: task for task in tasks}
+
+    async def _claim_next(self) -> list[VolleyTask]:
         """Claim the next batch, sized to the pace tasks are taken at.
 
         A fast volley takes more tasks per claim (enough for about four claims'
@@ -175,28 +179,47 @@ class JournalWorker:
         pace = (self._taken - self._paced_from) / elapsed if elapsed > 0 else 0.0
         self._paced_since, self._paced_from = started, self._taken
         size = max(self._batch, min(_MAX_CLAIM, int(pace * 4 * self._claim_s)))
-        specs = await self._run_sync(self.store.claim_specs, self.volley_id, self.owner, size)
+        tasks: list[VolleyTask]
+        if self._known:
+            indices = await self._run_sync(
+                self.store.claim_indices, self.volley_id, self.owner, size
+            )
+            self._held.update(indices)  # before anything can fail: _finish releases them
+            tasks = [self._task(index) for index in indices]
+        else:
+            specs = await self._run_sync(
+                self.store.claim_specs, self.volley_id, self.owner, size
+            )
+            tasks = [VolleyTask.from_dict(spec) for spec in specs]
         self._claim_s = trio.current_time() - started
         self._low_water = pace * 2 * self._claim_s
-        return specs
+        return tasks
 
-    def _take(self, specs: list[dict[str, Any]]) -> None:
-        """Hold claimed tasks: buffered behind the ones already there, and heartbeated.
+    def _task(self, index: int) -> VolleyTask:
+        task = self._known.get(index)
+        if task is None:
+            raise JournalError(
+                f"volley {self.volley_id} has a task {index} this worker was not given"
+            )
+        return task
+
+    def _take(self, tasks: list[VolleyTask]) -> None:
+        """Hold claimed tasks (in task order): buffered behind the ones already there,
+        and heartbeated.
 
         Called with no checkpoint since the claim returned: a cancelled caller
         still leaves every claimed task where ``_finish`` releases it.
         """
-        tasks = [VolleyTask.from_dict(spec) for spec in reversed(specs)]
-        self._buffer[:0] = tasks  # popped from the end
+        self._buffer[:0] = reversed(tasks)  # popped from the end
         self._held.update(task.index for task in tasks)
 
     async def _claim_batch(self) -> None:
         """Fill the buffer with the next batch, or set ``_drained`` when nothing is left."""
         while True:
-            specs = await self._claim_specs()
-            if specs:
+            tasks = await self._claim_next()
+            if tasks:
                 self._ahead_found_none = False
-                self._take(specs)
+                self._take(tasks)
                 return
             if not await self._run_sync(self.store.held_elsewhere, self.volley_id, self.owner):
                 self._drained = True
@@ -236,10 +259,6 @@ class JournalWorker:
             )
         )
         self._waiting.append((result, kept))
-        if self._spent is None:  # no ledger to follow: count what the result says
-            self._unrecorded += Spend(
-                result.cost or 0.0, result.retries + 1, result.tokens_input, result.tokens_output
-            )
         if len(self._rows) == 1:
             self._queued.set()
 
@@ -269,19 +288,24 @@ class JournalWorker:
             if not rows:
                 return
             self._rows, self._waiting, self._queued = [], [], trio.Event()
-            await self._run_sync(self.store.finish_rows, self.volley_id, rows, self._spend_delta())
+            spend = self._spend_delta([result for result, _ in waiting])
+            await self._run_sync(self.store.finish_rows, self.volley_id, rows, spend)
         for result, kept in waiting:
             self._held.discard(result.index)
             self.accepted += 1
             if tell:
                 kept(result)
 
-    def _spend_delta(self) -> Spend:
+    def _spend_delta(self, results: Sequence[TaskResult] = ()) -> Spend:
         """What the volley spent since the last record: the ledger's growth when it is
-        followed, else what the results kept since then say."""
+        followed, else what ``results`` (the verdicts being recorded) say."""
         if self._spent is None:
-            spend, self._unrecorded = self._unrecorded, Spend()
-            return spend
+            return Spend(
+                sum(r.cost or 0.0 for r in results),
+                sum(r.retries + 1 for r in results),
+                sum(r.tokens_input for r in results),
+                sum(r.tokens_output for r in results),
+            )
         now = self._spent()
         last, self._recorded = self._recorded, now
         return now - last
