@@ -138,3 +138,21 @@ def test_a_bad_config_file_is_blamed_on_the_file_not_on_profile(
     done = _config_in_process(tmp_path, monkeypatch, "show")
     assert done.returncode == 2 and "rlm.toml: unknown setting 'max_iteration'" in done.stderr
     assert "--profile" not in done.stderr.split("Error:")[-1]
+
+
+def test_a_flag_beats_the_profile_and_the_environment_beats_it_too(tmp_path: Path) -> None:
+    """The profile's ceiling would stop the run (17 calls): a flag lifts it; RLM_MODEL replaces
+    the profile's model."""
+    (tmp_path / "rlm.toml").write_text(
+        '[profiles.tight]\nprovider = "fixture"\nmax_llm_calls = 2\nmodel = "no-such-model"\n'
+    )
+    (tmp_path / "ctx.txt").write_text("filler. " * 2000 + "The magic number is 31.")
+    args = ["run", "What is the magic number?", "--context-file", "ctx.txt", "--profile", "tight",
+            "--json"]
+    profile_only = _cli(tmp_path, *args, env={"RLM_MODEL": "fixture"})
+    assert profile_only.returncode == 3, profile_only.stderr  # the profile's ceiling held
+    flag_wins = _cli(tmp_path, *args, "--max-llm-calls", "100", env={"RLM_MODEL": "fixture"})
+    assert flag_wins.returncode == 0, flag_wins.stderr
+    result = json.loads(flag_wins.stdout)
+    assert result["answer"] == "31"
+    assert set(result["usage_detail"]["by_model"]) == {"fixture"}  # RLM_MODEL, not the profile's
