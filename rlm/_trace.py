@@ -36,7 +36,10 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
         )
     parent = target.parent
     if not parent.is_dir():
-        raise UsageError(f"cannot write trace file {path}: directory {parent} does not exist")
+        raise UsageError(
+            f"cannot write trace file {path}: directory {parent} does not exist; create it "
+            f"(mkdir -p {parent}) or give a path in an existing directory"
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write trace file {path}: directory {parent} is not writable")
     return target

@@ -73,6 +73,8 @@ def test_a_bad_trace_path_is_refused_before_the_run(
     assert "step 1" not in done.stderr  # the run never started
     assert not [p.name for p in tmp_path.rglob("*.part")]
     assert not (tmp_path / "-").exists()
+    if trace == "missing/run.jsonl":
+        assert "mkdir -p missing" in done.stderr
 
 
 # 2. No traceback for an environment problem -----------------------------------------------
@@ -169,6 +171,7 @@ def test_an_empty_context_file_warns(tmp_path: Path) -> None:
     empty.write_text("")
     done = cli("run", QUESTION, "--context-file", str(empty), "--provider", "fixture", "-q")
     assert b"Warning: the context is empty" in done.stderr
+    assert b"check that this is the input you meant" in done.stderr  # what to do, not only what
 
 
 def test_data_on_stdin_without_the_flag_is_pointed_out() -> None:

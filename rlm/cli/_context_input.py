@@ -98,7 +98,10 @@ def warn_if_empty(paths: tuple[str, ...], context: Context) -> None:
             )
     elif not any(texts):
         where = ", ".join("stdin" if p == "-" else p for p in paths)
-        say(f"Warning: the context is empty ({where}): the model has nothing to search")
+        say(
+            f"Warning: the context is empty ({where}): the model has nothing to search; "
+            "check that this is the input you meant"
+        )
 
 
 def _stdin_has_data() -> bool:
