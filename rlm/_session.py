@@ -18,6 +18,7 @@ resumes it in another process, over the same context.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -251,7 +252,9 @@ class Session:
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._done: trio.Event | None = None
-        self._thread = threading.Thread(target=self._serve, name="rlm-session", daemon=True)
+        # The caller's context goes with the loop (how messages spell settings, for one).
+        self._thread = threading.Thread(target=contextvars.copy_context().run,
+                                        args=(self._serve,), name="rlm-session", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._failure is not None:

@@ -80,9 +80,19 @@ SettingNamer = Callable[[str, str | None], str]
 _SETTING = re.compile(r"<(\w+)(?:=([^>]*))?>")
 
 
+_NUMBER = re.compile(r"\$?[\d,]+(?:\.\d+)?")
+
+
 def python_setting(name: str, value: str | None) -> str:
-    """``max_depth``, or ``provider="fixture"``: how the Python API spells a setting."""
-    return name if value is None else f'{name}="{value}"'
+    """``max_depth``, ``provider="fixture"``, ``max_cost=0.5``, ``timeout=None``: how the
+    Python API spells a setting (the CLI's ``none`` is ``None``, ``$0.5`` is ``0.5``)."""
+    if value is None:
+        return name
+    if value == "none":
+        return f"{name}=None"
+    if _NUMBER.fullmatch(value):
+        return f"{name}={value.replace('$', '').replace(',', '_')}"
+    return f'{name}="{value}"'
 
 
 class SettingError(UsageError):

@@ -13,9 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 import rlm
-from rlm import RLM, RunConfig, SettingError, UsageError
+from rlm import RLM, BudgetExceeded, RunConfig, SettingError, UsageError
 from rlm._config import DEFAULTS, PROVIDERS
+from rlm._spelling import settings_spelled_as
+from rlm._traffic.budget import Budget, BudgetLimits
 from rlm.cli import main
+from rlm.cli._flags import cli_setting
 from rlm.cli.run_cmd import run
 from rlm.providers.fixture import FixtureProvider
 from rlm.testing.provider import FunctionProvider
@@ -128,3 +131,29 @@ def test_the_settings_doc_lists_every_setting_with_its_flag_and_default() -> Non
         flag = f"`{'/'.join(option.opts + option.secondary_opts)}`" if option else "—"
         expected.append([f"| `{f.name}`", flag, f"`{getattr(DEFAULTS, f.name)!r}`"])
     assert rows == expected
+
+
+def test_a_limit_met_in_a_python_run_names_the_parameter() -> None:
+    result = RLM(provider="fixture", max_llm_calls=2).completion(
+        "What is the magic number?", "filler. " * 3000 + "The magic number is 3."
+    )
+    assert result.status == "budget_exceeded"
+    assert "max_llm_calls=2 reached" in (result.error or "")
+    assert "max_llm_calls=None lifts it" in (result.error or "")
+    assert "--" not in (result.error or "")
+
+
+def test_the_cli_spells_the_same_limit_as_its_flag() -> None:
+    budget = Budget(limits=BudgetLimits(max_llm_calls=1, max_cost=0.5))
+    with pytest.raises(BudgetExceeded, match=r"only 1 of max_llm_calls=1 remain"):
+        budget.check_batch(2)
+    with settings_spelled_as(cli_setting), pytest.raises(
+        BudgetExceeded, match=r"only 1 of --max-llm-calls 1 remain"
+    ):
+        budget.check_batch(2)
+    with settings_spelled_as(cli_setting), pytest.raises(
+        BudgetExceeded, match=r"--max-cost cannot be enforced .* add it with --prices FILE"
+    ):
+        budget.check_priced("no-such-model")
+    with pytest.raises(BudgetExceeded, match=r'add it with prices_path="FILE"'):
+        budget.check_priced("no-such-model")  # and the spelling did not outlive the block

@@ -95,7 +95,7 @@ async def test_a_run_with_no_flags_enforces_the_default_call_ceiling(autojump_cl
     result = await model.acompletion("q", "ctx")
     assert result.answer == "gave up" and len(provider.requests) == 2  # the batch sent nothing
     refusal = next(e for e in result.trace if e["event"] == "budget_refused")
-    assert f"only {DEFAULTS.max_llm_calls - 1} of --max-llm-calls" in refusal["reason"]
+    assert f"only {DEFAULTS.max_llm_calls - 1} of max_llm_calls=" in refusal["reason"]
 
 
 async def test_a_run_with_no_flags_stops_at_the_default_timeout(autojump_clock: Any) -> None:
@@ -106,7 +106,7 @@ async def test_a_run_with_no_flags_stops_at_the_default_timeout(autojump_clock: 
     )
     result = await model.acompletion("q", "ctx")
     assert result.status == "timeout" and STATUS_EXIT_CODES[result.status] == 3
-    assert "--timeout none lifts it" in (result.error or "")
+    assert "timeout=None lifts it" in (result.error or "")
     assert trio.current_time() < DEFAULTS.timeout * 1.01
 
 
@@ -122,7 +122,7 @@ async def test_swallowed_refusals_count_toward_the_exec_timeout_and_are_paced() 
     assert result.status == "budget_exceeded" and STATUS_EXIT_CODES[result.status] == 3
     assert result.usage.llm_calls == 20
     executed = [e for e in result.trace if e["event"] == "code_executed"]
-    assert len(executed) == 1 and "--exec-timeout" in (executed[0]["error"] or "")
+    assert len(executed) == 1 and "(exec_timeout;" in (executed[0]["error"] or "")
     refused = [e for e in result.trace if e["event"] == "budget_refused" and e["scope"] == "batch"]
     assert 1 <= len(refused) <= 1 + 1.0 / 0.1 + 1  # answered at once, then 0.1 s apart
 

@@ -149,7 +149,7 @@ def test_a_batch_that_cannot_fit_is_refused_whole() -> None:
 def test_reserve_names_the_limit_that_refused() -> None:
     budget = Budget(limits=BudgetLimits(max_input_tokens=150))
     ticket = budget.reserve(sub_request(chars=400))  # 100 tokens
-    with pytest.raises(BudgetExceeded, match="--max-input-tokens 150"):
+    with pytest.raises(BudgetExceeded, match="max_input_tokens=150"):
         budget.reserve(sub_request(chars=400))
     budget.settle(ticket, Completion(text="", model="fixture", input_tokens=100))
     assert budget.remaining()["input_tokens"] == 50

@@ -241,6 +241,14 @@ def test_chat_without_a_model_names_the_flag(needle: Path) -> None:
     assert "Error: no model: pass --model M (or set RLM_MODEL)" in done.stderr, done.stderr
 
 
+def test_a_chat_question_a_limit_ended_says_which_flag_lifts_it(needle: Path) -> None:
+    done = cli("chat", "--context-file", str(needle), "--provider", "fixture",
+               "--max-llm-calls", "1", stdin=QUESTION.encode() + b"\n")
+    assert done.returncode == 0, done.stderr
+    assert b"status budget_exceeded: --max-llm-calls 1 reached" in done.stderr, done.stderr
+    assert b"--max-llm-calls none lifts it" in done.stderr  # the CLI's spelling, on its thread
+
+
 # 12. Output polish ------------------------------------------------------------------------------
 
 

@@ -426,7 +426,7 @@ async def test_5_flood_hang_and_crash_cost_only_an_error() -> None:
     assert [bool(e["error"]) for e in executed] == [False, True, True, True]
     exits = [e["reason"] for e in kinds(list(result.trace), "sandbox_exited")]
     assert exits[:3] == ["flood", "timeout", "crashed"], [e["error"] for e in executed]
-    assert "64 MiB" in executed[1]["error"] and "--exec-timeout" in executed[2]["error"]
+    assert "64 MiB" in executed[1]["error"] and "(exec_timeout;" in executed[2]["error"]
 
 
 async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:

@@ -32,7 +32,7 @@ async def test_an_unknown_host_is_not_retried() -> None:
         with pytest.raises(ProviderConnectionError) as caught:
             await post_json(client, URL, {}, {})
     assert caught.value.retryable is False
-    assert "does not resolve" in str(caught.value) and "--base-url" in str(caught.value)
+    assert "does not resolve" in str(caught.value) and "check base_url" in str(caught.value)
 
 
 async def test_a_resolver_that_timed_out_is_retried() -> None:

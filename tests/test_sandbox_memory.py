@@ -63,7 +63,7 @@ async def test_a_start_that_could_only_wait_forever_fails_clearly() -> None:
     await ceiling.acquire(ROOT)
     await ceiling.acquire(child("a"))
     # Both holders are ancestors of the grandchild: neither can close before it runs.
-    with pytest.raises(SandboxError, match=r"no memory for another sandbox.*--sandbox-memory"):
+    with pytest.raises(SandboxError, match=r"no memory for another sandbox.*sandbox_memory"):
         await ceiling.acquire(child("a.1", parent="a", depth=2))
     assert ceiling.reserved == 2 * GIB
 

@@ -205,7 +205,7 @@ async def test_a_budget_wall_stops_new_tasks_and_keeps_what_completed(
     statuses = [t.status for t in result.tasks]
     assert statuses[:4] == ["succeeded"] * 4 and statuses.count("succeeded") == 5
     assert {t.error for t in result.tasks if t.status == "cancelled"} == {"not started"}
-    assert "--max-llm-calls 5" in (result.error or "")
+    assert "max_llm_calls=5" in (result.error or "")
     assert result.summary.succeeded == 5 and result.summary.cancelled == 5
 
 

@@ -27,6 +27,7 @@ from rlm._run.tools import ToolBox
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.launcher import SandboxLauncher
+from rlm._spelling import setting
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import CompletionCache, Gate
 from rlm._traffic.limiter import TieredLimiter
@@ -156,8 +157,8 @@ class Runtime:
         answered = outcome is not None and outcome.status == "answered"
         if self._error is None and run_scope.cancelled_caught and not answered:
             self._error = RunTimeout(
-                f"the run passed its {timeout:g} s --timeout (raise it to let the run go "
-                "further; --timeout none lifts it)"
+                f"the run passed its {timeout:g} s {setting('timeout')} (raise it to let the "
+                f"run go further; {setting('timeout', 'none')} lifts it)"
             )
         extracted = None
         if isinstance(self._error, BudgetExceeded) and outcome is not None and not answered:

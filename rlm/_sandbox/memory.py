@@ -25,6 +25,7 @@ import trio
 
 from rlm._sandbox.process import SandboxIdentity
 from rlm._sizes import format_size
+from rlm._spelling import setting
 from rlm.errors import SandboxError
 
 __all__ = ["MemoryCeiling", "machine_memory", "memory_ceiling"]
@@ -122,5 +123,5 @@ class MemoryCeiling:
             f"no memory for another sandbox: {count} sandboxes of "
             f"{format_size(self.per_sandbox)} hold the {format_size(self.ceiling)} ceiling "
             "(half this machine's memory) and each waits for child calls; lower "
-            "--sandbox-memory or --max-concurrent"
+            f"{setting('sandbox_memory')} or {setting('max_concurrent')}"
         )

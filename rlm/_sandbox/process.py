@@ -25,6 +25,7 @@ import trio
 
 from rlm._events import EventBus, SandboxExited, SandboxStarted
 from rlm._sandbox.isolation import HOST_LAYERS, active_layers
+from rlm._spelling import setting
 from rlm.errors import ExecutionTimeout, SandboxCrashed
 from rlm_sandbox.protocol import (
     CHILD_FRAME_MAX_BYTES,
@@ -229,9 +230,9 @@ class Sandbox:
             if frame is None:
                 self.kill("timeout")
                 raise ExecutionTimeout(
-                    f"execution exceeded the {limit:g} s limit (--exec-timeout; time waiting "
-                    "for answers the budget refused counts); the sandbox was restarted and "
-                    "variables from earlier steps are gone"
+                    f"execution exceeded the {limit:g} s limit ({setting('exec_timeout')}; time "
+                    "waiting for answers the budget refused counts); the sandbox was restarted "
+                    "and variables from earlier steps are gone"
                 )
             if self._bytes_read > read_limit:
                 self.kill("flood")

@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm._spelling import setting
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.usage import Usage, estimate_io
 from rlm.errors import BudgetExceeded
@@ -118,15 +119,15 @@ class Budget:
             )
             raise BudgetExceeded(
                 f"a batch of {what}, but only {left} of "
-                f"--max-llm-calls {self.limits.max_llm_calls} remain; nothing was sent"
+                f"{setting('max_llm_calls', self.limits.max_llm_calls)} remain; nothing was sent"
             )
 
     def check_priced(self, model: str) -> None:
         """With --max-cost, a model without a price cannot be used at all."""
         if self.limits.max_cost is not None and self.prices.lookup(model) is None:
             raise BudgetExceeded(
-                f"model {model!r} has no price, so --max-cost cannot be enforced for it; "
-                "add it with --prices FILE"
+                f"model {model!r} has no price, so {setting('max_cost')} cannot be enforced "
+                f"for it; add it with {setting('prices_path', 'FILE')}"
             )
 
     # -- reserve / settle ------------------------------------------------------
@@ -142,16 +143,16 @@ class Budget:
         left = self.calls_left()
         if left is not None and left < 1:
             raise BudgetExceeded(
-                f"--max-llm-calls {limits.max_llm_calls} reached "
+                f"{setting('max_llm_calls', limits.max_llm_calls)} reached "
                 f"({self.spent.calls} sent, {self.reserved.calls} in flight; "
-                "--max-llm-calls none lifts it)"
+                f"{setting('max_llm_calls', 'none')} lifts it)"
             )
         committed_in = self.spent.input_tokens + self.reserved.input_tokens
         committed_out = self.spent.output_tokens + self.reserved.output_tokens
-        self._check("--max-input-tokens", limits.max_input_tokens, committed_in, input_est)
-        self._check("--max-output-tokens", limits.max_output_tokens, committed_out, output_est)
+        self._check("max_input_tokens", limits.max_input_tokens, committed_in, input_est)
+        self._check("max_output_tokens", limits.max_output_tokens, committed_out, output_est)
         self._check(
-            "--max-total-tokens",
+            "max_total_tokens",
             limits.max_total_tokens,
             committed_in + committed_out,
             input_est + output_est,
@@ -160,9 +161,9 @@ class Budget:
             committed = self.spent.cost + self.reserved.cost
             if committed + cost_est > limits.max_cost:
                 raise BudgetExceeded(
-                    f"--max-cost ${limits.max_cost:g} reached (${committed:.4f} spent or "
-                    f"reserved; this request would add about ${cost_est:.4f}; raise "
-                    "--max-cost to go further)"
+                    f"{setting('max_cost', f'${limits.max_cost:g}')} reached (${committed:.4f} "
+                    f"spent or reserved; this request would add about ${cost_est:.4f}; raise "
+                    f"{setting('max_cost')} to go further)"
                 )
         ticket = Ticket(request.model, request.lane, request.depth, input_est, output_est, cost_est)
         self._move(self.reserved, ticket, +1)
@@ -243,11 +244,11 @@ class Budget:
     # -- internals -------------------------------------------------------------
 
     @staticmethod
-    def _check(flag: str, limit: int | None, committed: int, estimate: int) -> None:
+    def _check(name: str, limit: int | None, committed: int, estimate: int) -> None:
         if limit is not None and committed + estimate > limit:
             raise BudgetExceeded(
-                f"{flag} {limit:,} reached ({committed:,} used or reserved; this request "
-                f"needs about {estimate:,} more; raise {flag} to go further)"
+                f"{setting(name, f'{limit:,}')} reached ({committed:,} used or reserved; this "
+                f"request needs about {estimate:,} more; raise {setting(name)} to go further)"
             )
 
     @staticmethod

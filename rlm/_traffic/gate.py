@@ -48,6 +48,7 @@ from rlm._events import (
     StreamDiscarded,
     TextDelta,
 )
+from rlm._spelling import setting
 from rlm._traffic.adaptive import AdaptiveCapacity
 from rlm._traffic.budget import Budget, Ticket
 from rlm._traffic.limiter import TieredLimiter
@@ -188,7 +189,8 @@ class Gate:
                 else f"the next retry would come after a {delay:.1f} s back-off"
             )
             raise RunTimeout(
-                f"{who}, longer than the {left:.1f} s left of --timeout (last error: {exc})"
+                f"{who}, longer than the {left:.1f} s left of {setting('timeout')} "
+                f"(last error: {exc})"
             ) from exc
         self.metrics.lane(request.lane).retries += 1
         self._events.emit(

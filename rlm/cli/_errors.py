@@ -18,6 +18,8 @@ from typing import Any, NoReturn
 
 import click
 
+from rlm._spelling import settings_spelled_as
+from rlm.cli._flags import cli_setting
 from rlm.cli._terminal import say, silence
 from rlm.errors import RLMError
 
@@ -73,7 +75,8 @@ class RLMGroup(click.Group):
             argv = [a for a in argv[:end] if a != "--debug"] + argv[end:]
         kwargs["standalone_mode"] = False
         try:
-            code = super().main(argv, *extra, **kwargs)
+            with settings_spelled_as(cli_setting):  # a limit's message names its flag
+                code = super().main(argv, *extra, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:  # `rlm config` alone: help, not a mistake
             exc.show()
             sys.exit(0)

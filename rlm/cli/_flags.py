@@ -11,7 +11,7 @@ import click
 
 from rlm.errors import SettingError, SettingNamer
 
-__all__ = ["flag_namer", "model_or_blank", "usage_message"]
+__all__ = ["cli_setting", "flag_namer", "model_or_blank", "usage_message"]
 
 
 def flag_namer(command: click.Command) -> SettingNamer:
@@ -43,3 +43,10 @@ def model_or_blank(provider: str, model: str | None) -> str:
     """``--model`` as given; without it the fixture's own name, else "" (the endpoint
     check then says which flag to pass, where ``None`` would be a type error about None)."""
     return model or ("fixture" if provider == "fixture" else "")
+
+
+def cli_setting(name: str, value: str | None) -> str:
+    """A setting as ``rlm run`` spells it: how runtime messages name limits in any command."""
+    from rlm.cli.run_cmd import run  # only when a message names a setting
+
+    return flag_namer(run)(name, value)

@@ -144,8 +144,9 @@ def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
         else:
             shown_answer = result.answer if result.answer is not None else f"({result.status})"
             click.echo(answer_for_stdout(shown_answer))
-            if result.status != "answered":
-                say(f"the question ended with status {result.status}")
+            if result.status != "answered":  # the reason says which limit, and how to lift it
+                reason = f": {result.error}" if result.error else ""
+                say(f"the question ended with status {result.status}{reason}")
 
 
 chat = click.Command(

@@ -19,6 +19,7 @@ from typing import Any
 import httpcore2
 import httpx2
 
+from rlm._spelling import setting
 from rlm.errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -135,7 +136,7 @@ async def post_json(
     except httpx2.TransportError as exc:
         raise unknown_host_error(url, exc) or ProviderConnectionError(
             f"cannot reach {url}: {exc or type(exc).__name__} (is the server running, and "
-            "is --base-url right?)",
+            f"is {setting('base_url')} right?)",
             url=url,
         ) from exc
     if response.status_code >= 400:
@@ -154,7 +155,7 @@ def unknown_host_error(url: str, exc: BaseException) -> ProviderConnectionError 
         return None
     return ProviderConnectionError(
         f"cannot reach {url}: the host name {httpx2.URL(url).host!r} does not resolve; "
-        "check --base-url (or RLM_BASE_URL)",
+        f"check {setting('base_url')}",
         url=url,
         retryable=False,
     )

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import httpx2
 
+from rlm._spelling import setting
 from rlm.errors import ProviderConnectionError, ProviderResponseError
 from rlm.providers._http import (
     BAD_SHAPE,
@@ -172,7 +173,7 @@ async def stream_completion(
             return reader.completion(response)
     except httpx2.ReadTimeout as exc:
         raise ProviderConnectionError(
-            f"{url} stalled: no bytes for {idle_timeout:g} s (--stream-idle-timeout; "
+            f"{url} stalled: no bytes for {idle_timeout:g} s ({setting('stream_idle_timeout')}; "
             f"{received} chars received, discarded)",
             url=url,
         ) from exc
