@@ -263,3 +263,32 @@ async def test_provider_bad_model_is_a_provider_error() -> None:
     with pytest.raises(ProviderStatusError) as info:
         await FixtureProvider().complete(request)
     assert info.value.status == 400
+
+
+def _needle_cut_at_a_chunk_end() -> str:
+    """4,000 chars in 4 chunks of 1,000 (+200 overlap): the first chunk ends 2 digits
+    into the value, the second holds the whole sentence."""
+    needle = "The magic number is 8599796."
+    start = 1000 + 200 - len("The magic number is 85")
+    filler = "lorem ipsum dolor sit amet "
+    head = (filler * 100)[: start - 1] + " "
+    text = head + needle + " " + (filler * 200)
+    return text[:4000]
+
+
+@pytest.mark.parametrize("model", ["fixture:4", "fixture-sequential:4"])
+def test_a_value_cut_by_a_chunk_end_is_not_the_answer(model: str) -> None:
+    text = _needle_cut_at_a_chunk_end()
+    code = code_of(fixture_reply(root_messages(), model))
+    prompts, namespace = run_code(code, text)
+    assert [sub_reply(p) for p in prompts[:2]] == ["85", "8599796"]  # the cut, then whole
+    assert namespace["final"] == "8599796"
+
+
+def test_the_probe_reads_past_a_value_cut_by_a_chunk_end() -> None:
+    first = fixture_reply(root_messages(), "fixture:4")
+    error = "Code executed:\nTraceback (most recent call last):\nNameError: name 'x' is not defined"
+    code = code_of(fixture_reply(root_messages(QUESTION, first, error), "fixture:4"))
+    prompts, namespace = run_code(code, _needle_cut_at_a_chunk_end())
+    assert namespace["printed"] == ["answer: 8599796"]
+    assert len(prompts) == 2  # the hit, then the chunk that overlaps it

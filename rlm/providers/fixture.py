@@ -239,17 +239,32 @@ for a in answers:
     if a and not a.upper().startswith("NOT FOUND") and not a.startswith("Error:"):
         found.append(a)
 print(f"{len(chunks)} chunks, {len(found)} hits")
-if found:
-    answer = collections.Counter(found).most_common(1)[0][0]
+# A chunk that ends inside the sentence sees only the value's start ("85" of
+# "8599796"); the overlapping next chunk sees it whole, so drop such prefixes.
+whole = []
+for a in found:
+    cut = False
+    for b in found:
+        if len(b) > len(a) and b.startswith(a):
+            cut = True
+    if not cut:
+        whole.append(a)
+if whole:
+    answer = collections.Counter(whole).most_common(1)[0][0]
     FINAL_VAR("answer")
 """
 
 _PROBE = """\
 answer = "NOT FOUND"
-for p in prompts:
-    a = str(llm_query(p)).strip()
+for i in range(len(prompts)):
+    a = str(llm_query(prompts[i])).strip()
     if a and not a.upper().startswith("NOT FOUND") and not a.startswith("Error:"):
         answer = a
+        # This chunk may end inside the value; the next one overlaps it whole.
+        if i + 1 < len(prompts):
+            b = str(llm_query(prompts[i + 1])).strip()
+            if len(b) > len(a) and b.startswith(a):
+                answer = b
         break
 print(f"answer: {answer}")
 """
