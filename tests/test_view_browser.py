@@ -182,8 +182,11 @@ def test_a_step_with_many_bridge_calls_lists_them_a_page_at_a_time(
     count = f"document.querySelectorAll({json.dumps(step2 + ' .bridge')}).length"
     assert browser.evaluate(count) == 50
     assert f"of {len(probes) - 50} bridge calls" in text_of(browser, f"{step2} .more-bridges")
-    browser.click(f"{step2} .more-bridges")
-    assert browser.evaluate(count) == len(probes)
+    more = f"document.querySelector({json.dumps(step2 + ' .more-bridges')}).hidden"
+    for shown_now in range(100, len(probes) + 50, 50):  # each click lists 50 more
+        browser.click(f"{step2} .more-bridges")
+        assert browser.evaluate(count) == min(shown_now, len(probes))
+    assert browser.evaluate(more)  # nothing left to show
     shown = browser.evaluate(f"[...document.querySelectorAll({json.dumps(step2 + ' .bridge')})]"
                              ".map(b => Number(b.dataset.bridge))")
     assert shown == [e["bridge_id"] for e in probes]

@@ -23,6 +23,8 @@ window.RLM = (function () {
 
   const nf = new Intl.NumberFormat("en-US");
   function num(n) { return n === null || n === undefined ? "—" : nf.format(n); }
+  // "1 iteration", "2 iterations": a count with its noun in the right number.
+  function count(n, noun, nouns = noun + "s") { return num(n) + " " + (n === 1 ? noun : nouns); }
   function secs(s) {
     if (s === null || s === undefined || isNaN(s)) return "—";
     const a = Math.abs(s);
@@ -86,5 +88,5 @@ window.RLM = (function () {
 
   function badge(status) { return el("span", {class: "badge " + (status || "")}, status || "unknown"); }
 
-  return {data, el, num, secs, usd, textView, textLength, plain, badge};
+  return {data, el, num, count, secs, usd, textView, textLength, plain, badge};
 })();

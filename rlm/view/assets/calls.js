@@ -1,7 +1,7 @@
 "use strict";
 // Overview, "where the time went", the call tree and a call's steps.
 (function (R) {
-  const {data, el, num, secs, usd, textView, textLength, plain, badge} = R;
+  const {data, el, num, count, secs, usd, textView, textLength, plain, badge} = R;
   const run = data.run;
   const calls = data.calls;
   const byId = new Map(calls.map((c) => [c.id, c]));
@@ -60,7 +60,7 @@
       el("div", {class: "grid"},
         stat("Status", badge(status)),
         stat("Duration", secs(run.duration_s === undefined || run.duration_s === null ? data.timeline.end : run.duration_s)),
-        stat("LLM calls", num(run.llm_calls), num(run.requests) + " requests · " + num(run.attempts) + " attempts" +
+        stat("LLM calls", num(run.llm_calls), count(run.requests, "request") + " · " + count(run.attempts, "attempt") +
           ((run.cached_requests || []).length ? " · " + num(run.cached_requests.length) + " from cache" : "")),
         stat("Tokens", tokens, num(run.cached_tokens) + " cached input"),
         stat("Cost", usd(run.cost), run.unpriced_calls ? num(run.unpriced_calls) + " unpriced calls" : null),
@@ -93,7 +93,7 @@
     const summary = run.summary || {};
     const left = run.kind === "volley" ? el("div", {}, el("h3", {}, "The volley's tasks"),
       el("div", {class: "muted"}, num(summary.succeeded) + " succeeded · " + num(summary.failed) + " failed · " +
-        num(summary.cancelled) + " cancelled · " + num(summary.total_retries) + " retries · at most " +
+        num(summary.cancelled) + " cancelled · " + count(summary.total_retries, "retry", "retries") + " · at most " +
         num(summary.max_concurrent_used) + " at once")) : el("div", {},
       el("h3", {}, "The root call's wall time"),
       barList([
@@ -257,12 +257,12 @@
     const box = el("div", {class: "bridges"});
     const more = el("button", {type: "button", class: "more-bridges"});
     let shown = 0;
-    function add(count) {
-      const stop = Math.min(bridges.length, shown + count);
+    function add(n) {
+      const stop = Math.min(bridges.length, shown + n);
       for (let i = shown; i < stop; i++) box.insertBefore(bridgeView(bridges[i]), more);
       shown = stop;
       more.textContent = "show " + num(Math.min(BRIDGE_PAGE, bridges.length - shown)) +
-        " more of " + num(bridges.length - shown) + " bridge calls";
+        " more of " + count(bridges.length - shown, "bridge call");
       more.hidden = shown >= bridges.length;
     }
     box.append(more);
@@ -300,8 +300,8 @@
     const detail = document.getElementById("detail");
     detail.replaceChildren(
       el("div", {class: "call-head"}, el("span", {class: "id"}, call.task ? "task " + call.task + " (" + call.id + ")" : call.id), badge(call.status),
-        el("span", {class: "muted"}, [call.model, "depth " + call.depth, num(call.iterations) + " iterations",
-          secs(call.duration_s), num(call.llm_calls) + " LLM calls", num(call.input_tokens) + " in / " + num(call.output_tokens) + " out",
+        el("span", {class: "muted"}, [call.model, "depth " + call.depth, count(call.iterations, "iteration"),
+          secs(call.duration_s), count(call.llm_calls, "LLM call"), num(call.input_tokens) + " in / " + num(call.output_tokens) + " out",
           usd(call.cost)].join(" · ")),
         call.parent ? el("span", {}, "parent ", callLink(call.parent)) : null),
       el("div", {class: "qa"},
