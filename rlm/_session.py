@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -137,18 +138,20 @@ class AsyncSession:
     def closed(self) -> bool:
         return self._stack is None
 
-    async def completion(self, query: str) -> RunResult:
+    async def completion(self, query: str, *, schema: object = None) -> RunResult:
         """Answer ``query`` as the next turn of the session (one run of its own).
 
         Queries run one at a time; limits end the query with that status and
-        leave the session usable.
+        leave the session usable.  ``schema`` is :meth:`RLM.completion`'s: this
+        query's answer must be JSON fitting it, and ``result.data`` holds it.
         """
         async with self._lock:
             carry = self._open_carry()
             config = self._query_config()
             try:
                 result = await self._model._arun(
-                    query, self._context, carry=carry, sandboxes=self._launcher, config=config
+                    query, self._context, carry=carry, sandboxes=self._launcher, config=config,
+                    schema=schema,
                 )
             except RLMError as exc:
                 if exc.result is not None:
@@ -157,9 +160,9 @@ class AsyncSession:
             self._count(result)
             return result
 
-    async def acompletion(self, query: str) -> RunResult:
+    async def acompletion(self, query: str, *, schema: object = None) -> RunResult:
         """:meth:`completion` under the name :meth:`RLM.acompletion` has (both are awaited)."""
-        return await self.completion(query)
+        return await self.completion(query, schema=schema)
 
     def interrupt(self) -> None:
         """Stop the query in progress (it ends ``interrupted``); the session stays open."""
@@ -278,9 +281,13 @@ class Session:
 
         trio.run(main)
 
-    def completion(self, query: str) -> RunResult:
-        """Answer ``query`` as the session's next turn (blocks until it is answered)."""
-        return trio.from_thread.run(self._async.completion, query, trio_token=self._open())
+    def completion(self, query: str, *, schema: object = None) -> RunResult:
+        """Answer ``query`` as the session's next turn (blocks until it is answered);
+        with ``schema``, ``result.data`` holds the answer as validated data."""
+        return trio.from_thread.run(
+            functools.partial(self._async.completion, query, schema=schema),
+            trio_token=self._open(),
+        )
 
     def interrupt(self) -> None:
         """Stop the query in progress (from another thread, e.g. on Ctrl-C)."""

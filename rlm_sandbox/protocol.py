@@ -105,6 +105,10 @@ class ExecFrame(TypedDict):
     t: Literal["exec"]
     id: int
     code: str
+    #: This execution's FINAL_VAR of a dict or list answers its JSON, as ``init``'s flag
+    #: does for every execution: a session's sandbox outlives its queries, and only some
+    #: of them ask for structured data.
+    answer_json: NotRequired[bool]
 
 
 #: ``usage``: the request was refused as malformed; ``budget``: the run's budget is spent

@@ -145,6 +145,7 @@ class Repl:
                  tools: list[str] | None = None, answer_json: bool = False) -> None:
         self.channel = channel
         self.answer_json = answer_json
+        self._answer_json_now = False  # the running execution's own flag (its exec frame)
         self.sink = PrintSink(max_output_chars)
         self.final: str | None = None
         self._bridge_id = 0
@@ -168,10 +169,12 @@ class Repl:
 
     # --- running code ---------------------------------------------------------------------
 
-    def execute(self, exec_id: int, source: str) -> ResultFrame:
-        """Run one code block; return its ``result`` frame."""
+    def execute(self, exec_id: int, source: str, answer_json: bool = False) -> ResultFrame:
+        """Run one code block; return its ``result`` frame.  ``answer_json``: its
+        FINAL_VAR of a dict or list answers JSON (see ``ExecFrame``)."""
         self.sink.reset()
         self.final = None
+        self._answer_json_now = answer_json
         error: str | None = None
         self._executing = True
         try:
@@ -322,7 +325,7 @@ class Repl:
             raise NameError(f"FINAL_VAR: no variable named {key!r}; assign it first")
         else:
             value = self.namespace[key]
-            if self.answer_json and type(value) in (dict, list):
+            if (self.answer_json or self._answer_json_now) and type(value) in (dict, list):
                 try:  # a structured answer: JSON the host validates against its schema
                     self.final = json.dumps(value)
                     return
@@ -493,7 +496,10 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
                 continue
             if message["t"] != "exec" or not isinstance(code, str) or type(exec_id) is not int:
                 raise ProtocolError(f"unexpected {message['t']!r} frame")
-            _send_result(channel, repl.execute(exec_id, code))
+            answer_json = message.get("answer_json", False)
+            if not isinstance(answer_json, bool):
+                raise ProtocolError("exec: answer_json must be a bool")
+            _send_result(channel, repl.execute(exec_id, code, answer_json))
     except ProtocolError:
         return EXIT_PROTOCOL
     except BrokenPipeError:

@@ -14,7 +14,9 @@ from rlm import RLM, UsageError
 from rlm.fixtures import generate_needle
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider
+from rlm.testing.provider import FunctionProvider
 from rlm_sandbox.plaindata import export_namespace
+from tests.helpers import repl
 
 NEEDLE = generate_needle(chars=60_000, seed=3)
 TEXT = NEEDLE.text
@@ -175,3 +177,35 @@ def test_a_value_that_shares_itself_is_left_out_of_a_save_at_once() -> None:
     data, left_out = export_namespace({"shared": shared, "rows": [[1, 2]] * 1000}, ())
     assert left_out == ["shared"]
     assert list(json.loads(data)) == ["rows"]
+
+
+def test_a_session_query_can_ask_for_a_structured_answer_from_a_variable_of_an_earlier_one(
+) -> None:
+    # The session's sandbox starts before any query's schema is known: FINAL_VAR of a
+    # dict must still hand over JSON for the query that asks for it (and only for it).
+    root = FunctionProvider.scripted([
+        repl('found = {"number": 4711, "where": "line 3"}\nprint("kept")'),
+        "FINAL(kept it)",
+        'FINAL_VAR("found")',
+        'FINAL_VAR("found")',
+    ])
+    model = RLM(providers={"root": root, "sub": root})
+    with model.session("ctx") as session:
+        first = session.completion("Find the number and keep it.")
+        shaped = session.completion("Give it as data.", schema={"number": "int", "where": "str"})
+        plain = session.completion("And as text?")
+    assert first.answer == "kept it" and first.data is None
+    assert shaped.status == "answered"
+    assert shaped.data == {"number": 4711, "where": "line 3"}
+    assert plain.data is None and plain.answer == "{'number': 4711, 'where': 'line 3'}"
+    asked = root.root_requests()[2].messages[-1]["content"]  # the schema query's message
+    assert "Answer schema: " in asked and asked.endswith("Query: Give it as data.")
+    later = root.root_requests()[3].messages[-1]["content"]
+    assert later == "Query: And as text?"
+
+
+async def test_an_async_session_query_takes_a_schema_too() -> None:
+    root = FunctionProvider.scripted([repl("rows = [1, 2]"), 'FINAL_VAR("rows")'])
+    async with RLM(providers={"root": root, "sub": root}).asession("ctx") as session:
+        result = await session.acompletion("Rows as data?", schema=["int"])
+    assert result.data == [1, 2]

@@ -160,15 +160,11 @@ class Call:
         self.outcome: CallOutcome | None = None
         self.history: list[Message] = carry.history if carry is not None else []
         if self.history:  # a session's follow-up: the context was described already
-            self.history.append({"role": "user", "content": f"Query: {query}"})
+            self.history.append(
+                {"role": "user", "content": f"{_schema_ask(parts, depth)}Query: {query}"}
+            )
         else:
-            ask = f"{describe_context(context)}\n\n"
-            if parts.answer_schema is not None and depth == 0:
-                ask += (
-                    "Your final answer must be JSON that fits the schema below: build it as "
-                    "a dict or list and end with FINAL_VAR(its name).\n"
-                    f"Answer schema: {json.dumps(parts.answer_schema)}\n\n"
-                )
+            ask = f"{describe_context(context)}\n\n{_schema_ask(parts, depth)}"
             self.history += [
                 {"role": "system", "content": parts.system_prompt or prompts.load("system")},
                 {"role": "user", "content": f"{ask}Query: {query}"},
@@ -394,7 +390,10 @@ class Call:
             return await self._parts.bridge.serve(self, frame)
 
         limit = self._parts.config.exec_timeout
-        return await self._slot.execute(code, nursery, on_bridge, limit)
+        # A session's sandbox was started before this query's schema was known: the
+        # execution itself says FINAL_VAR answers JSON (a run's sandboxes are told at start).
+        answer_json = self._carry is not None and self._parts.answer_schema is not None
+        return await self._slot.execute(code, nursery, on_bridge, limit, answer_json=answer_json)
 
     def _answer_problem(self, answer: str | None) -> str | None:
         """Why a root answer does not fit the run's schema (None when it fits or no
@@ -528,3 +527,14 @@ def request_delta(messages: list[Message], reused: int) -> dict[str, Any]:
         else:
             new.append({"role": message["role"], "content": message["content"]})
     return {"reused": reused, "new": new}
+
+
+def _schema_ask(parts: CallParts, depth: int) -> str:
+    """What a root's query message says when the run wants a structured answer ('' else)."""
+    if parts.answer_schema is None or depth != 0:
+        return ""
+    return (
+        "Your final answer must be JSON that fits the schema below: build it as "
+        "a dict or list and end with FINAL_VAR(its name).\n"
+        f"Answer schema: {json.dumps(parts.answer_schema)}\n\n"
+    )

@@ -25,8 +25,13 @@ class ReplSandbox(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
-        """Run ``code``; raise ExecutionTimeout or SandboxCrashed when the sandbox is lost."""
+    async def execute(
+        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False
+    ) -> ExecResult:
+        """Run ``code``; raise ExecutionTimeout or SandboxCrashed when the sandbox is lost.
+
+        ``answer_json=True`` (passed only to a session's root sandbox, for a query that
+        asks for structured data): FINAL_VAR of a dict or list answers its JSON."""
         ...
 
     async def export_variables(self) -> tuple[str, list[str]]:

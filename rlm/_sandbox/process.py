@@ -207,8 +207,13 @@ class Sandbox:
             )
         )
 
-    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
+    async def execute(
+        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False
+    ) -> ExecResult:
         """Run ``code`` and serve its bridge calls until it finishes.
+
+        ``answer_json``: its FINAL_VAR of a dict or list answers JSON (a session's
+        query that asks for structured data; the launcher's flag covers whole runs).
 
         ``limit`` (seconds) bounds the execution's wall time, except the time spent
         waiting for bridge answers that were served (the run's own --timeout bounds
@@ -222,7 +227,10 @@ class Sandbox:
         started = trio.current_time()
         deadline = started + limit
         read_limit = self._bytes_read + MAX_EXEC_BYTES
-        await self._send_frame(ExecFrame(t="exec", id=exec_id, code=code))
+        request = ExecFrame(t="exec", id=exec_id, code=code)
+        if answer_json:
+            request["answer_json"] = True
+        await self._send_frame(request)
         while True:
             frame: dict[str, Any] | None = None
             with trio.move_on_at(deadline):

@@ -73,9 +73,11 @@ class SandboxSlot:
         nursery.start_soon(spawn)
 
     async def execute(
-        self, code: str, nursery: trio.Nursery, on_bridge: BridgeHandler, limit: float
+        self, code: str, nursery: trio.Nursery, on_bridge: BridgeHandler, limit: float,
+        *, answer_json: bool = False,
     ) -> ExecResult:
-        """Run ``code``; a timeout or crash becomes an error result and a fresh sandbox."""
+        """Run ``code``; a timeout or crash becomes an error result and a fresh sandbox.
+        ``answer_json``: see :meth:`ReplSandbox.execute` (sent only when set)."""
         # A sandbox that ran earlier steps and died since (killed from outside, or cut
         # off when a session's query was interrupted): the code runs in a fresh one,
         # and the model is told why its variables are gone.
@@ -92,7 +94,11 @@ class SandboxSlot:
         self.executing = True
         self._used = True
         try:
-            result = await sandbox.execute(code, on_bridge, limit=limit)
+            result = await (
+                sandbox.execute(code, on_bridge, limit=limit, answer_json=True)
+                if answer_json
+                else sandbox.execute(code, on_bridge, limit=limit)
+            )
             if not lost:
                 return result
             return dataclasses.replace(

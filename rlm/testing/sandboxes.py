@@ -32,7 +32,9 @@ class LineSandbox:
         self.alive = True
         self.executed: list[str] = []
 
-    async def execute(self, code: str, on_bridge: BridgeHandler, *, limit: float) -> ExecResult:
+    async def execute(
+        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False
+    ) -> ExecResult:
         started = trio.current_time()
         self.executed.append(code)
         output: list[str] = []
