@@ -72,7 +72,8 @@ class RLM:
     A bad value raises :class:`rlm.SettingError` here, naming the parameter,
     not mid-run.  ``docs/settings.md`` describes every setting.
 
-    ``trace_path`` writes the JSONL trace; ``sinks`` receive every event as it
+    ``trace_path`` writes the JSONL trace (a session's n-th query writes its own,
+    ``chat.jsonl`` → ``chat.n.jsonl``); ``sinks`` receive every event as it
     happens.  ``providers`` replaces the providers by lane (custom back ends,
     tests): then no endpoint is needed.  ``sandboxes`` makes each run's
     sandbox launcher from its configuration and event bus (default:
@@ -180,7 +181,9 @@ class RLM:
     def load_session(cls, path: str, context: Context = "", **settings: Any) -> Session:
         """Resume a session saved with :meth:`Session.save`: the same settings (``settings``
         override them; the key is never saved), its conversation and its plain-data
-        variables, over ``context`` (which must be the context it was saved with)."""
+        variables, over ``context`` (which must be the context it was saved with).
+        ``trace_path`` is not saved: given again, the traces number on after the saved
+        session's queries."""
         saved = read_saved_session(path, context)
         stored = dict(saved.settings)
         pace = stored.pop("fixture", None)
@@ -249,9 +252,11 @@ class RLM:
         carry: SessionCarry | None = None,
         sandboxes: Launcher | None = None,
         config: RunConfig | None = None,
+        trace_path: str | None = None,
     ) -> RunResult:
         """One run: ``carry`` and ``sandboxes`` make it a session's query (its root goes
-        on in the session's sandbox), ``config`` replaces the model's for this run."""
+        on in the session's sandbox), ``config`` and ``trace_path`` replace the model's
+        for this run."""
         _check_inputs(query, context)
         try:
             answer_schema = None if schema is None else normalise_schema(schema)
@@ -261,10 +266,9 @@ class RLM:
         events = EventBus()
         if stream is not None:
             events.add_stream(stream)
+        trace_path = trace_path or self.trace_path
         trace = (
-            TraceWriter(self.trace_path, content=self.config.trace_content)
-            if self.trace_path
-            else None
+            TraceWriter(trace_path, content=self.config.trace_content) if trace_path else None
         )
         if trace is not None:
             events.add_sink(trace)
@@ -292,7 +296,7 @@ class RLM:
                     outcome = await runtime.run(query, context, carry)
                 finally:
                     self._runtime = None
-            result = self._result(events, runtime, outcome)
+            result = self._result(events, runtime, outcome, trace_path)
             if runtime.root is not None and runtime.root.data is not None:
                 result = dataclasses.replace(result, data=runtime.root.data)
         except RLMError as exc:  # failed before the run could start (e.g. a bad price table)
@@ -422,7 +426,9 @@ class RLM:
         if self._runtime is not None:
             self._runtime.kill_sandboxes()
 
-    def _result(self, events: EventBus, runtime: Runtime, outcome: RunOutcome) -> RunResult:
+    def _result(
+        self, events: EventBus, runtime: Runtime, outcome: RunOutcome, trace_path: str | None
+    ) -> RunResult:
         usage = runtime.usage
         root, error = outcome.root, outcome.error
         status = _status(root, error)
@@ -439,7 +445,7 @@ class RLM:
             usage=usage,
             duration_s=finished.t,
             trace=tuple(e.to_dict() for e in events.events),
-            trace_path=self.trace_path,
+            trace_path=trace_path,
             error=message,
             fixture=_saw_fixture(events.events),
             traffic=traffic,

@@ -2,10 +2,10 @@
 
 A session keeps the root's sandbox (so its REPL variables survive), the loaded
 context and the conversation; each query is still its own run, with its own
-budget, events and trace.  The session can carry a total budget across its
-queries.  When the conversation would pass ``max_history_chars``, its older
-steps are compacted into a summary by the root model (a ``history_compacted``
-event) while the REPL variables stay.
+budget, events and trace (query n's in a file of its own: :func:`query_trace_path`).
+The session can carry a total budget across its queries.  When the conversation
+would pass ``max_history_chars``, its older steps are compacted into a summary by
+the root model (a ``history_compacted`` event) while the REPL variables stay.
 
 :class:`AsyncSession` is the trio form (``async with model.asession(ctx) as s:``, then
 ``await s.acompletion(query)``).
@@ -50,7 +50,9 @@ from rlm_sandbox.protocol import BridgeAnswer
 if TYPE_CHECKING:
     from rlm._api import RLM
 
-__all__ = ["AsyncSession", "SavedSession", "Session", "read_saved_session"]
+__all__ = [
+    "AsyncSession", "SavedSession", "Session", "query_trace_path", "read_saved_session",
+]
 
 SESSION_FORMAT = 1
 DEFAULT_MAX_HISTORY_CHARS = 200_000
@@ -63,6 +65,8 @@ class SavedSession:
     settings: dict[str, Any]
     history: list[Message]
     variables: dict[str, Any]
+    #: Queries asked before the save: the resumed session numbers its traces after them.
+    queries: int = 0
 
 
 class AsyncSession:
@@ -94,6 +98,9 @@ class AsyncSession:
         self.total_llm_calls = 0
         self.total_cost = 0.0
         self.queries = 0
+        # Queries asked, failed ones and those before a save included: query n's trace
+        # is numbered n, so no query's trace replaces another's.
+        self._asked = restore.queries if restore is not None else 0
 
     async def __aenter__(self) -> AsyncSession:
         require_trio("RLM.asession", "use the blocking RLM.session and run its completion in "
@@ -148,10 +155,12 @@ class AsyncSession:
         async with self._lock:
             carry = self._open_carry()
             config = self._query_config()
+            self._asked += 1
+            trace = self._model.trace_path
             try:
                 result = await self._model._arun(
                     query, self._context, carry=carry, sandboxes=self._launcher, config=config,
-                    schema=schema,
+                    schema=schema, trace_path=trace and query_trace_path(trace, self._asked),
                 )
             except RLMError as exc:
                 if exc.result is not None:
@@ -191,6 +200,7 @@ class AsyncSession:
                 "settings": settings,
                 "context_sha256": _digest(self._context),
                 "history": carry.history,
+                "queries": self._asked,
                 "variables": json.loads(data),
                 "skipped": skipped,
             }
@@ -356,7 +366,22 @@ def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedS
     # the ones it has are checked when the model is made from them.
     known = {f.name for f in dataclasses.fields(RunConfig)}
     settings = {k: v for k, v in settings.items() if k in known}
-    return SavedSession(settings=settings, history=history, variables=variables)
+    queries = document.get("queries", 0)  # absent from sessions saved before traces were numbered
+    if type(queries) is not int or queries < 0:
+        raise UsageError(f"{path} is damaged: its query count is not a whole number")
+    return SavedSession(settings=settings, history=history, variables=variables, queries=queries)
+
+
+def query_trace_path(path: str, number: int) -> str:
+    """Where a session's query ``number`` (1-based) writes its trace, given the model's
+    ``trace_path``: ``chat.jsonl`` → ``chat.2.jsonl``, ``trace`` → ``trace.2``.
+
+    One file per query, not one file for all: ``rlm view`` draws one run per file
+    (every query's root is call ``root``, its clock starting at 0), so queries
+    appended to one file would show as the last one only.
+    """
+    target = Path(path)
+    return str(target.with_name(f"{target.stem}.{number}{target.suffix}"))
 
 
 def restore_source(variables: dict[str, Any]) -> str:

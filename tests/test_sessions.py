@@ -15,6 +15,8 @@ from rlm.fixtures import generate_needle
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider
 from rlm.testing.provider import FunctionProvider
+from rlm.view.load import load_trace
+from rlm.view.model import build_model
 from rlm_sandbox.plaindata import export_namespace
 from tests.helpers import repl
 
@@ -209,3 +211,27 @@ async def test_an_async_session_query_takes_a_schema_too() -> None:
     async with RLM(providers={"root": root, "sub": root}).asession("ctx") as session:
         result = await session.acompletion("Rows as data?", schema=["int"])
     assert result.data == [1, 2]
+
+
+def test_each_query_of_a_session_keeps_its_own_trace_and_a_resumed_one_numbers_on(
+    tmp_path: Path,
+) -> None:
+    # One trace_path for the model: every query used to write it, each replacing the last.
+    trace = tmp_path / "chat.jsonl"
+    model = RLM(provider="fixture", trace_path=str(trace))
+    with model.session(TEXT) as session:
+        first = session.completion("What is the magic number?")
+        follow = session.completion("How many chunks did you search?")
+        session.save(tmp_path / "chat.session")
+    saved = str(tmp_path / "chat.session")
+    with RLM.load_session(saved, TEXT, trace_path=str(trace)) as resumed:
+        third = resumed.completion("How many chunks did you search?")
+    paths = [tmp_path / "chat.1.jsonl", tmp_path / "chat.2.jsonl", tmp_path / "chat.3.jsonl"]
+    assert [first.trace_path, follow.trace_path, third.trace_path] == [str(p) for p in paths]
+    assert not trace.exists()
+    queries = ["What is the magic number?", "How many chunks did you search?"]
+    for path, query, answer in zip(paths, [*queries, queries[1]], [NEEDLE.answer, "16", "16"],
+                                   strict=True):
+        page = build_model(load_trace(path))  # what `rlm view` draws: that query's run
+        assert (page["run"]["query"], page["run"]["answer"]) == (query, answer)
+        assert page["run"]["status"] == "answered"
