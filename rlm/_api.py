@@ -178,10 +178,18 @@ class RLM:
         return AsyncSession(self, context, **options)
 
     @classmethod
-    def load_session(cls, path: str, context: Context = "", **settings: Any) -> Session:
+    def load_session(
+        cls,
+        path: str,
+        context: Context = "",
+        *,
+        session_options: Mapping[str, Any] | None = None,
+        **settings: Any,
+    ) -> Session:
         """Resume a session saved with :meth:`Session.save`: the same settings (``settings``
         override them; the key is never saved), its conversation and its plain-data
         variables, over ``context`` (which must be the context it was saved with).
+        ``session_options`` are :meth:`session`'s (they are not saved).
         ``trace_path`` is not saved: given again, the traces number on after the saved
         session's queries."""
         saved = read_saved_session(path, context)
@@ -197,7 +205,7 @@ class RLM:
         if fixture is not None:
             settings.setdefault("fixture", fixture)
         model = cls(**{**stored, **settings})
-        return Session(model, context, restore=saved)
+        return Session(model, context, restore=saved, **(session_options or {}))
 
     def astream(
         self, query: str, context: Context = "", *, capacity: int = 256

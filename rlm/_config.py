@@ -18,8 +18,8 @@ from rlm._sandbox.isolation import parse_layers
 from rlm.errors import SettingError
 
 __all__ = [
-    "DEFAULTS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY", "DEFAULT_TIMEOUT", "PROVIDERS",
-    "ProviderName", "RunConfig", "TraceContent",
+    "DEFAULTS", "DEFAULT_MAX_HISTORY_CHARS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY",
+    "DEFAULT_TIMEOUT", "PROVIDERS", "ProviderName", "RunConfig", "TraceContent",
 ]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
@@ -39,6 +39,9 @@ DEFAULT_TIMEOUT = 3600.0
 #: Address space of one sandbox: room for a context of a few hundred MB and its copies.
 DEFAULT_SANDBOX_MEMORY = 2 << 30
 _MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its own package
+#: A session's setting, not a run's (``RLM.session``, ``rlm chat --max-history-chars``): past
+#: this many characters of conversation, older steps are compacted before the next query.
+DEFAULT_MAX_HISTORY_CHARS = 200_000
 
 
 @dataclass(frozen=True)

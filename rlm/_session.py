@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rlm._config import RunConfig
+from rlm._config import DEFAULT_MAX_HISTORY_CHARS, RunConfig
 from rlm._events import EventBus
 from rlm._result import RunResult
 from rlm._run.call import SessionCarry
@@ -43,7 +43,7 @@ from rlm._run.runtime import default_launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
 from rlm._trio_only import require_trio
-from rlm.errors import RLMError, UsageError
+from rlm.errors import RLMError, SettingError, UsageError
 from rlm.providers.base import Message
 from rlm_sandbox.protocol import BridgeAnswer
 
@@ -55,7 +55,6 @@ __all__ = [
 ]
 
 SESSION_FORMAT = 1
-DEFAULT_MAX_HISTORY_CHARS = 200_000
 
 
 @dataclass(frozen=True)
@@ -82,8 +81,7 @@ class AsyncSession:
         max_total_cost: float | None = None,
         restore: SavedSession | None = None,
     ) -> None:
-        if max_history_chars is not None and max_history_chars < 1_000:
-            raise UsageError("max_history_chars must be at least 1,000 (or None for no limit)")
+        check_session_limits(max_history_chars, max_total_llm_calls, max_total_cost)
         self._model = model
         self._context = context
         self._max_history_chars = max_history_chars
@@ -382,6 +380,31 @@ def query_trace_path(path: str, number: int) -> str:
     """
     target = Path(path)
     return str(target.with_name(f"{target.stem}.{number}{target.suffix}"))
+
+
+def check_session_limits(
+    max_history_chars: int | None, max_total_llm_calls: int | None, max_total_cost: float | None
+) -> None:
+    """SettingError naming the session setting that is wrong (``rlm chat`` spells its flag)."""
+    if max_history_chars is not None and not (
+        type(max_history_chars) is int and max_history_chars >= 1_000
+    ):
+        raise SettingError(
+            f"<max_history_chars> must be at least 1,000 characters, or none for no limit "
+            f"(None in Python), got {max_history_chars!r}"
+        )
+    if max_total_llm_calls is not None and not (
+        type(max_total_llm_calls) is int and max_total_llm_calls > 0
+    ):
+        raise SettingError(
+            f"<max_total_llm_calls> must be a positive integer, got {max_total_llm_calls!r}"
+        )
+    if max_total_cost is not None and not (
+        isinstance(max_total_cost, int | float) and max_total_cost > 0
+    ):
+        raise SettingError(
+            f"<max_total_cost> must be a positive amount of USD, got {max_total_cost!r}"
+        )
 
 
 def restore_source(variables: dict[str, Any]) -> str:

@@ -10,11 +10,13 @@ from typing import Any
 import click
 
 from rlm._api import RLM
+from rlm._config import DEFAULT_MAX_HISTORY_CHARS
 from rlm._run.tools import load_tool
 from rlm._session import Session
 from rlm.cli._context_input import context_paths, read_context
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
+from rlm.cli._limits import optional_count
 from rlm.cli._profile_option import profile_only_settings
 from rlm.cli._terminal import answer_for_stdout, say
 from rlm.cli.run_cmd import run
@@ -42,6 +44,9 @@ def _chat(
     tools: tuple[str, ...],
     load: str | None,
     save: str | None,
+    max_history_chars: int | None,
+    max_total_llm_calls: int | None,
+    max_total_cost: float | None,
     **settings: Any,
 ) -> None:
     """Ask questions about a large context, one after another, in one session.
@@ -52,7 +57,8 @@ def _chat(
     editing; with --json (or from a pipe) it reads one question per line and
     writes one JSON object per answer.  --tools module:function offers your
     own Python functions to the model's code: they run on this machine with
-    your privileges.
+    your privileges.  Each question is bounded like one rlm run (--max-llm-calls,
+    --max-cost); --max-total-llm-calls and --max-total-cost bound the whole chat.
 
     \b
     Examples:
@@ -76,10 +82,14 @@ def _chat(
             if problem:
                 fail(problem, 4, as_json=as_json)
         context = read_context(context_paths(context_files, more_paths), encoding, glob_pattern)
+        options = {"max_history_chars": max_history_chars,
+                   "max_total_llm_calls": max_total_llm_calls, "max_total_cost": max_total_cost}
         if load is not None:
-            session = RLM.load_session(load, context, api_key=api_key, tools=functions)
+            session = RLM.load_session(
+                load, context, session_options=options, api_key=api_key, tools=functions
+            )
         else:
-            session = model.session(context)
+            session = model.session(context, **options)
     except RLMError as exc:
         fail(usage_message(exc, chat), exc.exit_code, as_json=as_json)
     exit_code = 0
@@ -159,6 +169,29 @@ chat = click.Command(
             ["--json", "as_json"],
             is_flag=True,
             help="Read one question per line; write one JSON object per answer.",
+        ),
+        click.Option(
+            ["--max-history-chars"],
+            type=str,
+            default=DEFAULT_MAX_HISTORY_CHARS,
+            callback=optional_count,
+            metavar="N|none",
+            show_default=True,
+            help="Past this many characters of conversation, older steps are summarised "
+            "by the model before the next question (the variables stay); 'none' never.",
+        ),
+        click.Option(
+            ["--max-total-llm-calls"],
+            type=int,
+            metavar="N",
+            help="Requests for the whole chat, every question together (each question is "
+            "also bounded by --max-llm-calls).",
+        ),
+        click.Option(
+            ["--max-total-cost"],
+            type=float,
+            metavar="USD",
+            help="USD for the whole chat, every question together (see --prices).",
         ),
         click.Option(["--load"], metavar="PATH", help="Resume a session saved with --save."),
         click.Option(

@@ -1,0 +1,66 @@
+"""``rlm chat``'s session settings: history size and the whole chat's budget, as flags."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from rlm._config import DEFAULT_MAX_HISTORY_CHARS
+from rlm._session import AsyncSession
+from rlm.cli.chat_cmd import chat
+from rlm.fixtures import generate_needle
+from tests.helpers import rlm_in_process
+
+NEEDLE = generate_needle(chars=60_000, seed=3)
+RLM_BIN = str(Path(sys.executable).with_name("rlm"))
+
+
+def test_chat_flags_for_the_history_and_the_total_budget_reach_the_session(
+    tmp_path: Path,
+) -> None:
+    context = tmp_path / "big.txt"
+    context.write_text(NEEDLE.text)
+    chunks = "How many chunks did you search?"
+    done = subprocess.run(
+        [RLM_BIN, "chat", "--context-file", str(context), "--provider", "fixture", "--json",
+         "--max-history-chars", "1000", "--max-total-llm-calls", "20"],
+        input=f"What is the magic number?\n{chunks}\n{chunks}\n",
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    first, second, third = (json.loads(line) for line in done.stdout.splitlines())
+    assert (first["answer"], first["usage"]["llm_calls"]) == (NEEDLE.answer, 17)
+    # The history passed 1,000 chars: one summary request, then the two steps of a follow-up.
+    assert (second["answer"], second["usage"]["llm_calls"]) == ("16", 3)
+    assert third.get("answer") is None and third["status"] != "answered"  # 20 spent: none left
+
+
+def test_chat_session_flags_show_in_help_with_their_defaults_and_bad_values_name_the_flag(
+    tmp_path: Path,
+) -> None:
+    options = {p.name: p for p in chat.params if isinstance(p, click.Option)}
+    # One default, in rlm/_config.py: the flag's and the API's are that one.
+    assert options["max_history_chars"].default == DEFAULT_MAX_HISTORY_CHARS
+    default = inspect.signature(AsyncSession).parameters["max_history_chars"].default
+    assert default == DEFAULT_MAX_HISTORY_CHARS
+    shown = rlm_in_process("chat", "--help").stdout
+    for flag in ("--max-history-chars N|none", "--max-total-llm-calls N", "--max-total-cost USD"):
+        assert flag in shown
+    assert f"[default: {DEFAULT_MAX_HISTORY_CHARS}]" in shown
+    context = tmp_path / "small.txt"
+    context.write_text("small")
+    for extra, message in [
+        (["--max-history-chars", "10"], "--max-history-chars must be at least 1,000"),
+        (["--max-total-llm-calls", "0"], "--max-total-llm-calls must be a positive integer"),
+        (["--max-total-cost", "-1"], "--max-total-cost must be a positive amount of USD"),
+    ]:
+        done = rlm_in_process("chat", "--context-file", str(context), "--provider", "fixture",
+                              *extra, stdin="What is the magic number?\n")
+        assert done.returncode == 2, (extra, done.stderr)
+        assert done.stderr.startswith(f"Error: {message}"), done.stderr
+        assert done.stdout == ""
