@@ -356,9 +356,9 @@ class RLM:
         ``model``, ``max_tokens``) over an optional shared ``context``, through one gate.
 
         ``options``: ``timeout`` (per task, s), ``cache_warm`` (default True),
-        ``rlm`` (each task a whole RLM call over ``context``, in its own sandbox;
-        all share one gate and budget), ``on_result`` (called with each
-        TaskResult as it is accepted).  Returns
+        ``rlm`` (each task a whole RLM call over ``context``, in its own sandbox,
+        its code offered the model's host tools; all share one gate and budget),
+        ``on_result`` (called with each TaskResult as it is accepted).  Returns
         the VolleyResult, tasks in task order; it never raises for failed tasks.
         """
         return trio.run(functools.partial(self.avolley, tasks, context, **options))
@@ -425,7 +425,7 @@ class RLM:
 
         return make_volley(
             tasks, context, config=self.config, providers=self._providers, prices=self._prices,
-            fixture=self.fixture,
+            fixture=self.fixture, tools=self._tools,
             sinks=self._sinks, trace_path=self.trace_path, sandboxes=self._sandboxes, **options,
         )
 

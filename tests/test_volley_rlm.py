@@ -121,3 +121,16 @@ async def test_rlm_volley_stream_labels_each_task_s_root_text(tmp_path: Path) ->
         assert any("FINAL_VAR(" in line for line in mine), lines
     # Sub-query answers are not mixed into the tasks' text.
     assert not any(line.endswith(("] heliotrope", "] NOT FOUND")) for line in lines)
+
+
+def shout(key: str) -> str:
+    """Upper-case a key on the host."""
+    return key.upper()
+
+
+def test_rlm_tasks_offer_the_models_host_tools_to_their_code() -> None:
+    model = RLM(provider="fixture", tools=[shout])
+    result = model.volley(["Call shout('abc')", "Call shout(5)"], "some context", rlm=True)
+    assert [t.output for t in result.tasks] == [
+        "ABC", "ToolError: shout: argument 'key': 5 is not of type 'string'",
+    ]

@@ -22,6 +22,7 @@ import trio
 from rlm._config import RunConfig
 from rlm._events import Event, EventBus, StreamSink
 from rlm._run.runtime import default_launcher, load_prices, make_budget
+from rlm._run.tools import ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
@@ -109,9 +110,11 @@ class Volley:
         stream: StreamSink | None = None,
         sandboxes: LauncherFactory | None = None,
         fixture: FixtureOptions | None = None,
+        tools: ToolBox | None = None,
     ) -> None:
         self.config = config
         self._sandboxes = sandboxes  # rlm tasks: makes the volley's one launcher
+        self._tools = tools  # rlm tasks: host tools their code may call
         self.fixture = fixture  # the fixture model's pace (provider="fixture")
         self._launcher: Launcher | None = None
         self._stream = stream  # a live consumer: every task streams its text into it
@@ -270,12 +273,14 @@ class Volley:
         if self.options.mode != "rlm":
             yield self._complete
             return
-        make = self._sandboxes or default_launcher
-        launcher = self._launcher = make(self.config, events)
+        make: LauncherFactory = self._sandboxes or default_launcher
+        # A factory is told the tools' names only when there are some (its documented call).
+        named = {"tools": self._tools.names} if self._tools else {}
+        launcher = self._launcher = make(self.config, events, **named)
         async with launcher.serving():
             yield RlmTaskExecutor(
                 self.config, events=events, gate=gate, budget=self._budget,
-                sandboxes=launcher, context=shared_context(self.context),
+                sandboxes=launcher, context=shared_context(self.context), tools=self._tools,
                 # A run's wall-clock limit, for each task the volley gives no timeout.
                 default_timeout=None if self.options.timeout else self.config.timeout,
             )

@@ -22,12 +22,13 @@ import dataclasses
 
 import trio
 
-from rlm import prompts
 from rlm._config import DEFAULT_MAX_LLM_CALLS, DEFAULT_TIMEOUT, RunConfig
 from rlm._events import EventBus
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call, CallParts
 from rlm._run.context import Context
+from rlm._run.runtime import root_system_prompt
+from rlm._run.tools import ToolBox
 from rlm._sandbox.interface import Launcher
 from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
@@ -66,10 +67,13 @@ class RlmTaskExecutor:
         context: Context,
         default_timeout: float | None = DEFAULT_TIMEOUT,
         call_limit: int | None = DEFAULT_MAX_LLM_CALLS,
+        tools: ToolBox | None = None,
     ) -> None:
         """``default_timeout`` (s) bounds a task that has no timeout of its own (None
         when the volley gives every task one);
-        ``call_limit`` bounds the requests one task's code may send."""
+        ``call_limit`` bounds the requests one task's code may send;
+        ``tools`` are the host tools every task's code may call (the ``sandboxes``
+        launcher must have been told their names)."""
         self._default_timeout = default_timeout
         self._call_limit = call_limit
         self._config = config
@@ -78,7 +82,8 @@ class RlmTaskExecutor:
         self._budget = budget
         self._sandboxes = sandboxes
         self._context = context
-        self._system = prompts.load("system")
+        self._tools = tools or ToolBox()
+        self._system = root_system_prompt(self._tools)
 
     async def __call__(self, task: VolleyTask, call_id: str) -> str:
         """The task's answer; raises the error that ended its call, or TaskCallFailed."""
@@ -110,6 +115,7 @@ class RlmTaskExecutor:
             abort=abort,
             deadline=lambda: deadline,
             call_limit=self._call_limit,
+            tools=self._tools,
         )
         parts = CallParts(
             config, self._events, self._gate, self._sandboxes, bridge, abort,
