@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 from collections import defaultdict
 
 import trio
@@ -16,8 +18,10 @@ import trio
 from rlm import RLM
 from rlm._events import Event, StreamDiscarded, TextDelta
 from rlm.cli._volley_stream import TaskLines
+from rlm.streaming import StreamMerger
 from rlm.volley.events import TaskFinished
 from tests.helpers import serving
+from tests.test_cli import RLM as RLM_COMMAND
 from tests.test_cli import rlm
 
 FAST = "fixture-fast"
@@ -96,6 +100,32 @@ async def test_rlm_volley_stream_prints_task_lines_and_jsonl_events() -> None:
             e["text"] for e in events if e["event"] == "text_delta" and e["task"] == task
         )
         assert streamed == done[task]["output"]
+
+
+async def test_on_one_terminal_a_task_s_streamed_lines_come_before_its_final_block() -> None:
+    """stdout and stderr into one pipe, as on a terminal that shows both."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    prompts = ["What is the magic number?", "Summarise it"]
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [*RLM_COMMAND, "volley", *prompts, "--context", CONTEXT, "--provider", "fixture",
+             "--stream"],
+            capture_stdout=True, stderr=subprocess.STDOUT, check=False, env=env,
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, out
+    for index, prompt in enumerate(prompts, start=1):
+        streamed = out.index(f"[{index}/2 {prompt}] ")
+        assert streamed < out.index(f"=== [{index}/2] ✓ {prompt} ==="), out
+
+
+def test_take_nowait_empties_the_buffer_in_order_and_frees_room() -> None:
+    merger = StreamMerger(capacity=2)
+    for text in "ab":
+        merger.put_nowait(TextDelta(text=text, lane="sub", request_id=1, attempt=1))
+    taken = merger.take_nowait()
+    assert [e.text for e in taken if isinstance(e, TextDelta)] == ["a", "b"]
+    assert len(merger) == 0 and merger.take_nowait() == []
 
 
 def test_task_lines_hold_partial_lines_and_drop_a_cut_attempt() -> None:

@@ -46,7 +46,7 @@ from rlm.volley.estimate import estimate
 from rlm.volley.layout import RequestLayout
 from rlm.volley.output import OrderedWriter
 from rlm.volley.progress import ProgressLines, live_status
-from rlm.volley.records import VolleyResult, VolleyTask, new_volley_id
+from rlm.volley.records import TaskResult, VolleyResult, VolleyTask, new_volley_id
 from rlm.volley.tasks import TaskFile, number_tasks, parse_lines, parse_task_file
 
 __all__ = ["volley"]
@@ -206,13 +206,15 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             worker = session.worker(volley_id)
             trace_path = keeper.open(config, kind="volley", query=" · ".join(
                 t.prompt for t in task_list[:3]) + (" · …" if len(task_list) > 3 else ""))
+            on_event = (VolleyJSONLines() if events_out else TaskLines(
+                len(task_list), titles={t.index: t.title for t in task_list}))
+            on_result = writer.add if merger is None else partial(
+                _after_streamed, merger, on_event, writer.add)
             run = Volley(config, task_list, context=context, options=options, sinks=sinks,
-                         trace_path=trace_path, on_result=writer.add, stream=merger,
+                         trace_path=trace_path, on_result=on_result, stream=merger,
                          volley_id=volley_id, source=worker, sink=worker, earlier=earlier,
                          fixture=fixture)
             live = not quiet_progress and err.is_terminal
-            on_event = (VolleyJSONLines() if events_out else TaskLines(
-                len(task_list), titles={t.index: t.title for t in task_list}))
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
             result = trio.run(session.work, run, worker, main, spent)
     except RLMError as exc:
@@ -316,6 +318,19 @@ def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
         return True
     click.echo("Error: not confirmed; nothing was sent (pass -y to skip the question)", err=True)
     sys.exit(1)
+
+
+def _after_streamed(merger: StreamMerger, on_event: Callable[[Event], None],
+                    write: Callable[[TaskResult], None], result: TaskResult) -> None:
+    """Write a task's final output after its streamed lines, not before them.
+
+    The task's ``task_finished`` (which ends its last streamed line) is already
+    buffered in the merger; the events before it are handed on first, so on a
+    terminal showing both stdout and stderr the final block comes last.
+    """
+    for event in merger.take_nowait():
+        on_event(event)
+    write(result)
 
 
 async def _main(run: Volley, console: Console, live: bool, merger: StreamMerger | None,

@@ -82,8 +82,13 @@ class StreamMerger:
         self._ready.unpark()
 
     async def get(self) -> Event:
-        """The oldest buffered event; raises ``trio.EndOfChannel`` once closed and empty."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        """The oldest buffered event; raises ``trio.EndOfChannel`` once closed and empty.
+
+        The event is taken with no schedule point after it, so the caller hands it
+        on before any other task runs: nothing :meth:`take_nowait` returns in
+        between can overtake it.
+        """
+        await trio.lowlevel.checkpoint()
         while not self._items:
             if self._closed:
                 raise trio.EndOfChannel
@@ -91,8 +96,18 @@ class StreamMerger:
         event = self._items.popleft()
         if len(self._items) < self.capacity:
             self._room.unpark()
-        await trio.lowlevel.cancel_shielded_checkpoint()
         return event
+
+    def take_nowait(self) -> list[Event]:
+        """Every event buffered now, oldest first, taken out of the buffer.
+
+        For a consumer that must catch up at once, before it writes something
+        that has to come after them; waiting producers get the freed room.
+        """
+        taken = list(self._items)
+        self._items.clear()
+        self._room.unpark_all()
+        return taken
 
     def close(self) -> None:
         """No more events: the consumer reads what is buffered, then the iteration ends.
