@@ -109,3 +109,20 @@ async def test_a_launcher_refuses_a_sandbox_missing_a_required_layer() -> None:
         with pytest.raises(IsolationUnavailable, match="parent-death-signal"):
             await launcher.open(nursery, context="c", owner=OWNER)
     assert sandbox_descendants() == []
+
+
+async def test_a_pool_on_demand_fills_only_once_a_second_sandbox_is_asked_for() -> None:
+    # A run at depth 1 opens its root's sandbox only: no fork is spent on a pool.
+    launcher = SandboxLauncher(events=EventBus(), max_output_chars=100, pool_size=2,
+                               pool_on_demand=True)
+    async with trio.open_nursery() as nursery, launcher.serving():
+        first = await launcher.open(nursery, context="root", owner=OWNER)
+        await trio.sleep(0.5)  # time enough to fork two, were the pool filling
+        assert launcher.pooled == 0
+        second = await launcher.open(nursery, context="child", owner=OWNER)
+        with trio.fail_after(30):
+            while launcher.pooled < 2:  # noqa: ASYNC110 (the launcher's own count)
+                await trio.sleep(0.01)
+        for box in (first, second):
+            await box.aclose()
+    assert sandbox_descendants() == []

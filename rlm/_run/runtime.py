@@ -294,7 +294,8 @@ def default_launcher(
 ) -> SandboxLauncher:
     """Real sandbox processes, as ``config`` asks for them (from ``early_zygote`` if given),
     with the host tools' names, and JSON answers from FINAL_VAR when the run wants
-    structured data."""
+    structured data.  Without child calls the warm pool fills only once a second sandbox
+    is asked for (a volley's tasks), not for a run whose root is the only call."""
     return SandboxLauncher(
         events=events,
         max_output_chars=config.max_output_chars,
@@ -303,6 +304,9 @@ def default_launcher(
         early_zygote=early_zygote,
         tools=tools,
         answer_json=answer_json,
+        # Without child calls (depth 1) a run opens its root's sandbox only; with them, the
+        # pool forks theirs while the root's first step is generated.
+        pool_on_demand=config.max_depth <= 1,
     )
 
 

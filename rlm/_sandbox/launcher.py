@@ -58,7 +58,9 @@ class SandboxLauncher:
     first run adopts it instead of starting its own.  Each sandbox may use
     ``memory_bytes``; the sandboxes calls hold at once stay within
     ``ceiling`` bytes together (default: half the machine's memory,
-    :mod:`rlm._sandbox.memory`).
+    :mod:`rlm._sandbox.memory`).  With ``pool_on_demand`` the warm pool
+    starts filling only once a second sandbox is asked for (or someone waits
+    for a full pool): a run at depth 1 only ever opens its root's.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class SandboxLauncher:
         tools: Iterable[str] = (),
         answer_json: bool = False,
         ceiling: int | None = None,
+        pool_on_demand: bool = False,
     ) -> None:
         self._events = events
         self._memory = MemoryCeiling(
@@ -93,6 +96,12 @@ class SandboxLauncher:
         self._pool: deque[Sandbox] = deque()
         self._pool_wanted = trio.Event()
         self._pool_full = trio.Event()
+        # Set when the pool may start filling.  On demand, that is the second open(): two
+        # forks nobody uses would take CPU from the root's first step and fan-out.
+        self._pool_demanded = trio.Event()
+        if not pool_on_demand:
+            self._pool_demanded.set()
+        self._opened = 0
         # Calls waiting in open(): the pool forks only while none is, so a call's own fork
         # never queues behind a pool fork at the zygote (the root's, first of all).
         self._opening = 0
@@ -114,7 +123,9 @@ class SandboxLauncher:
         return len(self._pool)
 
     async def wait_pool_full(self) -> None:
-        """Return once the warm pool is full (or cannot be filled); for benchmarks and tests."""
+        """Return once the warm pool is full (or cannot be filled); for benchmarks and tests.
+        A pool filled on demand is demanded by this."""
+        self._pool_demanded.set()
         await self._pool_full.wait()
 
     @contextlib.asynccontextmanager
@@ -148,6 +159,9 @@ class SandboxLauncher:
         replaced by a freshly spawned one, once.
         """
         requested_at = self._events.now()
+        self._opened += 1
+        if self._opened > 1:
+            self._pool_demanded.set()
         self._opening += 1
         try:
             await self._memory.acquire(owner)
@@ -264,6 +278,7 @@ class SandboxLauncher:
             return  # sandboxes are spawned directly instead
         finally:
             self._zygote_settled.set()
+        await self._pool_demanded.wait()
         try:
             while True:
                 while len(self._pool) < self._pool_size:
