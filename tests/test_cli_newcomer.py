@@ -257,7 +257,7 @@ def test_bare_rlm_prints_help_and_dash_v_prints_the_version() -> None:
     bare = runner.invoke(main, [])
     assert bare.exit_code == 0 and "Usage:" in bare.output and "run" in bare.output
     group_alone = runner.invoke(main, ["config"])
-    assert group_alone.exit_code == 0 and "show" in group_alone.output
+    assert group_alone.exit_code == 0 and "show" in group_alone.stdout  # stdout, as bare rlm
     version = runner.invoke(main, ["-V"])
     assert version.exit_code == 0 and "version" in version.output
 
@@ -326,6 +326,16 @@ def test_generated_files_are_readable_like_any_file_the_user_writes(tmp_path: Pa
 
 def test_readme_documents_shell_completion() -> None:
     assert "_RLM_COMPLETE=bash_source rlm" in README.read_text()
+
+
+@pytest.mark.parametrize(("words", "expected"),
+                         [("rlm ru", "plain,run\nplain,runs"), ("rlm run q --pro", "--provider")])
+def test_shell_completion_completes_command_names_and_flags(words: str, expected: str) -> None:
+    env = {"_RLM_COMPLETE": "bash_complete", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - 1)}
+    done = CliRunner(env=env).invoke(main, [], prog_name="rlm")
+    assert done.exit_code == 0 and expected in done.stdout, done.output
+    assert "Usage:" not in done.output and "Error" not in done.output
 
 
 def test_stdin_on_a_terminal_says_it_is_waiting_for_input() -> None:

@@ -62,7 +62,9 @@ class RLMGroup(click.Group):
     """The ``rlm`` group: bare ``rlm`` prints help, errors never print a traceback."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args:
+        # Shell completion parses `rlm <TAB>` with no arguments too (resiliently): it wants
+        # the command names, not the help text.
+        if not args and not ctx.resilient_parsing:
             click.echo(ctx.get_help())
             ctx.exit(0)
         return super().parse_args(ctx, args)
@@ -78,7 +80,7 @@ class RLMGroup(click.Group):
             with settings_spelled_as(cli_setting):  # a limit's message names its flag
                 code = super().main(argv, *extra, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:  # `rlm config` alone: help, not a mistake
-            exc.show()
+            click.echo(exc.format_message())  # on stdout, like bare `rlm` (it can be paged)
             sys.exit(0)
         except click.UsageError as exc:
             if "--json" in argv:
