@@ -134,3 +134,31 @@ def test_rlm_tasks_offer_the_models_host_tools_to_their_code() -> None:
     assert [t.output for t in result.tasks] == [
         "ABC", "ToolError: shout: argument 'key': 5 is not of type 'string'",
     ]
+
+
+def test_rlm_volley_tools_reach_each_task_and_each_worker(tmp_path: Path) -> None:
+    (tmp_path / "s16tools_volley.py").write_text(
+        'def shout(key: str) -> str:\n    """Upper-case a key."""\n    return key.upper()\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    env["RLM_JOURNAL"] = str(tmp_path / "j.db")
+
+    def rlm(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(Path(sys.executable).with_name("rlm")), "volley", *args], capture_output=True,
+            text=True, timeout=60, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+        )
+
+    fixture = ("--provider", "fixture", "--context", "some context")
+    done = rlm("--rlm", *fixture, "--tools", "s16tools_volley:shout", "Call shout('abc')",
+               "--output-format", "json", "-q", "--no-history")
+    assert done.returncode == 0, done.stderr
+    assert [t["output"] for t in json.loads(done.stdout)["tasks"]] == ["ABC"]
+    # Stored without its tools (a function is not data): the worker is given them.
+    volley_id = rlm("create", "--rlm", *fixture, "Call shout('xyz')").stdout.strip()
+    worked = rlm("work", volley_id, "--tools", "s16tools_volley:shout", "-q")
+    assert worked.returncode == 0, worked.stderr
+    shown = json.loads(rlm("show", volley_id, "--output-format", "json").stdout)
+    assert [t["output"] for t in shown["tasks"]] == ["XYZ"]
+    refused = rlm(*fixture, "--tools", "s16tools_volley:shout", "hi", "-q", "--no-history")
+    assert refused.returncode == 2 and refused.stderr.startswith("Error: --tools needs --rlm")

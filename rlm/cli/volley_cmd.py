@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import trio
@@ -49,6 +49,9 @@ from rlm.volley.progress import ProgressLines, live_status
 from rlm.volley.records import TaskResult, VolleyResult, VolleyTask, new_volley_id
 from rlm.volley.tasks import TaskFile, number_tasks, parse_lines, parse_task_file
 
+if TYPE_CHECKING:
+    from rlm._run.tools import ToolBox
+
 __all__ = ["volley"]
 
 DEFAULT_CONCURRENCY = 16
@@ -87,6 +90,10 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               f"requests, and {DEFAULT_TIMEOUT / 3600:g} h unless --timeout gives another "
               "limit.")
 @click.option("--sub-model", help="With --rlm: model for sub-queries [default: --model].")
+@click.option("--tools", multiple=True, metavar="MODULE:FUNCTION",
+              help="With --rlm: offer a Python function to every task's code, by name "
+              "(repeatable; give it again to --resume and `rlm volley work`). It runs on this "
+              "machine with your privileges: host code, not sandboxed.")
 @click.option("--max-iterations", type=int, default=20, show_default=True,
               help="With --rlm: root steps per task before it must answer.")
 @click.option("--max-concurrent", type=int, default=None,
@@ -132,7 +139,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            output_format: str, trace_path: str | None, quiet: bool,
            fixture_latency: float | None, timeout: float | None, stream: bool,
            journal_path: str | None, resume: str | None, skip_failed: bool, stale_timeout: float,
-           history: bool, **settings: Any) -> None:
+           history: bool, tools: tuple[str, ...], **settings: Any) -> None:
     """Run many independent TASKs, optionally over one shared context, as fast as allowed.
 
     Every request is [system prompt] + [shared context] + [task], the shared
@@ -181,12 +188,14 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 fixture = resumed_fixture(stored.settings, fixture_latency)
                 options = resumed_options(stored.settings, overrides)
                 volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
+                toolbox = host_tools(tools, options)
             else:
                 _take_profile(settings)
                 task_list, context, config, options = read_volley(
                     tasks, task_file, from_stdin, contexts, context_files, encoding,
                     no_cache_warm, timeout, settings)
                 fixture = FixtureOptions(sub_latency=fixture_latency or 0.0)
+                toolbox = host_tools(tools, options)  # a bad --tools before anything is stored
                 if not _confirmed(task_list, context, config, options, estimate_only,
                                   no_estimate, yes, fixture):
                     return
@@ -213,7 +222,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             run = Volley(config, task_list, context=context, options=options, sinks=sinks,
                          trace_path=trace_path, on_result=on_result, stream=merger,
                          volley_id=volley_id, source=worker, sink=worker, earlier=earlier,
-                         fixture=fixture)
+                         fixture=fixture, tools=toolbox)
             live = not quiet_progress and err.is_terminal
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
             result = trio.run(session.work, run, worker, main, spent)
@@ -226,6 +235,24 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     writer.finish(result)
     _report(result, quiet)
     sys.exit(result.exit_code)
+
+
+def host_tools(specs: tuple[str, ...], options: VolleyOptions) -> ToolBox | None:
+    """The ``--tools`` functions for a volley's ``--rlm`` tasks (None without any).
+
+    Not kept in the journal (a function is not data): a resumed volley or another
+    worker is given them again.
+    """
+    if not specs:
+        return None
+    if options.mode != "rlm":
+        raise UsageError(
+            "--tools needs --rlm: only a task that is a whole RLM call runs code that can "
+            "call a tool"
+        )
+    from rlm._run.tools import ToolBox, load_tool
+
+    return ToolBox(load_tool(spec) for spec in specs)
 
 
 def read_volley(

@@ -48,7 +48,7 @@ __all__ = ["create_cmd", "work_cmd"]
 SEND_FLAGS = (
     "provider", "base_url", "model", "max_tokens", "max_concurrent", "rpm", "tpm", "burst",
     "max_retries", "retry_delay", "adaptive", "timeout", "max_llm_calls", "max_total_tokens",
-    "max_cost", "prices_path", "fixture_latency", "trace_path", "quiet",
+    "max_cost", "prices_path", "fixture_latency", "trace_path", "quiet", "tools",
 )  # fmt: skip
 
 
@@ -104,7 +104,7 @@ def _work(
     """
     if pool < 1:
         _fail(UsageError(f"--pool must be at least 1, got {pool}"))
-    quiet, trace_path = values.pop("quiet"), values.pop("trace_path")
+    quiet, trace_path, tools = values.pop("quiet"), values.pop("trace_path"), values.pop("tools")
     overrides = explicit(ctx, values)
     flags = JournalFlags(journal_path, stale_timeout=stale_timeout)
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
@@ -116,13 +116,14 @@ def _work(
             provider = config_provider(settings, stored.settings)
             config = run_config(stored.settings, settings, api_key_for(provider))
             options = resumed_options(stored.settings, overrides)
+            toolbox = volley_cmd.host_tools(tools, options)
             worker = session.worker(stored.volley_id)
             prompts = {t.index: t.prompt for t in stored.tasks}
             sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err)]
             run = Volley(config, stored.tasks, context=stored.context, options=options,
                          volley_id=stored.volley_id, source=worker, sink=worker,
                          earlier=stored.earlier, sinks=sinks, trace_path=trace_path,
-                         fixture=fixture)
+                         fixture=fixture, tools=toolbox)
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else []
             result = trio.run(_work_pool, session, run, worker, stored.spent, siblings, pool - 1)
             mine = worker.accepted
@@ -165,6 +166,7 @@ async def _sibling(argv: list[str]) -> None:
 #: run, -q, -y and --no-estimate, are accepted so a command line can switch verbs).
 _NOT_FOR_CREATE = (
     "resume", "skip_failed", "stale_timeout", "estimate_only", "trace_path", "stream", "history",
+    "tools",  # not kept in the journal: given to `rlm volley work`
 )  # fmt: skip
 _IGNORED_BY_CREATE = ("no_estimate", "yes", "quiet")
 
