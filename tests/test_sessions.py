@@ -235,3 +235,22 @@ def test_each_query_of_a_session_keeps_its_own_trace_and_a_resumed_one_numbers_o
         page = build_model(load_trace(path))  # what `rlm view` draws: that query's run
         assert (page["run"]["query"], page["run"]["answer"]) == (query, answer)
         assert page["run"]["status"] == "answered"
+
+
+def test_a_follow_up_stopped_by_the_session_total_reports_no_earlier_answer() -> None:
+    # The REPL's `answer` is the first query's: a stopped follow-up reported it as its own.
+    model = RLM(provider="fixture")
+    with model.session(TEXT, max_total_llm_calls=18) as session:
+        session.completion("What is the magic number?")  # 17 calls
+        second = session.completion("How many chunks did you search?")  # 1 step, then refused
+    assert second.status == "budget_exceeded" and second.answer is None
+
+
+def test_a_summary_refused_by_the_session_total_ends_the_query_as_budget_exceeded() -> None:
+    # It raised an error (status "error") before: the limit, not a failure, ended it.
+    model = RLM(provider="fixture")
+    with model.session(TEXT, max_total_llm_calls=17, max_history_chars=1_000) as session:
+        session.completion("What is the magic number?")  # 17 calls: none left to summarise
+        second = session.completion("How many chunks did you search?")
+        assert second.status == "budget_exceeded" and second.answer is None
+        assert "reached" in (second.error or "")

@@ -461,9 +461,10 @@ class Call:
         """Kill the sandbox; if the call never concluded, conclude it as stopped.
 
         A root call stopped by a limit first looks for an ``answer`` variable in
-        its sandbox (if the sandbox is idle), so the run can report it.
+        its sandbox (if the sandbox is idle), so the run can report it; not a
+        session's root, whose ``answer`` may be an earlier query's.
         """
-        if self.outcome is None and self.depth == 0 and not self.candidate:
+        if self.outcome is None and self.depth == 0 and not self.candidate and not self._carry:
             self.candidate = await self._slot.peek("answer")
         # A session keeps its sandbox for the next query.
         if self._carry is None and self._launcher_reaps:

@@ -35,7 +35,14 @@ from rlm._traffic.pacer import Pacer
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.retry import RetryPolicy
 from rlm._traffic.usage import Usage
-from rlm.errors import BudgetExceeded, Interrupted, RLMError, RunTimeout, SettingError
+from rlm.errors import (
+    BudgetExceeded,
+    Interrupted,
+    LimitExceeded,
+    RLMError,
+    RunTimeout,
+    SettingError,
+)
 from rlm.providers.base import CompletionRequest, Lane, Provider
 
 __all__ = ["RunOutcome", "Runtime", "default_launcher", "root_system_prompt"]
@@ -141,7 +148,11 @@ class Runtime:
         with trio.CancelScope(deadline=self._deadline) as run_scope:
             self._run_scope = run_scope
             if carry is not None and _too_long(carry):
-                await self._compact(carry)
+                try:
+                    await self._compact(carry)
+                except LimitExceeded as exc:  # the query ends with that status, not an error
+                    self._error = exc
+                    return RunOutcome(None, exc)
             # Without a carry the launcher serves this root call alone and reaps its sandbox.
             root = self.root = Call.root(
                 self._parts, query, context, carry, launcher_reaps=carry is None
