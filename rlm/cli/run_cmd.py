@@ -297,6 +297,7 @@ def run(
     from rlm._run.runtime import default_launcher
     from rlm._run.tools import load_tool
     from rlm._trace import check_trace_path
+    from rlm.cli._console import collect_from_here
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
     from rlm.cli._live import JSONLines, LiveDisplay
@@ -342,6 +343,7 @@ def run(
         warn_if_empty(paths, context)
         on_event = (JSONLines() if events_out else LiveDisplay()) if stream else None
         keeper.attach(model)
+        collect_from_here()
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
         keeper.close(getattr(exc, "result", None), str(exc), page=False)
