@@ -3,8 +3,9 @@
 Each back end opens a connection, runs one write transaction at a time
 (:meth:`transaction`) and translates its driver's exceptions into
 :class:`rlm.errors.JournalError` where they enter.  The statements are the
-same for both (see ``_schema``); only the placeholder style and the row lock
-clause differ.
+same for both (see ``_schema``); only the placeholder style, the row lock
+clause, the JSON table a group of rows is written through, and whether a claim
+may return a row per task (``cheap_returning``) differ.
 
 Neither back end is thread-safe by itself: :class:`rlm.journal.JournalStore`
 serialises every call with a lock, so the async layer may run them in any

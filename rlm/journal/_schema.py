@@ -1,7 +1,8 @@
 """The journal's schema, one text for SQLite and PostgreSQL.
 
 Both back ends run the same statements (``?`` placeholders are rewritten to
-``%s`` for psycopg), so the two stores cannot drift apart.  Times are wall-clock
+``%s`` for psycopg; the few dialect differences are attributes of the back end,
+see ``_backends``), so the two stores cannot drift apart.  Times are wall-clock
 seconds since the epoch (floats), read from the store's injected clock.
 
 ``SCHEMA_VERSION`` is written in ``meta`` when a journal is created.  A journal
