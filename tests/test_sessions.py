@@ -254,3 +254,11 @@ def test_a_summary_refused_by_the_session_total_ends_the_query_as_budget_exceede
         second = session.completion("How many chunks did you search?")
         assert second.status == "budget_exceeded" and second.answer is None
         assert "reached" in (second.error or "")
+
+
+def test_the_fixture_model_answers_a_structured_follow_up_from_the_repl() -> None:
+    with RLM(provider="fixture").session(TEXT) as session:
+        session.completion("What is the magic number?")
+        follow = session.completion("How many chunks did you search?", schema={"chunks": "int"})
+    assert (follow.status, follow.data) == ("answered", {"chunks": 16})
+    assert follow.usage.llm_calls == 1  # one step: its code hands the data over

@@ -6,7 +6,8 @@ exist so sessions, tools and schemas are exercised offline, end to end.
 - **A session's follow-up** (a later ``Query:`` message): the root answers from
   variables an earlier query left in the REPL — ``len(chunks)`` when the
   question mentions chunks, else ``answer`` — printing ``answer: X``, then ends
-  with ``FINAL(X)``.
+  with ``FINAL(X)``; when that message holds an ``Answer schema:``, its code
+  builds ``answer_data`` from X and ends with ``FINAL_VAR("answer_data")``.
 - **A tool call** (a query ``Call NAME(ARGS)`` with NAME listed in the system
   prompt's host tools): the root calls it in code and answers with its result,
   or with the ``ToolError`` it raised.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from rlm.providers.base import Message
 
@@ -74,6 +76,9 @@ def extra_reply(messages: Sequence[Message]) -> str | None:
     if steps == 0:
         name = "len(chunks)" if "chunk" in query.lower() else "answer"
         code = f"print(f\"answer: {{{name}}}\")\n"
+        schema = _answer_schema(messages[latest]["content"])
+        if schema is not None:  # a structured follow-up: hand the value over as data
+            code = f"followed = str({name})\n{code}{_shaped_final(schema, 'followed')}"
         return f"The REPL still holds my earlier work.\n\n```repl\n{code}```"
     return _final_from(since)
 
@@ -95,19 +100,32 @@ def structured_tail(messages: Sequence[Message]) -> str:
     """Code that ends step one with ``FINAL_VAR("answer_data")`` shaped by the answer
     schema in the first user message ('' when the run wants no structured answer)."""
     first = next((m["content"] for m in messages if m["role"] == "user"), "")
+    schema = _answer_schema(first)
+    if schema is None:
+        return ""
+    return "if found:\n" + "".join(f"    {line}\n" for line in
+                                    _shaped_final(schema, "answer").splitlines())
+
+
+def _answer_schema(content: str) -> dict[str, Any] | None:
+    """The answer schema a query message states, if any."""
     line = next(
-        (x for x in first.splitlines() if x.startswith(ANSWER_SCHEMA_PREFIX)), None
+        (x for x in content.splitlines() if x.startswith(ANSWER_SCHEMA_PREFIX)), None
     )
-    if line is None:
-        return ""
     try:
-        schema = json.loads(line.removeprefix(ANSWER_SCHEMA_PREFIX))
+        schema = json.loads(line.removeprefix(ANSWER_SCHEMA_PREFIX)) if line else None
     except ValueError:
-        return ""
+        return None
+    return schema if isinstance(schema, dict) else None
+
+
+def _shaped_final(schema: dict[str, Any], var: str) -> str:
+    """Code building ``answer_data`` shaped by ``schema`` from the str ``var``, then
+    ending with ``FINAL_VAR("answer_data")``."""
     fields = []
     for name, spec in (schema.get("properties") or {}).items():
         kind = spec.get("type") if isinstance(spec, dict) else None
-        value = "(int(answer) if answer.isdigit() else None)" if kind == "integer" else "answer"
+        value = f"(int({var}) if {var}.isdigit() else None)" if kind == "integer" else var
         fields.append(f"{name!r}: {value}")
-    body = "{" + ", ".join(fields) + "}" if schema.get("type") == "object" else "[answer]"
-    return f"if found:\n    answer_data = {body}\n    FINAL_VAR(\"answer_data\")\n"
+    body = "{" + ", ".join(fields) + "}" if schema.get("type") == "object" else f"[{var}]"
+    return f"answer_data = {body}\nFINAL_VAR(\"answer_data\")\n"
