@@ -63,7 +63,8 @@ class RLM:
     dashes: ``max_depth`` is ``--max-depth``).  ``provider`` is one of
     ``"openai"`` (any OpenAI-compatible endpoint at ``base_url``),
     ``"anthropic"`` (the Messages API; ``base_url`` optional) or ``"fixture"``
-    (the built-in scripted model, no key needed).  ``stream`` streams every
+    (the built-in scripted model, no key needed).  ``model`` names the root's
+    model; it may be left out only for the fixture.  ``stream`` streams every
     step and runs its code blocks as they close, even with no live consumer.
     ``fixture`` (a :class:`rlm.providers.fixture.FixtureOptions`) paces the
     built-in fixture model: latencies, streamed pieces.
@@ -88,7 +89,7 @@ class RLM:
     def __init__(
         self,
         *,
-        model: str = DEFAULTS.model,
+        model: str | None = None,
         base_url: str | None = DEFAULTS.base_url,
         sub_model: str | None = DEFAULTS.sub_model,
         sub_base_url: str | None = DEFAULTS.sub_base_url,
@@ -129,6 +130,8 @@ class RLM:
         tools: Sequence[Callable[..., Any] | HostTool] | None = None,
         fixture: FixtureOptions | None = None,
     ) -> None:
+        if model is None:  # the fixture's own name; a hosted API's model must be named
+            model = DEFAULTS.model if provider == "fixture" or providers is not None else ""
         settings = {name: value for name, value in locals().items() if name in _SETTINGS}
         self.config = RunConfig(**settings).validate()
         if providers is None:

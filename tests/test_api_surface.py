@@ -31,6 +31,9 @@ def test_rlm_takes_every_setting_as_a_keyword_with_the_config_default() -> None:
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
     settings = {name: p.default for name, p in parameters.items() if name not in NOT_SETTINGS}
     fields = {f.name: getattr(DEFAULTS, f.name) for f in dataclasses.fields(RunConfig)}
+    # model: None means the config's default for the fixture, and "name one" for an API.
+    assert settings.pop("model") is None
+    assert RLM(provider="fixture").config.model == fields.pop("model")
     assert settings == fields
 
 
@@ -46,6 +49,9 @@ def test_a_misspelt_setting_is_a_type_error() -> None:
         ({"root_permits": 8}, "root_permits (8) must be less than max_concurrent (8)"),
         ({"provider": "openai", "base_url": "ftp://x"}, "base_url must start with http://"),
         ({"provider": "anthropic", "model": ""}, 'no model: pass model="M", or use provider='),
+        # No model at all: a hosted API has no model called "fixture" (it was sent that name).
+        ({"provider": "openai"}, 'no model: pass model="M", or use provider='),
+        ({"provider": "anthropic", "api_key": "k"}, 'no model: pass model="M", or use provider='),
         # A wrong type is named, not met as a TypeError deep in the run.
         ({"provider": "fixture", "max_depth": "3"}, "max_depth must be an integer, got '3'"),
         ({"provider": "fixture", "timeout": True}, "timeout must be a number or None, got True"),
