@@ -23,6 +23,7 @@ from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._session import AsyncSession, Session, read_saved_session
 from rlm._status import RunStatus
 from rlm._trace import TraceWriter
+from rlm._traffic.budget import SessionTotals
 from rlm._traffic.usage import Usage
 from rlm._trio_only import require_trio
 from rlm.errors import (
@@ -264,10 +265,11 @@ class RLM:
         sandboxes: Launcher | None = None,
         config: RunConfig | None = None,
         trace_path: str | None = None,
+        session: SessionTotals | None = None,
     ) -> RunResult:
         """One run: ``carry`` and ``sandboxes`` make it a session's query (its root goes
         on in the session's sandbox), ``config`` and ``trace_path`` replace the model's
-        for this run."""
+        for this run, ``session`` names the session's totals that bound it."""
         _check_inputs(query, context)
         try:
             answer_schema = None if schema is None else normalise_schema(schema)
@@ -301,6 +303,7 @@ class RLM:
                     else self._factory_launcher(config, events, answer_schema is not None),
                     tools=self._tools,
                     answer_schema=answer_schema,
+                    session=session,
                 )
                 self._runtime = runtime
                 try:

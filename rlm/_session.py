@@ -42,6 +42,7 @@ from rlm._run.context import Context
 from rlm._run.runtime import default_launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
+from rlm._traffic.budget import SessionTotals
 from rlm._trio_only import require_trio
 from rlm.errors import RLMError, SettingError, UsageError
 from rlm.providers.base import Message
@@ -152,13 +153,14 @@ class AsyncSession:
         """
         async with self._lock:
             carry = self._open_carry()
-            config = self._query_config()
+            config, totals = self._query_config()
             self._asked += 1
             trace = self._model.trace_path
             try:
                 result = await self._model._arun(
                     query, self._context, carry=carry, sandboxes=self._launcher, config=config,
                     schema=schema, trace_path=trace and query_trace_path(trace, self._asked),
+                    session=totals,
                 )
             except RLMError as exc:
                 if exc.result is not None:
@@ -218,19 +220,26 @@ class AsyncSession:
             raise UsageError("the session is closed; start a new one with RLM(...).session()")
         return self._carry
 
-    def _query_config(self) -> Any:
-        """The model's settings, with the session's remaining total budget as this run's."""
+    def _query_config(self) -> tuple[Any, SessionTotals]:
+        """The model's settings, with the session's remaining total budget as this run's,
+        and the totals that bound the query (so a refusal names them, not the query's)."""
         config = self._model.config
         changes: dict[str, Any] = {}
+        calls_total, cost_total = None, None
         if self._max_total_llm_calls is not None:
             left = max(0, self._max_total_llm_calls - self.total_llm_calls)
             mine = config.max_llm_calls
             changes["max_llm_calls"] = left if mine is None else min(mine, left)
+            if mine is None or left <= mine:
+                calls_total = self._max_total_llm_calls
         if self._max_total_cost is not None:
             left_cost = max(0.0, self._max_total_cost - self.total_cost)
             mine_cost = config.max_cost
             changes["max_cost"] = left_cost if mine_cost is None else min(mine_cost, left_cost)
-        return dataclasses.replace(config, **changes) if changes else config
+            if mine_cost is None or left_cost <= mine_cost:
+                cost_total = self._max_total_cost
+        totals = SessionTotals(calls_total, cost_total, self.total_llm_calls, self.total_cost)
+        return (dataclasses.replace(config, **changes) if changes else config), totals
 
     def _count(self, result: RunResult) -> None:
         self.queries += 1

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlm._events import EventBus
-from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.budget import Budget, BudgetLimits, SessionTotals
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.prices import PriceTable
@@ -153,6 +153,23 @@ def test_reserve_names_the_limit_that_refused() -> None:
         budget.reserve(sub_request(chars=400))
     budget.settle(ticket, Completion(text="", model="fixture", input_tokens=100))
     assert budget.remaining()["input_tokens"] == 50
+
+
+def test_a_session_total_that_bounds_the_query_is_the_limit_named() -> None:
+    # The query's limits are what is left of the session's totals: naming them
+    # ("max_llm_calls=1 ... max_llm_calls=None lifts it") gave the wrong advice.
+    totals = SessionTotals(max_total_llm_calls=3, max_total_cost=0.01, llm_calls_before=2)
+    budget = Budget(limits=BudgetLimits(max_llm_calls=1, max_cost=0.0), session=totals)
+    with pytest.raises(BudgetExceeded, match=r"max_total_cost=0.01 reached .*raise max_total_cost"):
+        budget.reserve(
+            CompletionRequest(messages=[{"role": "user", "content": "q"}], model="gpt-4o")
+        )
+    budget = Budget(limits=BudgetLimits(max_llm_calls=1), session=totals)
+    with pytest.raises(BudgetExceeded, match="only 1 of max_total_llm_calls=3 remain"):
+        budget.check_batch(2)
+    budget.reserve(sub_request())
+    with pytest.raises(BudgetExceeded, match=r"max_total_llm_calls=3 reached \(2 sent by the "):
+        budget.reserve(sub_request())
 
 
 def test_provider_reported_cost_wins_and_unknown_models_are_unpriced() -> None:

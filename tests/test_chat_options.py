@@ -38,6 +38,8 @@ def test_chat_flags_for_the_history_and_the_total_budget_reach_the_session(
     # The history passed 1,000 chars: one summary request, then the two steps of a follow-up.
     assert (second["answer"], second["usage"]["llm_calls"]) == ("16", 3)
     assert third.get("answer") is None and third["status"] != "answered"  # 20 spent: none left
+    assert "--max-total-llm-calls 20 reached" in third["error"]  # the chat's flag, not the query's
+    assert "--max-llm-calls" not in third["error"]
 
 
 def test_chat_session_flags_show_in_help_with_their_defaults_and_bad_values_name_the_flag(

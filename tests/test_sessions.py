@@ -158,6 +158,10 @@ def test_a_session_total_budget_spans_its_queries() -> None:
     assert first.status == "answered"
     assert second.status == "budget_exceeded"
     assert session.total_llm_calls <= 18
+    # The session total ran out, not the query's own --max-llm-calls: it is the one named.
+    assert "max_total_llm_calls=18 reached" in (second.error or "")
+    assert "raise max_total_llm_calls or leave it out" in (second.error or "")
+    assert "max_llm_calls=" not in (second.error or "")
 
 
 def test_history_past_its_limit_is_compacted_and_variables_stay() -> None:

@@ -28,7 +28,7 @@ from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._spelling import setting
-from rlm._traffic.budget import Budget, BudgetLimits
+from rlm._traffic.budget import Budget, BudgetLimits, SessionTotals
 from rlm._traffic.gate import CompletionCache, Gate
 from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.pacer import Pacer
@@ -84,11 +84,12 @@ class Runtime:
         sandboxes: Launcher | None = None,
         tools: ToolBox | None = None,
         answer_schema: JsonSchema | None = None,
+        session: SessionTotals | None = None,
     ) -> None:
         tools = tools or ToolBox()
         self.config = config
         self.events = events
-        self.budget = make_budget(config, prices)
+        self.budget = make_budget(config, prices, session)
         self.gate = Gate(
             limiter=TieredLimiter(config.max_concurrent, config.root_permits),
             providers=providers,
@@ -329,8 +330,12 @@ def load_prices(config: RunConfig) -> PriceTable:
     return prices
 
 
-def make_budget(config: RunConfig, prices: PriceTable | None = None) -> Budget:
-    """The run's ledger from its configuration; unpriced models under --max-cost are refused."""
+def make_budget(
+    config: RunConfig, prices: PriceTable | None = None, session: SessionTotals | None = None
+) -> Budget:
+    """The run's ledger from its configuration; unpriced models under --max-cost are refused.
+
+    ``session`` names a session's totals when they, not the query's own limits, bound it."""
     if prices is None:
         prices = load_prices(config)
     budget = Budget(
@@ -342,6 +347,7 @@ def make_budget(config: RunConfig, prices: PriceTable | None = None) -> Budget:
             max_cost=config.max_cost,
         ),
         prices=prices,
+        session=session or SessionTotals(),
     )
     for model in sorted({config.model, config.effective_sub_model}):
         try:

@@ -32,7 +32,7 @@ from rlm._traffic.usage import Usage, estimate_io
 from rlm.errors import BudgetExceeded
 from rlm.providers.base import Completion, CompletionRequest
 
-__all__ = ["Budget", "BudgetLimits", "Ticket", "UsageBreakdown"]
+__all__ = ["Budget", "BudgetLimits", "SessionTotals", "Ticket", "UsageBreakdown"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,22 @@ class BudgetLimits:
     max_output_tokens: int | None = None
     max_total_tokens: int | None = None
     max_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class SessionTotals:
+    """A session's total limits that bound this query, and what its earlier queries spent.
+
+    A session runs each query with the smaller of its own limit and what is left of
+    the session's total; when the total is the smaller, a refusal must name the total
+    (``max_total_llm_calls``), not the query's limit, whose value is then only what was
+    left.  A field is ``None`` when that total does not bound the query.
+    """
+
+    max_total_llm_calls: int | None = None
+    max_total_cost: float | None = None
+    llm_calls_before: int = 0
+    cost_before: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,7 @@ class Budget:
 
     limits: BudgetLimits = field(default_factory=BudgetLimits)
     prices: PriceTable = field(default_factory=PriceTable.default)
+    session: SessionTotals = field(default_factory=SessionTotals)
     spent: _Totals = field(default_factory=_Totals)
     reserved: _Totals = field(default_factory=_Totals)
     unpriced_calls: int = 0
@@ -117,10 +134,14 @@ class Budget:
             what = "1 sub-query needs 1 LLM call" if items == 1 else (
                 f"{items} sub-queries needs {items} LLM calls"
             )
-            raise BudgetExceeded(
-                f"a batch of {what}, but only {left} of "
-                f"{setting('max_llm_calls', self.limits.max_llm_calls)} remain; nothing was sent"
+            total = self.session.max_total_llm_calls
+            limit = (
+                setting("max_llm_calls", self.limits.max_llm_calls)
+                if total is None
+                else setting("max_total_llm_calls", total)
             )
+            raise BudgetExceeded(f"a batch of {what}, but only {left} of {limit} remain; "
+                                 "nothing was sent")
 
     def check_priced(self, model: str) -> None:
         """With --max-cost, a model without a price cannot be used at all."""
@@ -142,6 +163,8 @@ class Budget:
         cost_est = price.cost(input_est, output_est) if price is not None else 0.0
         left = self.calls_left()
         if left is not None and left < 1:
+            if self.session.max_total_llm_calls is not None:
+                raise BudgetExceeded(self._session_calls_message(self.session.max_total_llm_calls))
             raise BudgetExceeded(
                 f"{setting('max_llm_calls', limits.max_llm_calls)} reached "
                 f"({self.spent.calls} sent, {self.reserved.calls} in flight; "
@@ -160,6 +183,10 @@ class Budget:
         if limits.max_cost is not None:
             committed = self.spent.cost + self.reserved.cost
             if committed + cost_est > limits.max_cost:
+                if self.session.max_total_cost is not None:
+                    raise BudgetExceeded(
+                        self._session_cost_message(self.session.max_total_cost, cost_est)
+                    )
                 raise BudgetExceeded(
                     f"{setting('max_cost', f'${limits.max_cost:g}')} reached (${committed:.4f} "
                     f"spent or reserved; this request would add about ${cost_est:.4f}; raise "
@@ -242,6 +269,23 @@ class Budget:
         }
 
     # -- internals -------------------------------------------------------------
+
+    def _session_calls_message(self, total: int) -> str:
+        return (
+            f"{setting('max_total_llm_calls', total)} reached ({self.session.llm_calls_before} "
+            f"sent by the session's earlier queries, {self.spent.calls} by this one, "
+            f"{self.reserved.calls} in flight; raise {setting('max_total_llm_calls')} or "
+            "leave it out to lift it)"
+        )
+
+    def _session_cost_message(self, total: float, cost_est: float) -> str:
+        committed = self.spent.cost + self.reserved.cost
+        return (
+            f"{setting('max_total_cost', f'${total:g}')} reached "
+            f"(${self.session.cost_before:.4f} spent by the session's earlier queries, "
+            f"${committed:.4f} spent or reserved by this one; this request would add about "
+            f"${cost_est:.4f}; raise {setting('max_total_cost')} or leave it out to lift it)"
+        )
 
     @staticmethod
     def _check(name: str, limit: int | None, committed: int, estimate: int) -> None:
