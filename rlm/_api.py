@@ -290,7 +290,7 @@ class RLM:
         result: RunResult | None = None
         runtime: Runtime | None = None
         try:
-            events.emit(self._run_started(query, context))
+            events.emit(self._run_started(query, context, streams=stream is not None))
             async with self._open_providers() as providers, self._open_cache() as cache:
                 runtime = Runtime(
                     config,
@@ -468,8 +468,11 @@ class RLM:
             cached_calls=runtime.gate.cached_calls,
         )
 
-    def _run_started(self, query: str, context: Context) -> RunStarted:
+    def _run_started(self, query: str, context: Context, *, streams: bool) -> RunStarted:
         public = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "api_key"}
+        # A live consumer (rlm run --stream, astream) makes every request stream, as
+        # stream=True does: the recorded setting says what the run did.
+        public["stream"] = self.config.stream or streams
         return RunStarted(
             query=query[:2000],
             context_chars=context_chars(context),

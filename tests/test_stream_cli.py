@@ -79,6 +79,7 @@ async def test_output_format_jsonl_streams_events_and_json_keeps_one_object(
     assert lines.returncode == 0, lines.stderr
     events = [json.loads(line) for line in lines.stdout.decode().splitlines()]
     assert events[-1]["event"] == "run_finished" and events[-1]["answer"] == answer
+    assert events[0]["config"]["stream"] is True  # the run streamed: its settings say so
     assert all({"event", "call_id", "parent_id", "depth"} <= set(e) for e in events)
     root = "".join(e["text"] for e in events if e["event"] == "text_delta" and e["lane"] == "root")
     assert root.startswith("The context is too long")
