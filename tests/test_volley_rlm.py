@@ -16,7 +16,7 @@ from rlm._events import EventBus
 from rlm._run.runtime import default_launcher
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS
-from tests.helpers import serving
+from tests.helpers import rlm_in_process, serving
 
 FACTS = {"magic number": "4711", "secret word": "heliotrope", "door code": "9-3-1"}
 
@@ -134,6 +134,16 @@ def test_rlm_tasks_offer_the_models_host_tools_to_their_code() -> None:
     assert [t.output for t in result.tasks] == [
         "ABC", "ToolError: shout: argument 'key': 5 is not of type 'string'",
     ]
+
+
+def test_create_with_tools_says_to_give_them_to_the_worker(tmp_path: Path) -> None:
+    # It was click's bare "No such option: --tools", which says nothing of where tools go.
+    done = rlm_in_process("volley", "create", "--rlm", "--provider", "fixture", "--context",
+                          "c", "--tools", "mod:fn", "hi", env={"RLM_JOURNAL": str(tmp_path / "j")})
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: --tools is not stored in the journal")
+    assert "`rlm volley work ID`" in done.stderr and "--resume" in done.stderr
+    assert not (tmp_path / "j").exists()  # nothing recorded
 
 
 def test_rlm_volley_tools_reach_each_task_and_each_worker(tmp_path: Path) -> None:

@@ -171,8 +171,20 @@ _NOT_FOR_CREATE = (
 _IGNORED_BY_CREATE = ("no_estimate", "yes", "quiet")
 
 
+def _tools_not_stored(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> None:
+    """`create --tools`: say where tools go instead of click's bare "No such option"."""
+    if specs:
+        _fail(UsageError(
+            "--tools is not stored in the journal (a function is not data): create the volley "
+            "without it and give --tools MODULE:FUNCTION to `rlm volley work ID` (or to "
+            "`rlm volley --resume ID`)"
+        ))
+
+
 def _build_create() -> click.Command:
     params = [p for p in volley_cmd.volley.params if p.name not in _NOT_FOR_CREATE]
+    params.append(click.Option(["--tools"], multiple=True, hidden=True, expose_value=False,
+                               callback=_tools_not_stored))
     return click.Command("create", callback=_create, params=params, help=_create.__doc__)
 
 
