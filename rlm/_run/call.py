@@ -50,7 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__ for this file's internal records: nothing compares or
+# prints them, and each generated method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class CallOutcome:
     """How a call ended.
 
@@ -68,7 +70,7 @@ class CallOutcome:
     last_output: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class CallParts:
     """What every call of one run uses; the root and all its descendants share it.
 
@@ -87,7 +89,7 @@ class CallParts:
     answer_schema: JsonSchema | None = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SessionCarry:
     """What a session's root call keeps from one query to the next.
 
@@ -103,7 +105,7 @@ class SessionCarry:
     max_history_chars: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Step:
     reply: str
     blocks: list[str]
@@ -117,7 +119,7 @@ class _Step:
         return bool(self.blocks) or (self.final is not None and self.final.variable is not None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Executed:
     """What a step's code did: a final answer, feedback for the model, or a failure."""
 

@@ -26,7 +26,9 @@ _FINAL_START = re.compile(r"^[ \t]*FINAL\(", re.MULTILINE)
 _FINAL_SPAN = re.compile(r"(.*)\)[ \t]*$", re.DOTALL)
 
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__: nothing compares or prints these, and each generated
+# method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class FinalDirective:
     """A FINAL found in the text: either the answer itself or a variable to read."""
 

@@ -31,7 +31,9 @@ from rlm.errors import RLMError
 __all__ = ["BlockPipeline", "Ran"]
 
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__: nothing compares or prints these, and each generated
+# method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class Ran:
     """One block that ran: its code, its result, and whether the sandbox was lost in it."""
 

@@ -55,7 +55,9 @@ _EXTRACT_SYSTEM = (
 )
 
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__: nothing compares or prints these, and each generated
+# method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class RunOutcome:
     """How the run ended: the root call's outcome, or the error that stopped it."""
 

@@ -55,7 +55,9 @@ _START_TIMEOUT = 30.0
 BridgeHandler = Callable[[dict[str, Any]], Awaitable[BridgeAnswer]]
 
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__ for this file's internal records: nothing compares or
+# prints them, and each generated method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class SandboxIdentity:
     """Who owns a sandbox, for its events."""
 
@@ -64,7 +66,7 @@ class SandboxIdentity:
     depth: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ExecResult:
     """The outcome of one code execution."""
 
@@ -95,7 +97,7 @@ class ChildProcess(Protocol):
         """Reap the child (after ``kill``); the caller shields and bounds this."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class HostEnds:
     """The host's ends of a sandbox's channels."""
 

@@ -62,7 +62,9 @@ class SessionTotals:
     cost_before: float = 0.0
 
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__ for this file's internal records: nothing compares or
+# prints them, and each generated method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class Ticket:
     """One reservation: what an attempt is expected to spend."""
 
@@ -74,7 +76,7 @@ class Ticket:
     cost: float
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class UsageBreakdown:
     """Usage of one model, lane or depth."""
 
@@ -94,7 +96,7 @@ class UsageBreakdown:
         }
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Totals:
     calls: int = 0
     input_tokens: int = 0
@@ -102,7 +104,7 @@ class _Totals:
     cost: float = 0.0
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Budget:
     """The shared ledger.  All methods are synchronous and so atomic under trio."""
 

@@ -22,7 +22,9 @@ from rlm.providers.base import Lane
 __all__ = ["LimiterStatistics", "TieredLimiter"]
 
 
-@dataclass(frozen=True)
+# No generated __eq__/__repr__: nothing compares or prints these, and each generated
+# method is compiled at import, on every start.
+@dataclass(frozen=True, eq=False, repr=False)
 class LimiterStatistics:
     total: int
     reserved_root: int

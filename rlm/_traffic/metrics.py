@@ -8,7 +8,9 @@ from typing import Any
 __all__ = ["LaneMetrics", "TrafficMetrics"]
 
 
-@dataclass
+# No generated __eq__/__repr__: nothing compares or prints these, and each generated
+# method is compiled at import, on every start.
+@dataclass(eq=False, repr=False)
 class LaneMetrics:
     """Counters for one lane.  Latencies are per attempt; waits are per attempt."""
 
