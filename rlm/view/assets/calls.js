@@ -150,7 +150,7 @@
       el("span", {class: "twist"}, kids.length ? "▾" : ""),
       el("span", {class: "dot " + call.status, title: call.status}),
       el("span", {class: "id"}, call.id),
-      el("span", {class: "meta"}, [steps + (steps === 1 ? " step" : " steps"), secs(call.duration_s),
+      el("span", {class: "meta"}, [count(steps, "step"), secs(call.duration_s),
         num(call.llm_calls) + " LLM", num(call.input_tokens + call.output_tokens) + " tok"].join(" · ")));
     nodes.set(call.id, label);
     const li = el("li", {}, label);
@@ -169,7 +169,7 @@
   function renderTree() {
     const tree = document.getElementById("tree");
     tree.append(el("ul", {role: "tree"}, roots.map(nodeFor)));
-    document.getElementById("calls-count").textContent = num(calls.length) + (calls.length === 1 ? " call" : " calls") +
+    document.getElementById("calls-count").textContent = count(calls.length, "call") +
       (roots.length > 1 ? " · " + roots.length + " roots" : "");
   }
 
@@ -217,8 +217,8 @@
     table.append(body);
     let shown = 0;
     const more = el("button", {type: "button"});
-    function addRows(count) {
-      const stop = Math.min(n, shown + count);
+    function addRows(rows) {
+      const stop = Math.min(n, shown + rows);
       for (let i = shown; i < stop; i++) {
         const rid = bridge.requests[i];
         const [lat, tok, status] = rid === undefined ? ["—", "—", "—"] : attemptSummary(rid);
@@ -287,7 +287,7 @@
     return el("div", {class: "step", "data-step": index + 1},
       el("div", {class: "step-head"}, el("span", {class: "n"}, step.forced_final ? "Forced final step" : "Step " + (step.iteration || index + 1)),
         el("span", {class: "muted"}, "at " + secs(step.t) + " · " + num(step.input_tokens) + " in / " + num(step.output_tokens) + " out · " +
-          num(step.code_blocks) + " code block" + (step.code_blocks === 1 ? "" : "s") + (step.has_final ? " · FINAL in reply" : ""))),
+          count(step.code_blocks, "code block") + (step.has_final ? " · FINAL in reply" : ""))),
       requestView(step.request),
       el("div", {class: "label-row"}, "reply" + (step.reply_chars !== undefined ? " (" + num(step.reply_chars) + " chars)" : "")),
       textView(step.reply, {absent: "the reply's text is " + ABSENT}),
