@@ -110,8 +110,12 @@ class AsyncSession:
             stack.callback(nursery.cancel_scope.cancel)
             model = self._model
             # The session's own sandbox start and exit belong to no single query's trace.
-            self._launcher = default_launcher(
-                model.config, EventBus(keep=False), tools=model.tool_names
+            # RLM(sandboxes=...) is where every sandbox of the model comes from, a
+            # session's included (its queries' child calls open theirs here too).
+            events = EventBus(keep=False)
+            injected = model._factory_launcher(model.config, events, False)
+            self._launcher = injected if injected is not None else default_launcher(
+                model.config, events, tools=model.tool_names
             )
             await stack.enter_async_context(self._launcher.serving())
             slot = SandboxSlot(self._launcher, self._context, SandboxIdentity("root", None, 0))

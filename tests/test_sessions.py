@@ -15,6 +15,7 @@ from rlm.fixtures import generate_needle
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider
 from rlm.testing.provider import FunctionProvider
+from rlm.testing.sandboxes import LineLauncher
 from rlm.view.load import load_trace
 from rlm.view.model import build_model
 from rlm_sandbox.plaindata import export_namespace
@@ -266,3 +267,29 @@ def test_the_fixture_model_answers_a_structured_follow_up_from_the_repl() -> Non
         follow = session.completion("How many chunks did you search?", schema={"chunks": "int"})
     assert (follow.status, follow.data) == ("answered", {"chunks": 16})
     assert follow.usage.llm_calls == 1  # one step: its code hands the data over
+
+
+def test_a_session_opens_its_sandbox_from_the_models_injected_launcher() -> None:
+    """RLM(sandboxes=...) holds for sessions too: one sandbox from the factory serves every
+    query (its REPL state is the session's), and no real sandbox process starts."""
+    launchers: list[LineLauncher] = []
+
+    def factory(config: object, events: object, **extra: object) -> LineLauncher:
+        launchers.append(LineLauncher())
+        return launchers[-1]
+
+    def root(request: CompletionRequest) -> str:
+        last = request.messages[-1]["content"]
+        return repl("batch 2") if "?" in last else "FINAL(done)"
+
+    provider = FunctionProvider.scripted(root)
+    model = RLM(providers={"root": provider, "sub": provider}, sandboxes=factory)
+    with model.session("some context") as session:
+        first = session.completion("First question?")
+        second = session.completion("Second question?")
+        assert sandbox_children() == []
+    assert (first.answer, second.answer) == ("done", "done")
+    assert len(launchers) == 1 and len(launchers[0].opened) == 1
+    sandbox = launchers[0].opened[0]
+    assert [code.strip() for code in sandbox.executed] == ["batch 2", "batch 2"]
+    assert not sandbox.alive
