@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import tempfile
 import threading
@@ -67,6 +68,10 @@ class SavedSession:
     variables: dict[str, Any]
     #: Queries asked before the save: the resumed session numbers its traces after them.
     queries: int = 0
+    #: What those queries spent: the resumed session's totals start from it, so
+    #: ``max_total_llm_calls`` / ``max_total_cost`` bound the whole conversation.
+    spent_llm_calls: int = 0
+    spent_cost: float = 0.0
 
 
 class AsyncSession:
@@ -93,9 +98,9 @@ class AsyncSession:
         self._stack: AsyncExitStack | None = None
         self._lock = trio.Lock()
         self._launcher: Any = None
-        #: What the session's queries have spent so far.
-        self.total_llm_calls = 0
-        self.total_cost = 0.0
+        #: What the session's queries have spent so far (a restored session's included).
+        self.total_llm_calls = restore.spent_llm_calls if restore is not None else 0
+        self.total_cost = restore.spent_cost if restore is not None else 0.0
         self.queries = 0
         # Queries asked, failed ones and those before a save included: query n's trace
         # is numbered n, so no query's trace replaces another's.
@@ -205,6 +210,7 @@ class AsyncSession:
                 "context_sha256": _digest(self._context),
                 "history": carry.history,
                 "queries": self._asked,
+                "spent": {"llm_calls": self.total_llm_calls, "cost": self.total_cost},
                 "variables": json.loads(data),
                 "skipped": skipped,
             }
@@ -380,7 +386,15 @@ def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedS
     queries = document.get("queries", 0)  # absent from sessions saved before traces were numbered
     if type(queries) is not int or queries < 0:
         raise UsageError(f"{path} is damaged: its query count is not a whole number")
-    return SavedSession(settings=settings, history=history, variables=variables, queries=queries)
+    # Absent from sessions saved before the totals were kept: nothing known spent.
+    spent = document.get("spent", {"llm_calls": 0, "cost": 0.0})
+    calls: object = spent.get("llm_calls") if isinstance(spent, dict) else None
+    cost: object = spent.get("cost") if isinstance(spent, dict) else None
+    if not (type(calls) is int and calls >= 0 and type(cost) in (int, float)
+            and isinstance(cost, int | float) and math.isfinite(cost) and cost >= 0):
+        raise UsageError(f"{path} is damaged: what its queries spent is not two amounts")
+    return SavedSession(settings=settings, history=history, variables=variables,
+                        queries=queries, spent_llm_calls=calls, spent_cost=float(cost))
 
 
 def query_trace_path(path: str, number: int) -> str:

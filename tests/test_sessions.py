@@ -293,3 +293,30 @@ def test_a_session_opens_its_sandbox_from_the_models_injected_launcher() -> None
     sandbox = launchers[0].opened[0]
     assert [code.strip() for code in sandbox.executed] == ["batch 2", "batch 2"]
     assert not sandbox.alive
+
+
+def test_a_resumed_session_counts_what_it_spent_before_the_save(tmp_path: Path) -> None:
+    saved = tmp_path / "session.json"
+    with RLM(provider="fixture").session(TEXT) as session:
+        session.completion("What is the magic number?")  # 17 calls
+        spent = session.total_llm_calls
+        session.save(saved)
+    assert spent == 17 and json.loads(saved.read_text())["spent"]["llm_calls"] == 17
+    # The same total as in one sitting (test above): 1 call is left for the follow-up.
+    resumed = RLM.load_session(str(saved), TEXT, session_options={"max_total_llm_calls": 18})
+    try:
+        assert resumed.total_llm_calls == 17
+        second = resumed.completion("How many chunks did you search?")  # needs 2
+    finally:
+        resumed.close()
+    assert second.status == "budget_exceeded"
+    assert "max_total_llm_calls=18 reached" in (second.error or "")
+    document = json.loads(saved.read_text())
+    del document["spent"]  # saved before the totals were kept: nothing known spent
+    saved.write_text(json.dumps(document))
+    older = RLM.load_session(str(saved), TEXT)
+    assert older.total_llm_calls == 0 and older.close() is None
+    document["spent"] = {"llm_calls": -1, "cost": 0}
+    saved.write_text(json.dumps(document))
+    with pytest.raises(UsageError, match="damaged: what its queries spent"):
+        RLM.load_session(str(saved), TEXT)
