@@ -14,6 +14,7 @@ from rlm.bench.provider import BenchProvider
 from rlm.bench.report import COLUMNS, bench_json, markdown_table, table_rows
 from rlm.bench.run import measure, run_scenario
 from rlm.bench.scenarios import DEFAULT, QUICK, Scenario
+from rlm.bench.timer import precise_sleep
 from rlm.cli import main
 from rlm.providers.base import CompletionRequest
 from rlm.providers.fixture import FixtureProvider
@@ -97,6 +98,15 @@ async def test_bench_provider_uses_latencies_in_dispatch_order(autojump_clock: o
         seen.append((round(trio.current_time() - start, 6),
                      completion.metadata["nominal_latency_s"], completion.text))
     assert seen == [(0.3, 0.3, "4"), (0.1, 0.1, "4"), (0.3, 0.3, "4")]
+
+
+async def test_precise_sleep_never_wakes_early_and_can_be_cancelled() -> None:
+    start = trio.current_time()
+    await precise_sleep(0.02)
+    assert trio.current_time() - start >= 0.02
+    with trio.move_on_after(0.01) as scope:
+        await precise_sleep(30)
+    assert scope.cancelled_caught
 
 
 def test_runs_without_nominal_latencies_are_measured_from_the_scenario() -> None:

@@ -79,6 +79,14 @@ def test_sub_model_finds_the_value() -> None:
     assert sub_reply("What is magic number\nTHE MAGIC NUMBER IS 12!") == "12"
 
 
+def test_sub_model_matches_case_insensitively_as_re_does() -> None:
+    # The quick check before the search must not drop what re.IGNORECASE finds: the
+    # dotless i matches "i" there, the Kelvin sign "k", the long s "s".
+    assert sub_reply("What is the magician?\nText:\nTHE MAGıCIAN IS 42.") == "42"
+    assert sub_reply("What is the key?\nText:\nthe \u212aey is 7") == "7"
+    assert sub_reply("What is the size?\nText:\nthe \u017fize is 3") == "3"
+
+
 @pytest.mark.parametrize(
     "prompt",
     [

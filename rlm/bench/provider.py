@@ -13,7 +13,7 @@ anything else is a sub-query), plus two things a benchmark needs:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -25,18 +25,24 @@ __all__ = ["BenchProvider"]
 
 
 class BenchProvider:
-    """See the module docstring.  ``sub_latencies`` wins over ``sub_latency`` and cycles."""
+    """See the module docstring.  ``sub_latencies`` wins over ``sub_latency`` and cycles.
+
+    ``sleep`` waits out a latency: ``trio.sleep`` (virtual time in tests), or
+    :func:`rlm.bench.timer.precise_sleep` for a measured run.
+    """
 
     name = "fixture"
 
     def __init__(self, *, root_latency: float = 0.0, sub_latency: float = 0.0,
-                 sub_latencies: Sequence[float] | None = None, chunks: int = 16) -> None:
+                 sub_latencies: Sequence[float] | None = None, chunks: int = 16,
+                 sleep: Callable[[float], Awaitable[None]] = trio.sleep) -> None:
         if root_latency < 0 or sub_latency < 0 or any(x < 0 for x in sub_latencies or ()):
             raise ValueError("latencies must not be negative")
         self.root_latency = root_latency
         self.sub_latency = sub_latency
         self.sub_latencies = list(sub_latencies) if sub_latencies else None
         self._model = FixtureProvider(chunks=chunks)
+        self._sleep = sleep
         self.sub_requests = 0
 
     def _latency(self, step: bool) -> float:
@@ -50,7 +56,7 @@ class BenchProvider:
 
     async def complete(self, request: CompletionRequest) -> Completion:
         latency = self._latency(is_root_request(request.messages))
-        await trio.sleep(latency)
+        await self._sleep(latency)
         completion = await self._model.complete(request)  # zero latency: the reply only
         metadata = {**completion.metadata, NOMINAL_LATENCY_KEY: latency}
         return dataclasses.replace(completion, metadata=metadata)

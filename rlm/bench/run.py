@@ -32,6 +32,7 @@ from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import LauncherFactory
 from rlm.bench.provider import BenchProvider
 from rlm.bench.scenarios import Scenario
+from rlm.bench.timer import precise_sleep
 from rlm.fixtures import generate_needle, lognormal_latencies
 from rlm.providers._http import load_http_transport
 from rlm.view.limit import (
@@ -126,7 +127,7 @@ def _settings(s: Scenario) -> dict[str, Any]:
 async def _run_in_process(s: Scenario, text: str, question: str,
                           sandboxes: LauncherFactory) -> RunResult:
     provider = BenchProvider(root_latency=s.root_latency, sub_latency=s.sub_latency,
-                             sub_latencies=_sub_latencies(s))
+                             sub_latencies=_sub_latencies(s), sleep=precise_sleep)
     rlm = RLM(providers={"root": provider, "sub": provider}, sandboxes=sandboxes,
               **_settings(s))
     return await rlm.acompletion(question, text)
