@@ -52,6 +52,8 @@ class Profile:
     sources: dict[str, str] = field(default_factory=dict)
     files: tuple[Path, ...] = ()
     available: tuple[str, ...] = ()
+    #: The chosen profile's own settings, without the files' top-level keys.
+    chosen: dict[str, Any] = field(default_factory=dict)
 
 
 def user_config_file() -> Path:
@@ -106,6 +108,7 @@ def load_profile(
         sources=sources,
         files=tuple(files),
         available=tuple(dict.fromkeys(available)),
+        chosen=chosen,
     )
 
 

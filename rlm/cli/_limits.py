@@ -14,7 +14,7 @@ from rlm._durations import parse_duration
 from rlm._sizes import parse_size
 from rlm.errors import UsageError
 
-__all__ = ["memory_size", "optional_count", "optional_duration"]
+__all__ = ["memory_size", "optional_count", "optional_duration", "optional_number"]
 
 
 def _lifted(value: Any) -> bool:
@@ -29,6 +29,16 @@ def optional_count(ctx: click.Context, param: click.Parameter, value: Any) -> in
         return int(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a whole number or 'none'") from None
+
+
+def optional_number(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
+    """A number (``2``, ``0.5``), or None for ``none``."""
+    if _lifted(value):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or 'none'") from None
 
 
 def optional_duration(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:

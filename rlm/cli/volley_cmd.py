@@ -22,23 +22,25 @@ from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._history import RunKeeper
+from rlm.cli._limits import optional_count, optional_number
 from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._progress import stderr_console
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
+    FIXED_BY_VOLLEY,
     JournalFlags,
     JournalSession,
     api_key_for,
     config_provider,
-    explicit,
     resume_options,
+    resume_overrides,
     resumed_fixture,
     resumed_options,
 )
 from rlm.errors import RLMError, UsageError
 from rlm.history.record import volley_summary
 from rlm.journal import Spend
-from rlm.journal.volleys import run_config
+from rlm.journal.volleys import StoredVolley, reopen_failed, run_config
 from rlm.providers.fixture import FixtureOptions
 from rlm.streaming import StreamMerger, drain
 from rlm.volley.engine import Volley, VolleyOptions
@@ -110,9 +112,13 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Halve concurrency when the provider pushes back; grow it back after.")
 @click.option("--timeout", default=None, callback=_duration, metavar="DURATION",
               help="Per-task limit, e.g. 90s or 5m (a task's own \"timeout\" wins).")
-@click.option("--max-llm-calls", type=int, help="Requests sent, retries included: a hard wall.")
-@click.option("--max-total-tokens", type=int, help="Input + output tokens: a hard wall.")
-@click.option("--max-cost", type=float, help="USD for the whole volley: a hard wall.")
+@click.option("--max-llm-calls", callback=optional_count, metavar="INTEGER",
+              help="Requests sent, retries included: a hard wall ('none' lifts a stored one "
+              "on --resume and `work`).")
+@click.option("--max-total-tokens", callback=optional_count, metavar="INTEGER",
+              help="Input + output tokens: a hard wall ('none' lifts a stored one).")
+@click.option("--max-cost", callback=optional_number, metavar="USD",
+              help="USD for the whole volley: a hard wall ('none' lifts a stored one).")
 @click.option("--prices", "prices_path", metavar="PATH", help="JSON price table on top of ours.")
 @click.option("--no-cache-warm", is_flag=True,
               help="Fan out at once instead of warming the prompt cache with one task first.")
@@ -175,20 +181,29 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     keeper = RunKeeper(keep=history, view=False, trace_path=trace_path, query="")
     try:
-        if resume is not None and (tasks or task_file or from_stdin):
-            raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
-        with JournalSession(flags, err) as session:
+        if resume is not None:
+            _check_resume_flags(tasks, task_file, from_stdin, contexts, context_files,
+                                settings.pop("rlm_tasks"))
+        with JournalSession(flags, err, existing=resume is not None) as session:
             if resume is not None:
-                settings.pop("rlm_tasks")  # the stored volley's kind of task is kept
-                stored = session.load(resume, rerun_failed=not skip_failed)
+                stored = session.load(resume, rerun_failed=False)
                 task_list, context = stored.tasks, stored.context
-                overrides = explicit(click.get_current_context(), {**settings, "timeout": timeout})
+                overrides = resume_overrides(click.get_current_context(),
+                                             {**settings, "timeout": timeout})
                 config = run_config(stored.settings, overrides, api_key_for(config_provider(
                     overrides, stored.settings)))
                 fixture = resumed_fixture(stored.settings, fixture_latency)
                 options = resumed_options(stored.settings, overrides)
-                volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
+                if no_cache_warm:
+                    options = dataclasses.replace(options, cache_warm=False)
                 toolbox = host_tools(tools, options)
+                if not _confirmed(_to_run(stored, skip_failed), context, config, options,
+                                  estimate_only, no_estimate, yes,
+                                  fixture or FixtureOptions()):
+                    return
+                if not skip_failed:
+                    stored = reopen_failed(session.store, stored)
+                volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
             else:
                 _take_profile(settings)
                 task_list, context, config, options = read_volley(
@@ -237,6 +252,26 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     sys.exit(result.exit_code)
 
 
+def _check_resume_flags(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
+                        contexts: tuple[str, ...], context_files: tuple[str, ...],
+                        rlm_tasks: bool) -> None:
+    """--resume runs what the journal holds: flags that would change it are refused."""
+    if tasks or task_file or from_stdin:
+        raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
+    if contexts or context_files:
+        raise UsageError("--resume uses the shared context stored with the volley; leave out "
+                         "--context and --context-file (a new context is a new volley)")
+    if rlm_tasks:
+        raise UsageError("--resume keeps the stored volley's kind of task; leave out --rlm "
+                         "(a volley of --rlm tasks resumes as one)")
+
+
+def _to_run(stored: StoredVolley, skip_failed: bool) -> list[VolleyTask]:
+    """The tasks a resume will run: not done, and not failed with --skip-failed."""
+    standing = {r.index for r in stored.earlier if skip_failed or r.status == "succeeded"}
+    return [t for t in stored.tasks if t.index not in standing]
+
+
 def host_tools(specs: tuple[str, ...], options: VolleyOptions) -> ToolBox | None:
     """The ``--tools`` functions for a volley's ``--rlm`` tasks (None without any).
 
@@ -271,15 +306,11 @@ def read_volley(
     return task_list, context, config, options
 
 
-#: Settings a volley fixes itself, whatever a profile says.
-_FIXED_BY_VOLLEY = frozenset({"root_permits"})
-
-
 def _take_profile(settings: dict[str, Any]) -> None:
     """Add the --profile settings no option carries (provider limits come as options'
     defaults); a task file's max_concurrent wins over the profile's."""
     extra = profile_only_settings()
-    settings.update({k: v for k, v in extra.items() if k not in _FIXED_BY_VOLLEY})
+    settings.update({k: v for k, v in extra.items() if k not in FIXED_BY_VOLLEY})
     source = click.get_current_context().get_parameter_source("max_concurrent")
     if source is ParameterSource.DEFAULT_MAP:
         settings["profile_max_concurrent"] = settings.pop("max_concurrent")

@@ -23,17 +23,20 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import trio
 from click.core import ParameterSource
 from rich.console import Console
 
 from rlm._config import RunConfig
 from rlm._durations import format_duration, parse_duration
+from rlm.cli._profile_option import current_profile
 from rlm.cli._progress import stderr_console
-from rlm.errors import RLMError, UsageError
-from rlm.journal import JournalStore, Recovered, Spend, open_store
+from rlm.errors import JournalError, RLMError, UsageError
+from rlm.journal import JournalStore, Recovered, Spend, default_journal_path, open_store
 from rlm.journal.volleys import (
     StoredVolley,
     load_volley,
@@ -50,6 +53,8 @@ from rlm.volley.output import OrderedWriter
 from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySummary, VolleyTask
 
 __all__ = [
+    "FIXED_BY_VOLLEY",
+    "MIN_STALE_TIMEOUT",
     "JournalFlags",
     "JournalSession",
     "api_key_for",
@@ -61,6 +66,7 @@ __all__ = [
     "pool_argv",
     "recovery_line",
     "resume_options",
+    "resume_overrides",
     "resumed_options",
     "show_cmd",
     "stale_option",
@@ -70,12 +76,26 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Settings a volley fixes itself, whatever a profile says.
+FIXED_BY_VOLLEY = frozenset({"root_permits"})
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+#: The shortest --stale-timeout: a worker heartbeats every quarter of it, so much
+#: shorter and a busy but live worker's tasks would be reopened and run twice.
+MIN_STALE_TIMEOUT = 1.0
+
+
+def _stale_duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
     try:
-        return parse_duration(value, param.opts[0])
+        seconds = parse_duration(value, param.opts[0])
     except UsageError as exc:
         raise click.BadParameter(str(exc)) from None
+    if seconds < MIN_STALE_TIMEOUT:
+        raise click.BadParameter(
+            f"{param.opts[0]} must be at least {format_duration(MIN_STALE_TIMEOUT)}, got "
+            f"{value!r}: workers heartbeat every quarter of it, so a shorter one would reopen "
+            "tasks whose workers are alive and run them twice"
+        )
+    return seconds
 
 
 def journal_option(f: F) -> F:
@@ -94,9 +114,10 @@ def stale_option(f: F) -> F:
         "--stale-timeout",
         default=format_duration(DEFAULT_STALE_TIMEOUT),
         show_default=True,
-        callback=_duration,
+        callback=_stale_duration,
         metavar="DURATION",
-        help="Reopen a task whose worker sent no heartbeat for this long (90s, 10m, 2h).",
+        help="Reopen a task whose worker sent no heartbeat for this long (90s, 10m, 2h; "
+        "at least 1s).",
     )(f)
 
 
@@ -121,7 +142,20 @@ class JournalFlags:
     stale_timeout: float = DEFAULT_STALE_TIMEOUT
 
 
-def open_journal(path: str | None) -> JournalStore:
+def open_journal(path: str | None, *, existing: bool = False) -> JournalStore:
+    """The journal ``path`` names (the default one for None).
+
+    With ``existing`` (commands that read a volley back: list, show, work,
+    --resume) a journal file that is not there is an error: a mistyped
+    --journal must not quietly become a new, empty journal.
+    """
+    if existing and (path is None or "://" not in path):
+        where = default_journal_path() if path is None else Path(path).expanduser()
+        if not where.exists():
+            raise JournalError(
+                f"no journal at {where}: check --journal (or RLM_JOURNAL); a volley run or "
+                "`rlm volley create` makes one"
+            )
     return open_store(path)
 
 
@@ -158,8 +192,11 @@ def _fail(exc: RLMError) -> None:
 def list_cmd(journal_path: str | None, output_format: str) -> None:
     """List the journal's volleys, newest first: tasks done/failed/open and cost so far."""
     try:
-        with closing(open_journal(journal_path)) as store:
-            rows = store.volleys()
+        if journal_path is None and not default_journal_path().exists():
+            rows = []  # nothing has made the default journal yet
+        else:
+            with closing(open_journal(journal_path, existing=True)) as store:
+                rows = store.volleys()
     except RLMError as exc:
         _fail(exc)
     items: list[dict[str, Any]] = [
@@ -201,7 +238,7 @@ def list_cmd(journal_path: str | None, output_format: str) -> None:
 def show_cmd(volley_ref: str, journal_path: str | None, output_format: str) -> None:
     """Print volley ID (or the latest) from the journal, every task in task order."""
     try:
-        with closing(open_journal(journal_path)) as store:
+        with closing(open_journal(journal_path, existing=True)) as store:
             result = stored_result(store, volley_ref)
     except RLMError as exc:
         _fail(exc)
@@ -282,12 +319,26 @@ def explicit(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if ctx.get_parameter_source(k) in given}
 
 
+def resume_overrides(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """What a resume or a worker changes of a volley's stored settings.
+
+    The profile named by --profile (or RLM_PROFILE) applies as it does to a new
+    volley, on top of what was stored, and flags and environment variables given
+    now win over both.  The config files' top-level keys do not: they applied
+    when the volley was created, and must not undo a flag given then.
+    """
+    profile = {k: v for k, v in current_profile().chosen.items() if k not in FIXED_BY_VOLLEY}
+    return {**profile, **explicit(ctx, values)}
+
+
 class JournalSession:
     """The journal of one ``rlm volley`` process: create or load a volley, then work on it."""
 
-    def __init__(self, flags: JournalFlags, console: Console | None = None) -> None:
+    def __init__(
+        self, flags: JournalFlags, console: Console | None = None, *, existing: bool = False
+    ) -> None:
         self.flags = flags
-        self.store = open_journal(flags.path)
+        self.store = open_journal(flags.path, existing=existing)
         self.console = console or stderr_console()
 
     def close(self) -> None:
@@ -360,8 +411,29 @@ class JournalSession:
             run.record(stale_recovery_event(found))
 
         worker.on_recovered = recovered
-        async with worker.running():
-            return await main(run)
+        async with worker.running(), trio.open_nursery() as nursery:
+            nursery.start_soon(self._share_limits, run, worker.volley_id)
+            try:
+                return await main(run)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _share_limits(self, run: Volley, volley_id: str) -> None:
+        """Keep this worker's share of the per-journal limits current.
+
+        Workers register when they start, so counting the live ones every second
+        (at most a quarter of --stale-timeout apart) gives a worker its share
+        before its first request and adjusts it as workers come and go; the
+        heartbeat alone would tell only every quarter of --stale-timeout (2.5
+        minutes by default), and until then every worker would use the whole limit.
+        """
+        interval = min(1.0, self.flags.stale_timeout / 4)
+        while True:
+            live = await trio.to_thread.run_sync(
+                self.store.live_workers, volley_id, self.flags.stale_timeout
+            )
+            run.share_limits(live)
+            await trio.sleep(interval)
 
 
 def config_provider(overrides: Mapping[str, Any], settings: Mapping[str, Any]) -> str:

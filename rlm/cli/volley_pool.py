@@ -22,15 +22,16 @@ import click
 import trio
 
 from rlm.cli import volley_cmd
+from rlm.cli._profile_option import profile_option
 from rlm.cli._progress import stderr_console
 from rlm.cli.volley_journal import (
     JournalFlags,
     JournalSession,
     api_key_for,
     config_provider,
-    explicit,
     journal_option,
     pool_argv,
+    resume_overrides,
     resumed_fixture,
     resumed_options,
     stale_option,
@@ -40,7 +41,7 @@ from rlm.journal.volleys import run_config
 from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley
 from rlm.volley.progress import ProgressLines
-from rlm.volley.records import new_volley_id
+from rlm.volley.records import VolleyResult, new_volley_id
 
 __all__ = ["create_cmd", "work_cmd"]
 
@@ -101,15 +102,23 @@ def _work(
     machine sharing a postgresql:// journal) split the tasks; each task runs
     once.  A worker that dies has its tasks reopened by the others after
     --stale-timeout.  Results go to the journal: see them with `rlm volley show`.
+
+    Flags given here (and the settings of --profile NAME) override the ones
+    stored with the volley.
+
+    \b
+    Exit codes: 0 no task left failed · 1 the volley has failed tasks · 2 usage
+    error · 3 a budget or limit stopped this worker · 4 credentials refused ·
+    130 interrupted (its unfinished tasks are given back to the journal).
     """
     if pool < 1:
         _fail(UsageError(f"--pool must be at least 1, got {pool}"))
     quiet, trace_path, tools = values.pop("quiet"), values.pop("trace_path"), values.pop("tools")
-    overrides = explicit(ctx, values)
+    overrides = resume_overrides(ctx, values)
     flags = JournalFlags(journal_path, stale_timeout=stale_timeout)
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     try:
-        with JournalSession(flags, err) as session:
+        with JournalSession(flags, err, existing=True) as session:
             stored = session.load(volley_ref, rerun_failed=False)
             settings = dict(overrides)
             fixture = resumed_fixture(stored.settings, settings.pop("fixture_latency", None))
@@ -135,8 +144,23 @@ def _work(
         f"{left['failed']} failed, {left['open'] + left['in_progress']} open",
         err=True,
     )
-    if result.status in ("interrupted", "credentials_refused", "budget_exceeded"):
+    _exit(result, run.volley_id, left["failed"])
+
+
+def _exit(result: VolleyResult, volley_id: str, failed: int) -> None:
+    """Say why this worker stopped, or that the volley has failed tasks, with the exit code."""
+    if result.status == "interrupted":
+        click.echo(f"Error: interrupted; this worker's unfinished tasks are open again "
+                   f"(`rlm volley work {volley_id}` takes them up)", err=True)
         sys.exit(result.exit_code)
+    if result.status in ("credentials_refused", "budget_exceeded"):
+        click.echo(f"Error: {result.error}", err=True)
+        sys.exit(result.exit_code)
+    if failed:
+        click.echo(f"Error: {failed} task(s) of volley {volley_id} failed (see `rlm volley "
+                   f"show {volley_id}`; `rlm volley --resume {volley_id}` runs them again)",
+                   err=True)
+        sys.exit(1)
 
 
 async def _work_pool(
@@ -147,7 +171,14 @@ async def _work_pool(
     argv: list[str],
     siblings: int,
 ) -> Any:
-    """This worker, and ``siblings`` more as child processes (killed if this one fails)."""
+    """This worker, and ``siblings`` more as child processes.
+
+    When this worker stops early (Ctrl-C or SIGTERM, which only this process may
+    get, or an error) the siblings are sent SIGTERM, so each gives its tasks back
+    and exits, instead of working on alone; when it ran out of tasks, they finish
+    theirs.  They run in their own session, so a Ctrl-C at the terminal reaches
+    them once, from here, not twice (a second signal makes a worker exit at once).
+    """
     async with trio.open_nursery() as nursery:
         for _ in range(siblings):
             nursery.start_soon(_sibling, argv)
@@ -155,11 +186,16 @@ async def _work_pool(
             volley_cmd._main, console=session.console, live=False, merger=None,
             on_event=lambda event: None,
         )
-        return await session.work(run, worker, main, spent)
+        result = await session.work(run, worker, main, spent)
+        if result.status == "interrupted":
+            nursery.cancel_scope.cancel()  # run_process sends each sibling SIGTERM
+        return result
 
 
 async def _sibling(argv: list[str]) -> None:
-    await trio.run_process([sys.executable, "-m", "rlm", *argv], check=False)
+    await trio.run_process(
+        [sys.executable, "-m", "rlm", *argv], check=False, start_new_session=True
+    )
 
 
 #: Plain `rlm volley` flags that mean nothing to `create` (the ones that only quiet a
@@ -205,7 +241,7 @@ def _build_work() -> click.Command:
         ],
         help=_work.__doc__,
     )
-    return stale_option(journal_option(command))
+    return profile_option(stale_option(journal_option(command)))
 
 
 create_cmd = _build_create()

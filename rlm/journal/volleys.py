@@ -24,6 +24,7 @@ __all__ = [
     "StoredVolley",
     "load_volley",
     "record_volley",
+    "reopen_failed",
     "result_from_row",
     "run_config",
     "stored_fixture",
@@ -139,3 +140,16 @@ def load_volley(store: JournalStore, ref: str, *, rerun_failed: bool) -> StoredV
         context=store.context(volley_id),
         earlier=earlier,
     )
+
+
+def reopen_failed(store: JournalStore, stored: StoredVolley) -> StoredVolley:
+    """Reopen ``stored``'s failed tasks (a resume runs them again); the volley as it is now.
+
+    Separate from :func:`load_volley` so that a resume can show its estimate (and
+    be declined) before it changes anything in the journal.
+    """
+    if not any(r.status == "failed" for r in stored.earlier):
+        return stored
+    store.reopen_failed(stored.volley_id)
+    earlier = [r for r in stored.earlier if r.status != "failed"]
+    return dataclasses.replace(stored, row=store.volley(stored.volley_id), earlier=earlier)

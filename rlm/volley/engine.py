@@ -140,6 +140,7 @@ class Volley:
         self._interrupted = False
         self._bus: EventBus | None = None
         self._early: list[Event] = []  # recorded before the run's bus existed
+        self._workers = 1  # live workers sharing the per-journal limits (share_limits)
 
     # -- control -----------------------------------------------------------------
 
@@ -173,10 +174,14 @@ class Volley:
         """Give this process its share of per-journal limits, ``workers`` being live.
 
         ``--max-concurrent``, ``--rpm`` and ``--tpm`` are the provider's limits for
-        everyone working on the volley: each live worker takes an equal part.
+        everyone working on the volley: each live worker takes an equal part.  Told
+        before the run starts, the share applies from its first request.
         """
+        if workers < 1:
+            return
+        self._workers = workers
         gate, config = self._gate, self.config
-        if gate is None or workers < 1:
+        if gate is None:
             return
         gate.limiter.total = max(1, config.max_concurrent // workers)
         if config.rpm is not None:
@@ -270,6 +275,8 @@ class Volley:
         """The gate, and how a task runs: one completion, or (``rlm``) a root call
         whose sandbox comes from the volley's one launcher, serving until the end."""
         gate = self._gate = self._make_gate(providers, events)
+        if self._workers > 1:
+            self.share_limits(self._workers)
         if self.options.mode != "rlm":
             yield self._complete
             return

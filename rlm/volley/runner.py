@@ -127,6 +127,11 @@ class VolleyRunner:
                 with trio.CancelScope(shield=True):
                     await self._source.release(task)
                 return
+            if task_call_id(task.index) in self._running:
+                # Claimed again while this worker still runs it (its claim was reopened
+                # as stale, as when the process was paused): the run under way gives
+                # the verdict, so the task is neither run twice here nor given back.
+                continue
             await self._run_one(task)
             if once:
                 return

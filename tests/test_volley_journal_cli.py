@@ -1,0 +1,162 @@
+"""`rlm volley` and its journal as a demanding user drives them: resume, work, list, show.
+
+In-process CLI runs (``rlm_in_process``) on the built-in fixture provider and a
+real SQLite journal in a temporary directory; the pool test runs real worker
+processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm.journal import open_store
+from tests.helpers import pid_alive, rlm_in_process
+
+
+def _create(journal: Path, *args: str) -> str:
+    done = rlm_in_process("volley", "create", "--journal", str(journal), *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _workers(journal: Path, volley_id: str) -> int:
+    store = open_store(str(journal))
+    try:
+        return store.live_workers(volley_id, 600.0)
+    finally:
+        store.close()
+
+
+def _counts(journal: Path, volley_id: str) -> dict[str, int]:
+    store = open_store(str(journal))
+    try:
+        return dict(store.volley(volley_id).counts)
+    finally:
+        store.close()
+
+
+def test_resume_and_work_apply_the_named_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stored: an endpoint nothing listens on.  The profile says where to send now.
+    journal = tmp_path / "j.sqlite3"
+    (tmp_path / "rlm.toml").write_text('[profiles.here]\nprovider = "fixture"\n')
+    monkeypatch.chdir(tmp_path)
+    for verb in (["volley", "--resume"], ["volley", "work"]):
+        volley_id = _create(journal, "a", "b", "--base-url", "http://127.0.0.1:9/v1",
+                            "--model", "fixture", "--max-retries", "0")
+        done = rlm_in_process(*verb, volley_id, "--journal", str(journal), "--profile",
+                              "here", "-q")
+        assert done.returncode == 0, (verb, done.stderr)
+        assert _counts(journal, volley_id)["done"] == 2
+
+
+def test_commands_that_read_a_journal_never_create_one(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.sqlite3"
+    for args in (["volley", "list"], ["volley", "show", "last"], ["volley", "work", "last"],
+                 ["volley", "--resume", "last"]):
+        done = rlm_in_process(*args, "--journal", str(missing))
+        assert done.returncode == 1, args
+        assert done.stderr.startswith(f"Error: no journal at {missing}"), done.stderr
+        assert not missing.exists()
+
+
+def test_a_stale_timeout_too_short_for_heartbeats_is_refused(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "--provider", "fixture")
+    done = rlm_in_process("volley", "work", volley_id, "--journal", str(journal),
+                          "--stale-timeout", "10ms")
+    assert done.returncode == 2
+    assert "--stale-timeout must be at least 1s" in done.stderr
+    assert _counts(journal, volley_id)["open"] == 1
+
+
+def test_work_says_when_tasks_failed_and_exits_non_zero(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "--provider", "fixture", "--fixture-latency", "5s",
+                        "--timeout", "50ms")
+    done = rlm_in_process("volley", "work", volley_id, "--journal", str(journal), "-q")
+    assert done.returncode == 1
+    assert f"Error: 2 task(s) of volley {volley_id} failed" in done.stderr
+
+
+def test_a_stored_limit_can_be_lifted_on_resume(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "c", "--provider", "fixture",
+                        "--max-llm-calls", "1")
+    first = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal), "-q")
+    assert first.returncode == 3 and "--max-llm-calls none lifts it" in first.stderr
+    done = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal), "-q",
+                          "--max-llm-calls", "none", "--output-format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summary"]["succeeded"] == 3
+
+
+def test_resume_estimate_sends_nothing_and_changes_nothing(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "c", "--provider", "fixture",
+                        "--fixture-latency", "5s", "--timeout", "50ms")
+    assert rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal),
+                          "--max-llm-calls", "1", "-q").returncode == 3
+    before = _counts(journal, volley_id)
+    assert before["failed"] == 1 and before["open"] == 2
+    done = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal),
+                          "--estimate")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("estimate: 3 tasks")  # the two open ones and the failed one
+    assert _counts(journal, volley_id) == before
+    skip = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal),
+                          "--estimate", "--skip-failed")
+    assert skip.stdout.startswith("estimate: 2 tasks")
+
+
+@pytest.mark.parametrize("flag", [["--context", "new"], ["--rlm"]])
+def test_resume_refuses_flags_it_would_ignore(tmp_path: Path, flag: list[str]) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "--provider", "fixture")
+    done = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal), *flag)
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: --resume ")
+    assert _counts(journal, volley_id)["open"] == 1
+
+
+def test_a_signal_to_the_pool_stops_every_worker(tmp_path: Path) -> None:
+    # SIGTERM (a supervisor, `kill`) reaches only the pool's first process: it must
+    # stop its siblings, which give their tasks back, instead of waiting for them
+    # to finish the whole volley.
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, *[f"task {i}" for i in range(60)], "--provider", "fixture",
+                        "--fixture-latency", "1s", "--max-concurrent", "3")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    pool = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "volley", "work", volley_id, "--journal", str(journal),
+         "--pool", "3", "-q"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )
+    siblings: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _workers(journal, volley_id) < 3:
+            time.sleep(0.1)  # until all three work
+        siblings = [int(p) for p in subprocess.run(
+            ["pgrep", "-f", f"rlm volley work {volley_id}"], capture_output=True, text=True,
+        ).stdout.split() if int(p) != pool.pid]
+        assert len(siblings) == 2
+        pool.send_signal(signal.SIGTERM)
+        assert pool.wait(timeout=30) == 130
+        assert not [pid for pid in siblings if pid_alive(pid)]
+        counts = _counts(journal, volley_id)
+        assert counts["in_progress"] == 0 and counts["open"] > 0
+    finally:
+        pool.kill()
+        for pid in siblings:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)

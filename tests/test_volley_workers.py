@@ -1,0 +1,97 @@
+"""A volley worker among others, in virtual time: its share of the limits, a claim handed twice.
+
+Providers and task sources are in-process fakes given to :class:`Volley`'s
+constructor; trio's autojump clock makes every latency exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from rlm import RLM
+from rlm.providers.base import Completion, CompletionRequest
+from rlm.volley import MemoryStore, TaskResult, Volley, VolleyTask, number_tasks
+
+Clock = trio.abc.Clock
+
+
+class Counting:
+    """Answers after ``latency`` seconds and records the most requests in flight at once."""
+
+    name = "counting"
+
+    def __init__(self, latency: float = 1.0) -> None:
+        self.latency = latency
+        self.in_flight = 0
+        self.peak = 0
+        self.prompts: list[str] = []
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        self.prompts.append(request.messages[-1]["content"])
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await trio.sleep(self.latency)
+        finally:
+            self.in_flight -= 1
+        return Completion(text="ok", model=request.model, input_tokens=10, output_tokens=2)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _volley(provider: Counting, tasks: list[VolleyTask], **kwargs: object) -> Volley:
+    config = RLM(providers={"root": provider, "sub": provider}, model="fixture",
+                 max_concurrent=8).config
+    return Volley(config, tasks, providers={"root": provider, "sub": provider},
+                  **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_share_given_before_the_run_holds_from_the_first_request(
+    autojump_clock: Clock,
+) -> None:
+    # A worker learns how many workers share the journal's --max-concurrent when
+    # it registers, before its gate exists; the share must not wait for the gate.
+    provider = Counting()
+    run = _volley(provider, number_tasks([f"task {i}" for i in range(16)]))
+    run.share_limits(2)
+    result = await run.run()
+    assert result.summary.succeeded == 16
+    assert provider.peak == 4  # 8 for the journal, two workers
+
+
+async def test_a_task_claimed_again_while_it_runs_is_not_run_twice(autojump_clock: Clock) -> None:
+    # A worker paused past --stale-timeout has its claims reopened; it may then
+    # claim a task it is still running.  That claim must not start a second run
+    # (nor crash the worker: two runs of one task share one bookkeeping slot).
+    tasks = number_tasks(["a", "b"])
+
+    class Reclaimed(MemoryStore):
+        """Hands "a", then "a" again half-way through its run (reopened), then "b"."""
+
+        def __init__(self) -> None:
+            super().__init__(tasks)
+            self.script = [(0.0, tasks[0]), (0.5, tasks[0]), (0.0, tasks[1])]
+            self.lock = trio.Lock()
+            self.handed: list[int] = []
+
+        async def claim(self) -> VolleyTask | None:
+            async with self.lock:
+                if not self.script:
+                    return None
+                delay, task = self.script.pop(0)
+                await trio.sleep(delay)
+                self.handed.append(task.index)
+                return task
+
+    store = Reclaimed()
+    kept: list[int] = []
+    keep: Callable[[TaskResult], None] = lambda r: kept.append(r.index)  # noqa: E731
+    provider = Counting(latency=1.0)
+    result = await _volley(provider, tasks, source=store, sink=store, on_result=keep).run()
+    assert store.handed.count(1) == 2
+    assert provider.prompts.count("a") == 1
+    assert sorted(kept) == [1, 2]
+    assert [t.status for t in result.tasks] == ["succeeded", "succeeded"]
