@@ -66,3 +66,32 @@ def test_chat_session_flags_show_in_help_with_their_defaults_and_bad_values_name
         assert done.returncode == 2, (extra, done.stderr)
         assert done.stderr.startswith(f"Error: {message}"), done.stderr
         assert done.stdout == ""
+
+
+def test_chat_trace_writes_one_trace_per_question_and_a_bad_path_stops_before_asking(
+    tmp_path: Path,
+) -> None:
+    context = tmp_path / "big.txt"
+    context.write_text(NEEDLE.text)
+    questions = ["What is the magic number?", "How many chunks did you search?"]
+    done = subprocess.run(
+        [RLM_BIN, "chat", "--context-file", str(context), "--provider", "fixture", "--json",
+         "--trace", str(tmp_path / "chat.jsonl")],
+        input="\n".join(questions) + "\n", capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    for number, question in enumerate(questions, 1):
+        events = [json.loads(line)
+                  for line in (tmp_path / f"chat.{number}.jsonl").read_text().splitlines()]
+        assert events[0]["event"] == "run_started" and events[0]["query"] == question
+        assert events[-1]["event"] == "run_finished"
+    assert not (tmp_path / "chat.jsonl").exists()
+    refused = subprocess.run(
+        [RLM_BIN, "chat", "--context-file", str(context), "--provider", "fixture", "--json",
+         "--trace", str(tmp_path / "no" / "chat.jsonl")],
+        input=questions[0] + "\n", capture_output=True, text=True, timeout=60,
+    )
+    assert refused.returncode == 2  # with --json the error is the one JSON line, nothing asked
+    (line,) = refused.stdout.splitlines()
+    assert json.loads(line)["status"] == "usage_error" and "does not exist" in line
+    assert "Traceback" not in refused.stderr

@@ -13,6 +13,7 @@ from rlm._api import RLM
 from rlm._config import DEFAULT_MAX_HISTORY_CHARS
 from rlm._run.tools import load_tool
 from rlm._session import Session
+from rlm._trace import check_trace_path
 from rlm.cli._context_input import context_paths, read_context
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
@@ -47,6 +48,7 @@ def _chat(
     max_history_chars: int | None,
     max_total_llm_calls: int | None,
     max_total_cost: float | None,
+    trace_path: str | None,
     **settings: Any,
 ) -> None:
     """Ask questions about a large context, one after another, in one session.
@@ -75,8 +77,10 @@ def _chat(
     try:
         if save is not None:
             _check_writable(save)
+        if trace_path is not None:
+            check_trace_path(trace_path)
         functions = [load_tool(spec) for spec in tools]
-        model = RLM(api_key=api_key, tools=functions, **settings)
+        model = RLM(api_key=api_key, tools=functions, trace_path=trace_path, **settings)
         if not api_key:
             problem = missing_key_message(model.config)
             if problem:
@@ -86,7 +90,8 @@ def _chat(
                    "max_total_llm_calls": max_total_llm_calls, "max_total_cost": max_total_cost}
         if load is not None:
             session = RLM.load_session(
-                load, context, session_options=options, api_key=api_key, tools=functions
+                load, context, session_options=options, api_key=api_key, tools=functions,
+                trace_path=trace_path,
             )
         else:
             session = model.session(context, **options)
@@ -192,6 +197,12 @@ chat = click.Command(
             type=float,
             metavar="USD",
             help="USD for the whole chat, every question together (see --prices).",
+        ),
+        click.Option(
+            ["--trace", "trace_path"],
+            metavar="PATH",
+            help="Write each question's events as JSONL: question n to PATH.n.jsonl "
+            "(chat.jsonl → chat.1.jsonl, chat.2.jsonl …; open one with `rlm view`).",
         ),
         click.Option(["--load"], metavar="PATH", help="Resume a session saved with --save."),
         click.Option(
