@@ -28,6 +28,7 @@ async def open_providers(
     # never needs them.
     import trio
 
+    from rlm.providers._one_write import OneWriteBackend
     from rlm.providers._warm import WarmConnections
     from rlm.providers.anthropic import AnthropicProvider
     from rlm.providers.keys import default_base_url
@@ -36,7 +37,8 @@ async def open_providers(
     kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
     base_url = config.base_url or default_base_url(config.provider) or ""
     urls = [base_url, config.sub_base_url or base_url]
-    warm = WarmConnections()
+    # Pre-opened connections, each sending a request in one write (see the modules).
+    warm = WarmConnections(OneWriteBackend())
     async with make_http_client(
         max_connections=config.max_concurrent,
         request_timeout=config.request_timeout,

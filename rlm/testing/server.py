@@ -1,10 +1,11 @@
 """The fixture model behind a real OpenAI-compatible HTTP endpoint (trio + h11).
 
 For loopback tests, demos and benchmarks: ``POST /v1/chat/completions`` answers
-with :func:`rlm.providers.fixture.fixture_reply` after a latency slept inside
-the handler (so concurrent requests overlap), optionally behind a bearer key,
-a hidden concurrency cap, a requests-per-minute limit and seeded fault
-injection.  Volley tasks report cached prompt tokens
+with :func:`rlm.providers.fixture.fixture_reply` once a latency has passed since
+the request's first bytes arrived, slept inside the handler (so concurrent
+requests overlap, and the server's own reading, parsing and answering run inside
+it), optionally behind a bearer key, a hidden concurrency cap, a
+requests-per-minute limit and seeded fault injection.  Volley tasks report cached prompt tokens
 (``usage.prompt_tokens_details.cached_tokens``) from a simulated prefix cache.
 ``GET /v1/models`` lists the fixture names; ``GET /stats`` reports what the
 server saw (and is not counted).
@@ -122,6 +123,7 @@ class FixtureServerStats:
     max_in_flight: int = 0
     streams: int = 0
     cut_streams: int = 0
+    reads: int = 0  # reads that returned bytes: a request that arrives in pieces takes several
 
     def as_json(self) -> dict[str, Any]:
         """The stats as served by ``GET /stats`` (status codes as string keys)."""
@@ -170,6 +172,7 @@ class _Chat:
     include_usage: bool = False
     dialect: Literal["openai", "anthropic"] = "openai"
     schema: dict[str, Any] | None = None
+    arrived: float | None = None  # trio time of the request's first bytes
 
 
 def _parse_chat(body: bytes, path: bytes) -> _Chat:
@@ -263,12 +266,12 @@ class FixtureServer:
                 return
             if request is None:
                 return
-            head, body = request
+            head, body, arrived = request
             if len(body) > MAX_BODY_BYTES:
                 msg = f"request body is larger than {MAX_BODY_BYTES} bytes"
                 await self._send(conn, stream, _error(413, msg, "payload_too_large", close=True))
                 return
-            reply = await self._dispatch(head, body)
+            reply = await self._dispatch(head, body, arrived)
             if reply is None:  # fault injection: drop the connection without a response
                 return
             if isinstance(reply, StreamReply):
@@ -283,19 +286,27 @@ class FixtureServer:
 
     async def _read_request(
         self, conn: h11.Connection, stream: trio.SocketStream
-    ) -> tuple[h11.Request, bytes] | None:
-        """The next request and its body, or ``None`` when the client closed."""
+    ) -> tuple[h11.Request, bytes, float] | None:
+        """The next request, its body and when its first bytes arrived (trio time),
+        or ``None`` when the client closed."""
         head: h11.Request | None = None
         body = bytearray()
+        arrived: float | None = None
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
                 if conn.they_are_waiting_for_100_continue:  # e.g. curl with a big body
                     go_on = h11.InformationalResponse(status_code=100, headers=[])
                     await stream.send_all(_sent(conn, go_on))
-                conn.receive_data(await stream.receive_some(65536))
+                data = await stream.receive_some(65536)
+                self.stats.reads += bool(data)
+                conn.receive_data(data)
+                if arrived is None:
+                    arrived = trio.current_time()
             elif isinstance(event, h11.Request):
                 head = event
+                if arrived is None:  # it was read with the previous request's bytes
+                    arrived = trio.current_time()
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY_BYTES:  # stop reading; the caller answers 413
@@ -304,7 +315,9 @@ class FixtureServer:
                 break
             else:  # ConnectionClosed, or PAUSED after a protocol switch we never accept
                 return None
-        return (head, bytes(body)) if head is not None else None
+        if head is None or arrived is None:
+            return None
+        return head, bytes(body), arrived
 
     async def _send(self, conn: h11.Connection, stream: trio.SocketStream, reply: _Reply) -> None:
         headers = [
@@ -341,12 +354,14 @@ class FixtureServer:
         await stream.send_all(_sent(conn, h11.EndOfMessage()))
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
-    async def _dispatch(self, head: h11.Request, body: bytes) -> _Reply | StreamReply | None:
+    async def _dispatch(
+        self, head: h11.Request, body: bytes, arrived: float | None = None
+    ) -> _Reply | StreamReply | None:
         path = head.target.split(b"?", 1)[0]
         if path == b"/stats" and head.method == b"GET":
             return _json_reply(200, self.stats.as_json())
         self.stats.total_requests += 1
-        reply = await self._route(head, path, body)
+        reply = await self._route(head, path, body, arrived)
         if reply is None:
             self.stats.dropped += 1
         else:
@@ -354,7 +369,7 @@ class FixtureServer:
         return reply
 
     async def _route(
-        self, head: h11.Request, path: bytes, body: bytes
+        self, head: h11.Request, path: bytes, body: bytes, arrived: float | None = None
     ) -> _Reply | StreamReply | None:
         if path not in _CHAT_PATHS and path not in _MODEL_PATHS and path not in MESSAGES_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
@@ -374,6 +389,7 @@ class FixtureServer:
             chat = _parse_chat(body, path)
         except _BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
+        chat.arrived = arrived
         cap = self.options.max_concurrent
         if cap is not None and self.stats.in_flight >= cap:
             return _rate_limited(f"more than {cap} requests in flight", self.options.retry_after)
@@ -417,7 +433,13 @@ class FixtureServer:
             return _rate_limited("Rate limit reached (fixture fault injection).", opts.retry_after)
         root = scripted.is_root_request(messages)
         cached = self._cache.lookup(messages)
-        await trio.sleep(opts.root_latency if root else opts.sub_latency)
+        # The latency counts from the request's arrival, as a provider's does, and the
+        # fixture model answers while it runs: the server's own work (reading, parsing,
+        # the reply) does not add to it, as it would not on a provider's machines.
+        # The model name was checked when the request was parsed.
+        text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
+        start = trio.current_time() if chat.arrived is None else chat.arrived
+        await trio.sleep_until(start + (opts.root_latency if root else opts.sub_latency))
         draw -= opts.rate_429
         if draw < opts.fail_500:
             return _error(500, "The server had an error (fixture fault injection).",
@@ -428,8 +450,6 @@ class FixtureServer:
             return None
         if opts.garbage:
             return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
-        # The model name was checked when the request was parsed.
-        text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
         self._cache.write(messages)
         if root:
             self.stats.root_requests += 1

@@ -1,0 +1,111 @@
+"""A request in one write: the HTTP pool's connections hold writes until it reads.
+
+httpcore2 writes a request's head and its body separately, so a small JSON
+request costs two ``send`` calls, two trio checkpoints and two wake-ups of the
+server, which reads the head, parses it and waits again for the body.  An
+HTTP/1.1 client writes a whole request before it reads the answer, so these
+streams keep what is written and send it in one write just before the first
+read (or once it grows past :data:`FLUSH_BYTES`, so a large body is not held
+in memory twice).
+
+A write that fails then is swallowed, as httpcore2 swallows one while it
+sends a request: the read that follows reports what the server said, or that
+the connection is gone.  What is held is dropped when the stream closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore2
+
+__all__ = ["FLUSH_BYTES", "OneWriteBackend"]
+
+#: Held writes are sent at once when they reach this size.
+FLUSH_BYTES = 64 * 1024
+
+
+class OneWriteBackend(httpcore2.AsyncNetworkBackend):
+    """Dials through ``inner`` (httpcore's trio backend by default) and hands out
+    streams that send each request in one write."""
+
+    def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
+        self._inner = inner if inner is not None else httpcore2.TrioBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address,
+            socket_options=socket_options,
+        )
+        return OneWriteStream(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._inner.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        return OneWriteStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class OneWriteStream(httpcore2.AsyncNetworkStream):
+    """See the module docstring."""
+
+    def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
+        self._stream = stream
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        if not buffer:
+            return
+        self._held.append(buffer)
+        self._held_bytes += len(buffer)
+        if self._held_bytes >= FLUSH_BYTES:
+            await self._send_held(timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        if self._held:
+            # As httpcore2 does with a failed write: the read says what became of it.
+            with contextlib.suppress(httpcore2.WriteError):
+                await self._send_held(timeout)
+        return await self._stream.read(max_bytes, timeout)
+
+    async def _send_held(self, timeout: float | None) -> None:  # noqa: ASYNC109
+        data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+        self._held.clear()
+        self._held_bytes = 0
+        await self._stream.write(data, timeout)
+
+    async def aclose(self) -> None:
+        self._held.clear()
+        self._held_bytes = 0
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's stream interface)
+    ) -> httpcore2.AsyncNetworkStream:
+        tls = await self._stream.start_tls(ssl_context, server_hostname, timeout)
+        return OneWriteStream(tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)

@@ -1,0 +1,54 @@
+"""When the fixture server's latency starts: at the request's arrival (virtual time,
+over an in-memory stream: no socket under the autojumping clock)."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+import trio.testing
+
+from rlm.testing.server import FixtureServer, FixtureServerOptions
+
+BODY = json.dumps({
+    "model": "fixture",
+    "messages": [{"role": "user", "content": "What is the magic number?\nthe magic number is 7"}],
+}).encode()
+HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: fixture\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\n\r\n" % len(BODY)
+)
+
+
+async def reply_after(body_delay: float) -> tuple[float, bytes]:
+    """Send the head, then the body ``body_delay`` s later; when the reply's first
+    bytes came (seconds after the head) and the reply."""
+    server = FixtureServer(FixtureServerOptions(sub_latency=1.0))
+    client, served = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server._handle_connection, served)
+        start = trio.current_time()
+        await client.send_all(HEAD)
+        await trio.sleep(body_delay)
+        await client.send_all(BODY)
+        reply = await client.receive_some()
+        took = trio.current_time() - start
+        await client.aclose()
+    return took, reply
+
+
+async def test_the_latency_counts_from_the_first_bytes_of_the_request(
+    autojump_clock: object,
+) -> None:
+    took, reply = await reply_after(0.25)
+    # As a provider's: a request that is slow to arrive is not answered any later
+    # than its latency after it began to arrive, and the server's own work is inside it.
+    assert took == 1.0
+    assert reply.startswith(b"HTTP/1.1 200") and b'"content":"7"' in reply.replace(b" ", b"")
+
+
+async def test_a_request_slower_than_the_latency_is_answered_once_whole(
+    autojump_clock: object,
+) -> None:
+    took, _ = await reply_after(1.5)
+    assert took == 1.5
