@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, Literal, get_args, get_origin
 
+from rlm._records import frozen_record
 from rlm._sandbox.isolation import parse_layers
 from rlm.errors import SettingError
 
@@ -44,7 +45,7 @@ _MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its o
 DEFAULT_MAX_HISTORY_CHARS = 200_000
 
 
-@dataclass(frozen=True)
+@frozen_record
 class RunConfig:
     """Everything a run needs to know.  ``validate()`` names the offending setting.
 

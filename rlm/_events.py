@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
 import trio
 
+from rlm._records import frozen_record
 from rlm._status import AttemptStatus, CallStatus, RunStatus
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class Event:
     """Base of every event.  ``kind`` is the event's name in traces."""
 
@@ -58,25 +59,6 @@ class Event:
     call_id: str = ""
     parent_id: str | None = None
     depth: int = 0
-
-    # __eq__, __hash__ and __repr__ are written once here, as dataclasses would generate
-    # them for each class (eq=False, repr=False below): every generated method is an
-    # exec() at import, and the event classes' made up a tenth of a tiny run's start.
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, Event)
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in _field_names(type(self)))
-        return f"{type(self).__qualname__}({values})"
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _field_names(type(self)))
 
     def to_dict(self) -> dict[str, Any]:
         # What dataclasses.asdict gives, without its deep copy of every scalar: a run's
@@ -114,7 +96,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class RunStarted(Event):
     """The run began (its query, context size and settings)."""
 
@@ -127,7 +109,7 @@ class RunStarted(Event):
     system_prompt: str | None = None  # content: the root model's system prompt, sent once here
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class RunFinished(Event):
     """The run ended, for any reason: its status, answer and usage totals."""
 
@@ -143,7 +125,7 @@ class RunFinished(Event):
     traffic: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class CallStarted(Event):
     """A call (root or child) began."""
 
@@ -153,7 +135,7 @@ class CallStarted(Event):
     context_chars: int
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class CallFinished(Event):
     """A call ended."""
 
@@ -165,7 +147,7 @@ class CallFinished(Event):
     duration_s: float
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class StepCompleted(Event):
     """One generation of a call's model came back."""
 
@@ -184,7 +166,7 @@ class StepCompleted(Event):
     request: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class CodeExecuted(Event):
     """One code block ran in the call's sandbox."""
 
@@ -201,7 +183,7 @@ class CodeExecuted(Event):
     code: str | None = None  # content: the block's source
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class BridgeCallStarted(Event):
     """Sandbox code called llm_query or llm_query_batched."""
 
@@ -212,7 +194,7 @@ class BridgeCallStarted(Event):
     mode: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class BridgeCallFinished(Event):
     """An llm_query or llm_query_batched call returned to sandbox code."""
 
@@ -228,7 +210,7 @@ class BridgeCallFinished(Event):
     answers: list[str] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class HistoryCompacted(Event):
     """A session's conversation grew past its limit: older steps became a summary."""
 
@@ -239,7 +221,7 @@ class HistoryCompacted(Event):
     summary: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class ToolCalled(Event):
     """Sandbox code called a host tool; ``error`` is what model code saw as ToolError."""
 
@@ -250,7 +232,7 @@ class ToolCalled(Event):
     duration_s: float
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class LLMRequest(Event):
     """An attempt was sent to a provider."""
 
@@ -266,7 +248,7 @@ class LLMRequest(Event):
     in_flight: int
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class LLMResponse(Event):
     """The provider answered, or the attempt failed."""
 
@@ -287,7 +269,7 @@ class LLMResponse(Event):
     ttft_s: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class LLMCached(Event):
     """A request answered from the response cache: nothing was sent, nothing spent."""
 
@@ -300,7 +282,7 @@ class LLMCached(Event):
     output_tokens: int
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class LLMRetry(Event):
     """A failed attempt will be retried."""
 
@@ -313,7 +295,7 @@ class LLMRetry(Event):
     retry_after: bool
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class TextDelta(Event):
     """A piece of streamed text, attributed to its call, request and attempt."""
 
@@ -326,7 +308,7 @@ class TextDelta(Event):
     task_title: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class StreamDiscarded(Event):
     """A streaming attempt failed after some text: that text is void."""
 
@@ -339,7 +321,7 @@ class StreamDiscarded(Event):
     task: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class BudgetRefused(Event):
     """The budget ledger refused to spend."""
 
@@ -351,7 +333,7 @@ class BudgetRefused(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class CapacityChanged(Event):
     """Adaptive concurrency changed the sub lane's permits."""
 
@@ -362,7 +344,7 @@ class CapacityChanged(Event):
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class RateLimitLearned(Event):
     """The provider announced a limit in its headers and the pacer adopted it."""
 
@@ -372,7 +354,7 @@ class RateLimitLearned(Event):
     source: str
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class SandboxStarted(Event):
     """A sandbox process is ready to execute code."""
 
@@ -382,7 +364,7 @@ class SandboxStarted(Event):
     isolation: list[str]
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@frozen_record(kw_only=True)
 class SandboxExited(Event):
     """A sandbox process is gone (always killed and reaped)."""
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import click
 
 from rlm._config import RunConfig
+from rlm._records import frozen_record
 from rlm.errors import UsageError
 
 __all__ = ["PROJECT_FILE", "Profile", "config_files", "load_profile", "user_config_file"]
@@ -43,7 +44,7 @@ PROJECT_FILE = "rlm.toml"
 _SECRET_KEYS = frozenset({"api_key"})
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Profile:
     """Settings from config files, by RunConfig field name, and where each came from."""
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from rlm._records import frozen_record
 from rlm._status import RunStatus
 from rlm._traffic.usage import Usage
 
@@ -20,7 +21,7 @@ STATUS_EXIT_CODES: dict[RunStatus, int] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen_record
 class RunResult:
     """The outcome of one run.
 

@@ -28,7 +28,6 @@ import os
 import tempfile
 import threading
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ import trio
 
 from rlm._config import DEFAULT_MAX_HISTORY_CHARS, RunConfig
 from rlm._events import EventBus
+from rlm._records import frozen_record
 from rlm._result import RunResult
 from rlm._run.call import SessionCarry
 from rlm._run.context import Context
@@ -59,7 +59,7 @@ __all__ = [
 SESSION_FORMAT = 1
 
 
-@dataclass(frozen=True)
+@frozen_record
 class SavedSession:
     """What a saved session file holds (see :meth:`AsyncSession.save`)."""
 

@@ -1,7 +1,7 @@
 """Events are immutable value records: equal by kind and fields, hashable, readable.
 
-``Event`` writes ``__eq__``, ``__hash__`` and ``__repr__`` once for every event class
-(rlm/_events.py says why); these check they behave as the dataclass-generated ones did.
+Events are ``frozen_record``s (rlm/_records.py): their methods are written once for every
+event class; these check they behave as the dataclass-generated ones did.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import trio
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepCompleted
+from rlm._records import frozen_record
 from rlm._run.context import Context, context_chars, describe_context
 from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
@@ -52,7 +53,7 @@ __all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
 
 # No generated __eq__/__repr__ for this file's internal records: nothing compares or
 # prints them, and each generated method is compiled at import, on every start.
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class CallOutcome:
     """How a call ended.
 
@@ -70,7 +71,7 @@ class CallOutcome:
     last_output: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class CallParts:
     """What every call of one run uses; the root and all its descendants share it.
 
@@ -105,7 +106,7 @@ class SessionCarry:
     max_history_chars: int | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class _Step:
     reply: str
     blocks: list[str]
@@ -119,7 +120,7 @@ class _Step:
         return bool(self.blocks) or (self.final is not None and self.final.variable is not None)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class _Executed:
     """What a step's code did: a final answer, feedback for the model, or a failure."""
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+
+from rlm._records import frozen_record
 
 __all__ = [
     "BlockSplitter",
@@ -28,7 +29,7 @@ _FINAL_SPAN = re.compile(r"(.*)\)[ \t]*$", re.DOTALL)
 
 # No generated __eq__/__repr__: nothing compares or prints these, and each generated
 # method is compiled at import, on every start.
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class FinalDirective:
     """A FINAL found in the text: either the answer itself or a variable to read."""
 

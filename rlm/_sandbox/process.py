@@ -24,6 +24,7 @@ from typing import Any, Protocol, cast
 import trio
 
 from rlm._events import EventBus, SandboxExited, SandboxStarted
+from rlm._records import frozen_record
 from rlm._sandbox.isolation import HOST_LAYERS, active_layers
 from rlm._spelling import setting
 from rlm.errors import ExecutionTimeout, SandboxCrashed
@@ -57,7 +58,7 @@ BridgeHandler = Callable[[dict[str, Any]], Awaitable[BridgeAnswer]]
 
 # No generated __eq__/__repr__ for this file's internal records: nothing compares or
 # prints them, and each generated method is compiled at import, on every start.
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class SandboxIdentity:
     """Who owns a sandbox, for its events."""
 
@@ -66,7 +67,7 @@ class SandboxIdentity:
     depth: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class ExecResult:
     """The outcome of one code execution."""
 

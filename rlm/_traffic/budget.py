@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm._records import frozen_record
 from rlm._spelling import setting
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.usage import Usage, estimate_io
@@ -35,7 +36,7 @@ from rlm.providers.base import Completion, CompletionRequest
 __all__ = ["Budget", "BudgetLimits", "SessionTotals", "Ticket", "UsageBreakdown"]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class BudgetLimits:
     """The hard limits of one run; ``None`` means unlimited."""
 
@@ -46,7 +47,7 @@ class BudgetLimits:
     max_cost: float | None = None
 
 
-@dataclass(frozen=True)
+@frozen_record
 class SessionTotals:
     """A session's total limits that bound this query, and what its earlier queries spent.
 
@@ -64,7 +65,7 @@ class SessionTotals:
 
 # No generated __eq__/__repr__ for this file's internal records: nothing compares or
 # prints them, and each generated method is compiled at import, on every start.
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class Ticket:
     """One reservation: what an attempt is expected to spend."""
 

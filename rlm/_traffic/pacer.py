@@ -19,10 +19,9 @@ than that only queue here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import trio
 
+from rlm._records import frozen_record
 from rlm.providers.base import Lane
 
 __all__ = ["Pacer", "PacerStatistics"]
@@ -30,7 +29,7 @@ __all__ = ["Pacer", "PacerStatistics"]
 
 # No generated __eq__/__repr__: nothing compares or prints these, and each generated
 # method is compiled at import, on every start.
-@dataclass(frozen=True, eq=False, repr=False)
+@frozen_record(eq=False, repr=False)
 class PacerStatistics:
     rpm: float | None
     tpm: float | None

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from rlm._records import frozen_record
 from rlm.providers.base import CompletionRequest
 
 __all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "estimate_io"]
@@ -19,7 +18,7 @@ def estimate_io(request: CompletionRequest) -> tuple[int, int]:
     return prompt, request.max_tokens or DEFAULT_OUTPUT_ESTIMATE
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Usage:
     """What a run has spent so far.  ``llm_calls`` counts requests sent to a provider."""
 

@@ -22,12 +22,12 @@ import os
 import secrets
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from rlm._records import frozen_record
 from rlm.errors import UsageError
 
 __all__ = ["DEFAULT_CAP_BYTES", "HISTORY_ENV", "RunEntry", "RunHistory", "history_enabled"]
@@ -45,7 +45,7 @@ def history_enabled(flag: bool) -> bool:
         "0", "off", "no", "false")
 
 
-@dataclass(frozen=True)
+@frozen_record
 class RunEntry:
     """One run's directory in the history."""
 

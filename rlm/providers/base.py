@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+from rlm._records import frozen_record
 
 __all__ = [
     "Completion",
@@ -26,7 +28,7 @@ class Message(TypedDict):
     content: str
 
 
-@dataclass(frozen=True)
+@frozen_record
 class CompletionRequest:
     """One chat completion to ask of a provider.
 
@@ -56,7 +58,7 @@ class CompletionRequest:
     cache_prefix: int = 0
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Completion:
     """A provider's answer.  Token counts come from the response's ``usage``.
 

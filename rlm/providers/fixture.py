@@ -30,11 +30,11 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import trio
 
+from rlm._records import frozen_record
 from rlm.errors import ProviderConnectionError, ProviderStatusError, SettingError
 from rlm.providers._fixture_extras import extra_reply, structured_tail
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
@@ -73,7 +73,7 @@ _ANSWER_LINE_RE = re.compile(r"^answer: (.+)$", re.MULTILINE)
 _TRAILING_PUNCTUATION = ".,;:!?\"')]}>"
 
 
-@dataclass(frozen=True)
+@frozen_record
 class FixtureModel:
     """What a fixture model name asks for: the fan-out style and the chunk count."""
 
@@ -413,7 +413,7 @@ def stream_pieces(text: str, chunk_chars: int) -> list[str]:
     return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class FixtureOptions:
     """The fixture model's pace, for ``RLM(provider="fixture", fixture=FixtureOptions(...))``.
 
