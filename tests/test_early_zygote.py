@@ -68,3 +68,17 @@ def test_an_early_zygote_no_run_took_is_stopped_and_reaped_on_close() -> None:
         assert zygote is not None and exists(zygote)
     assert early.pid is None
     assert not exists(zygote)
+
+
+async def test_a_zygote_begun_with_reap_at_close_is_reaped_by_close_not_by_the_run() -> None:
+    early = EarlyZygote.begin(reap_at_close=True)  # as the `rlm` command begins it
+    zygote = early.pid
+    assert zygote is not None
+    parents: list[int] = []
+    result = await model_with(early, parents).acompletion(FIXTURE.question, FIXTURE.text)
+    assert result.answer == FIXTURE.answer
+    assert set(parents) == {zygote}
+    assert exists(zygote)  # exited or exiting, but nobody reaped it: the run did not wait
+    early.close()
+    assert not exists(zygote)
+    assert sandbox_descendants() == set()

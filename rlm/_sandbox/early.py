@@ -10,12 +10,17 @@ the root call's sandbox is forked from it while the first step is generated.
 Whoever begins an :class:`EarlyZygote` closes it on every exit path
 (``with EarlyZygote.begin() as early:``): if no run adopted it, closing
 stops and reaps it; once adopted, the run's launcher owns it and closing
-does nothing.  This module imports only the standard library on purpose.
+does nothing, unless it was begun with ``reap_at_close``: then the run ends
+without waiting for the zygote to exit (it reaps its sandboxes and exits while
+the answer is printed and the history written) and closing waits for it.  The
+``rlm`` command does that: its process still ends with nothing left.  This
+module imports only the standard library on purpose.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -23,6 +28,8 @@ import sys
 from types import TracebackType
 
 __all__ = ["EarlyZygote", "child_env", "zygote_argv", "zygote_env"]
+
+_REAP_TIMEOUT = 5.0
 
 
 def child_env() -> dict[str, str]:
@@ -59,18 +66,25 @@ class EarlyZygote:
     """A zygote process started without trio, waiting to be adopted by one run."""
 
     def __init__(
-        self, process: subprocess.Popen[bytes] | None, control: socket.socket | None
+        self,
+        process: subprocess.Popen[bytes] | None,
+        control: socket.socket | None,
+        *,
+        reap_at_close: bool = False,
     ) -> None:
         self._process = process
         self._control = control
+        self._reap_at_close = reap_at_close
+        self._adopted: subprocess.Popen[bytes] | None = None  # taken; close() reaps it
 
     @classmethod
-    def begin(cls) -> EarlyZygote:
+    def begin(cls, *, reap_at_close: bool = False) -> EarlyZygote:
         """Start the zygote now (it preloads in the background).
 
         If it cannot start, the result holds nothing to take: the run then
         starts its own zygote, or spawns its sandboxes directly, as it would
-        have anyway, so failing here is never an error.
+        have anyway, so failing here is never an error.  ``reap_at_close``:
+        the run that adopts it leaves the wait for its exit to :meth:`close`.
         """
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -89,7 +103,7 @@ class EarlyZygote:
             return cls(None, None)
         finally:
             child.close()
-        return cls(process, host)
+        return cls(process, host, reap_at_close=reap_at_close)
 
     @property
     def pid(self) -> int | None:
@@ -116,29 +130,47 @@ class EarlyZygote:
             self._control.settimeout(None)
         return isinstance(answer, dict) and answer.get("t") == "pong"
 
+    @property
+    def reap_at_close(self) -> bool:
+        """Whether :meth:`close` waits for the zygote's exit even after a run took it."""
+        return self._reap_at_close
+
     def take(self) -> tuple[subprocess.Popen[bytes], socket.socket] | None:
         """Hand the process and its control socket over (once); None if already taken."""
         if self._process is None or self._control is None:
             return None
         taken = (self._process, self._control)
+        if self._reap_at_close:
+            self._adopted = self._process
         self._process = self._control = None
         return taken
 
     def close(self) -> None:
-        """If no run took it: close its socket and kill and reap it.
+        """If no run took it: close its socket and kill and reap it.  If a run took it
+        and ``reap_at_close`` was asked for: wait until it has exited and reap it.
 
-        It never forked a sandbox (only an adopting run asks it to), so killing
-        it leaves nothing behind, and a command that fails early (a usage error)
-        does not wait for a zygote still booting to notice its socket closed.
+        Unadopted, it never forked a sandbox (only an adopting run asks it to), so
+        killing it leaves nothing behind, and a command that fails early (a usage
+        error) does not wait for a zygote still booting to notice its socket closed.
+        Adopted, the run killed its sandboxes and closed its socket when it ended:
+        the zygote reaps them and exits by itself, and is killed if it has not
+        within ``_REAP_TIMEOUT`` seconds.
         """
         taken = self.take()
-        if taken is None:
-            return
-        process, control = taken
-        control.close()
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGKILL)
-        process.wait()
+        if taken is not None:
+            process, control = taken
+            control.close()
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGKILL)
+            process.wait()
+        adopted, self._adopted = self._adopted, None
+        if adopted is not None:
+            try:
+                adopted.wait(_REAP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(adopted.pid, signal.SIGKILL)  # its own session: only itself
+                adopted.wait()
 
     def __enter__(self) -> EarlyZygote:
         return self

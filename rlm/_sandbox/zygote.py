@@ -129,12 +129,16 @@ class Zygote:
     """One zygote process.  :meth:`start` it (or :meth:`adopt` an early one) in a nursery;
     :meth:`aclose` on every exit path."""
 
-    def __init__(self, process: _Process, control: socket.socket) -> None:
+    def __init__(
+        self, process: _Process, control: socket.socket, *, wait_at_close: bool = True
+    ) -> None:
         self._process = process
         self._control = trio.socket.from_stdlib_socket(control)
         self._lock = trio.Lock()
         self._children: set[int] = set()
         self._broken = False
+        # False: whoever started the process waits for its exit (EarlyZygote.close).
+        self._wait_at_close = wait_at_close
 
     @property
     def pid(self) -> int:
@@ -171,7 +175,8 @@ class Zygote:
         if taken is None:
             raise SandboxCrashed("no early zygote to adopt (taken by another run, or not started)")
         popen, control = taken
-        return await cls(_AdoptedProcess(popen), control)._until_ready()
+        zygote = cls(_AdoptedProcess(popen), control, wait_at_close=not early.reap_at_close)
+        return await zygote._until_ready()
 
     async def _until_ready(self) -> Zygote:
         """Ping; the zygote answers once it has preloaded.  On failure close it and raise."""
@@ -244,13 +249,17 @@ class Zygote:
         When every sandbox it forked was reaped already, the zygote has nothing
         left to do and is killed outright.  A sandbox still unreaped here is
         reaped by the zygote on its way out; its handle's ``wait`` then returns
-        at once.
+        at once.  An early zygote begun with ``reap_at_close`` is not waited
+        for here: its :meth:`EarlyZygote.close` does that, after the answer.
         """
         self._broken = True
         self._control.close()
         if not self._children:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)  # its own session: only itself
+        if not self._wait_at_close:
+            self._children.clear()
+            return
         with trio.CancelScope(shield=True):
             with trio.move_on_after(5):
                 await self._process.wait()

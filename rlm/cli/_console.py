@@ -6,7 +6,9 @@ Two things here are about start-up and exit time, not behaviour:
   the runtime are imported, so that the zygote's own start (an interpreter,
   RestrictedPython, the allowed modules) runs on the other core while this
   process imports.  The run adopts it (``ctx.obj``); whatever happens, it is
-  closed (killed and reaped if no run took it) before the process exits.
+  closed (killed and reaped if no run took it) before the process exits.  A run
+  that took it does not wait for its exit: the zygote reaps the run's sandboxes
+  and exits while the answer is printed, and closing it reaps it.
 - Once the command has returned and its output is flushed, the process ends
   with :func:`os._exit` after running the ``atexit`` handlers and waiting for
   non-daemon threads, as the interpreter would, but without tearing every
@@ -47,7 +49,8 @@ def console_main() -> NoReturn:
     """Run the ``rlm`` command line, then end the process at once with its exit code."""
     early = None
     if starts_a_run(sys.argv[1:]):
-        early = EarlyZygote.begin()
+        # reap_at_close: the answer is printed while the zygote exits; closing reaps it.
+        early = EarlyZygote.begin(reap_at_close=True)
         # Importing the runtime allocates tens of thousands of long-lived objects, and
         # the collector kept walking them (~60 collections, 30-65 ms of a tiny run on
         # this 2-core machine): it is off until the run starts (run_cmd settles it).

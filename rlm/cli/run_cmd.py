@@ -289,7 +289,9 @@ def run(
 
     ctx = click.get_current_context()
     started = ctx.find_root().obj
-    early_zygote = started if isinstance(started, EarlyZygote) else EarlyZygote.begin()
+    early_zygote = (
+        started if isinstance(started, EarlyZygote) else EarlyZygote.begin(reap_at_close=True)
+    )
     ctx.call_on_close(early_zygote.close)
     # Imported here, not at the top: `rlm --help` lists this command without loading the runtime.
     from rlm._api import RLM
