@@ -228,6 +228,15 @@ class FrameDecoder:
         """Bytes received that do not yet form a whole frame."""
         return len(self._buffer)
 
+    @property
+    def missing_bytes(self) -> int:
+        """Bytes still to come for the frame begun (0 before its header is in), so a
+        reader can take a large frame in one read instead of many small ones."""
+        if len(self._buffer) < HEADER.size:
+            return 0
+        (size,) = HEADER.unpack_from(self._buffer)
+        return max(0, HEADER.size + size - len(self._buffer))
+
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """Add ``data`` and return every frame it completes, in order."""
         if self._broken:

@@ -117,3 +117,14 @@ def test_partial_frame_waits_for_more() -> None:
     assert decoder.feed(frame[:-1]) == []
     assert decoder.pending_bytes == len(frame) - 1
     assert decoder.feed(frame[-1:]) == [{"t": "exec", "id": 1, "code": "x"}]
+
+
+@given(st.integers(0, 200))
+def test_missing_bytes_is_what_completes_the_frame_begun(cut: int) -> None:
+    frame = encode_frame({"t": "bridge", "id": 1, "prompts": ["p" * 150]})
+    decoder = FrameDecoder()
+    cut = min(cut, len(frame) - 1)
+    decoder.feed(frame[:cut])
+    # Before the whole header is in nothing is known; after it, exactly the rest.
+    assert decoder.missing_bytes == (0 if cut < HEADER.size else len(frame) - cut)
+    assert decoder.feed(frame[cut:]) and decoder.missing_bytes == 0

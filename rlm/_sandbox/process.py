@@ -49,6 +49,7 @@ __all__ = [
 #: Cap on everything one execution may send (frame caps are the protocol's).
 MAX_EXEC_BYTES = 64 * 1024 * 1024
 _STDERR_TAIL = 4096
+_MAX_READ_BYTES = 1 << 20
 _START_TIMEOUT = 30.0
 
 #: Answers one ``bridge`` frame.  The frame is as the child sent it: untrusted, checked by
@@ -364,7 +365,10 @@ class Sandbox:
     async def _next_frame(self) -> dict[str, Any]:
         while not self._pending:
             try:
-                data = await self._receive.receive_some(65536)
+                # The rest of a large frame (a batch's prompts) in one read when it is
+                # there; small reads otherwise (a read allocates its whole size).
+                wanted = min(max(65536, self._decoder.missing_bytes), _MAX_READ_BYTES)
+                data = await self._receive.receive_some(wanted)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise self._crashed("lost the pipe from the sandbox") from exc
             if not data:

@@ -30,6 +30,11 @@ __all__ = [
 
 #: Contexts at least this large (in characters) travel as a memfd, not inside ``init``.
 SHARED_CONTEXT_CHARS = 1 << 20
+#: Frame pipes hold this much (Linux's default is 64 KiB): a batch's prompts or an
+#: ``init`` with a context of a few hundred KB then cross in one write and one read, not
+#: in turns of the writer and the reader (each a wake-up of both).  Kept moderate: a
+#: user's pipes past 64 MiB in all get one page each.
+FRAME_PIPE_BYTES = 256 * 1024
 
 
 class ChildEnds:
@@ -43,6 +48,10 @@ class ChildEnds:
     def __init__(self) -> None:
         self.child_in, self.host_out = os.pipe()
         self.host_in, self.child_out = os.pipe()
+        resize = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+        for fd in (self.host_out, self.child_out) if resize is not None else ():
+            with contextlib.suppress(OSError):  # refused past the user's pipe quota: keep 64 KiB
+                fcntl.fcntl(fd, resize, FRAME_PIPE_BYTES)
         self.host_context, self.child_context = socket.socketpair(socket.AF_UNIX)
         self._host_taken = False
 
