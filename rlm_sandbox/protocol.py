@@ -234,7 +234,7 @@ class FrameDecoder:
         reader can take a large frame in one read instead of many small ones."""
         if len(self._buffer) < HEADER.size:
             return 0
-        (size,) = HEADER.unpack_from(self._buffer)
+        size: int = HEADER.unpack_from(self._buffer)[0]
         return max(0, HEADER.size + size - len(self._buffer))
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:

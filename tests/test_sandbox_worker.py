@@ -317,3 +317,22 @@ def test_nothing_is_written_to_stdout_or_stderr(child: Child) -> None:
     assert child.process.stdout is not None and child.process.stderr is not None
     assert child.process.stdout.read() == b""
     assert child.process.stderr.read() == b""
+
+
+def test_the_warm_up_block_runs_under_the_policy_and_leaves_no_trace() -> None:
+    # The zygote and every fork run it before serving: it must pass the policy as model
+    # code does (a refusal would stop the zygote), in a namespace of its own.
+    from rlm_sandbox.policy import PrintSink, compile_code, new_namespace
+    from rlm_sandbox.worker import WARM_UP_CODE, Channel, Repl, warm_up
+
+    sink = PrintSink(1000)
+    exec(compile_code(WARM_UP_CODE), new_namespace(sink, {"context": ["a b", "c"]}))
+    assert sink.text() == "4 1 2\n"
+    warm_up()
+    read_end, write_end = os.pipe()
+    try:
+        repl = Repl(Channel(read_end, write_end), "ctx", 100)
+        assert "chunks" not in repl.namespace and "keep" not in repl.namespace
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -48,8 +48,8 @@ class ChildEnds:
     def __init__(self) -> None:
         self.child_in, self.host_out = os.pipe()
         self.host_in, self.child_out = os.pipe()
-        resize = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
-        for fd in (self.host_out, self.child_out) if resize is not None else ():
+        resize: int = getattr(fcntl, "F_SETPIPE_SZ", 0)  # Linux only
+        for fd in (self.host_out, self.child_out) if resize else ():
             with contextlib.suppress(OSError):  # refused past the user's pipe quota: keep 64 KiB
                 fcntl.fcntl(fd, resize, FRAME_PIPE_BYTES)
         self.host_context, self.child_context = socket.socketpair(socket.AF_UNIX)
