@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx2
+import trio
 
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.prices import ModelPrice, PriceTable
@@ -68,3 +69,38 @@ async def test_anthropic_cache_writes_are_priced_at_1_25_times_the_input_rate() 
     # A table entry may name its own write rate.
     own = PriceTable({"m": ModelPrice(1e-6, 2e-6, 1e-7, cache_write_input=3e-6)}).lookup("m")
     assert own is not None and abs(own.cost(100, 0, 0, 100) - 3e-4) < 1e-15
+
+
+async def test_max_cost_holds_when_every_request_writes_the_prompt_cache(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Worst case for the wall: each request writes the shared prefix to the cache
+    # (Anthropic bills it at 1.25 x input), and the provider reports exactly the
+    # tokens that were estimated.  Reserved at the plain input rate, the requests let
+    # in flight together would pass --max-cost; reserved at the write rate, never.
+    from rlm import RLM
+
+    layout = RequestLayout([BIG], model="claude-sonnet-4", max_tokens=10)
+    request = layout.request(VolleyTask(1, "task 1"), "t1")
+    total = sum(len(m["content"]) for m in request.messages) // 4
+    prefix = sum(len(m["content"]) for m in request.messages[: request.cache_prefix]) // 4
+
+    async def handler(req: httpx2.Request) -> httpx2.Response:
+        await trio.sleep(1.0)  # every request of the wave is in flight at once
+        usage = {"input_tokens": total - prefix, "output_tokens": 10,
+                 "cache_read_input_tokens": 0, "cache_creation_input_tokens": prefix}
+        return httpx2.Response(200, json={"model": "claude-sonnet-4", "usage": usage,
+                                          "content": [{"type": "text", "text": "ok"}]})
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    provider = AnthropicProvider(client, "https://api.anthropic.com", api_key="k")
+    price = PriceTable.default().lookup("claude-sonnet-4")
+    assert price is not None
+    limit = 4 * price.cost(total, 10) + 1e-9  # four requests, at the plain input rate
+    model = RLM(providers={"root": provider, "sub": provider}, model="claude-sonnet-4",
+                max_cost=limit, max_tokens=10, max_concurrent=8)
+    result = await model.avolley([f"task {i}" for i in range(1, 9)], context=BIG,
+                                 cache_warm=False)  # all at once
+    assert result.status == "budget_exceeded"
+    assert result.summary.total_cost is not None
+    assert 0 < result.summary.total_cost <= limit

@@ -29,7 +29,7 @@ from typing import Any
 from rlm._records import frozen_record
 from rlm._spelling import setting
 from rlm._traffic.prices import PriceTable
-from rlm._traffic.usage import Usage, estimate_io
+from rlm._traffic.usage import Usage, estimate_io, prefix_tokens
 from rlm.errors import BudgetExceeded
 from rlm.providers.base import Completion, CompletionRequest
 
@@ -156,14 +156,23 @@ class Budget:
 
     # -- reserve / settle ------------------------------------------------------
 
-    def reserve(self, request: CompletionRequest) -> Ticket:
-        """Reserve one attempt of ``request`` or raise BudgetExceeded naming the limit."""
+    def reserve(self, request: CompletionRequest, *, cache_writes: bool = False) -> Ticket:
+        """Reserve one attempt of ``request`` or raise BudgetExceeded naming the limit.
+
+        ``cache_writes``: the provider bills writing the request's cacheable prefix
+        (``cache_prefix``) at its cache-write rate (Anthropic: 1.25 times input), so
+        the prefix is reserved at that rate; at the plain rate, requests in flight
+        could pass ``--max-cost`` by a quarter of their prefixes' price.
+        """
         limits = self.limits
         input_est, output_est = estimate_io(request)
         price = self.prices.lookup(request.model)
         if limits.max_cost is not None and price is None:
             self.check_priced(request.model)
-        cost_est = price.cost(input_est, output_est) if price is not None else 0.0
+        written_est = prefix_tokens(request) if cache_writes else 0
+        cost_est = (
+            price.cost(input_est, output_est, 0, written_est) if price is not None else 0.0
+        )
         left = self.calls_left()
         if left is not None and left < 1:
             if self.session.max_total_llm_calls is not None:

@@ -226,7 +226,7 @@ class Gate:
         async with self.limiter.permit(lane):
             queue_wait = trio.current_time() - queued_at
             pace_wait = await self.pacer.wait(estimate_tokens(request), lane)
-            ticket = self._reserve(request)
+            ticket = self._reserve(request, provider)
             metrics.attempts += 1
             metrics.in_flight += 1
             metrics.max_in_flight = max(metrics.max_in_flight, metrics.in_flight)
@@ -333,10 +333,11 @@ class Gate:
             )
         )
 
-    def _reserve(self, request: CompletionRequest) -> Ticket:
+    def _reserve(self, request: CompletionRequest, provider: Provider) -> Ticket:
         """Reserve the attempt in the budget; a refusal is an event, then BudgetExceeded."""
         try:
-            return self.ledger.reserve(request)
+            writes = request.cache_prefix > 0 and getattr(provider, "bills_cache_writes", False) is True
+            return self.ledger.reserve(request, cache_writes=writes)
         except BudgetExceeded as exc:
             self._events.emit(
                 BudgetRefused(

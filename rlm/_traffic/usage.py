@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlm._records import frozen_record
 from rlm.providers.base import CompletionRequest
 
-__all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "estimate_io"]
+__all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "estimate_io", "prefix_tokens"]
 
 #: Output tokens assumed for a request that sets no ``max_tokens``.
 DEFAULT_OUTPUT_ESTIMATE = 1024
@@ -16,6 +16,12 @@ def estimate_io(request: CompletionRequest) -> tuple[int, int]:
     (or DEFAULT_OUTPUT_ESTIMATE).  Pacing and budget reservations both use this."""
     prompt = sum(len(m["content"]) for m in request.messages) // 4
     return prompt, request.max_tokens or DEFAULT_OUTPUT_ESTIMATE
+
+
+def prefix_tokens(request: CompletionRequest) -> int:
+    """Input tokens of the request's cacheable prefix (its first ``cache_prefix`` messages),
+    estimated like the prompt: characters / 4."""
+    return sum(len(m["content"]) for m in request.messages[: request.cache_prefix]) // 4
 
 
 @frozen_record

@@ -40,6 +40,9 @@ class AnthropicProvider(StreamingJSONProvider):
     """Messages at ``{base_url}/v1/messages`` (``/v1`` is added when missing)."""
 
     name = "anthropic"
+    #: A request's cache breakpoint makes Anthropic write its prefix to the prompt
+    #: cache, billed above the input rate: the budget reserves that rate (gate).
+    bills_cache_writes = True
 
     def __init__(
         self,
