@@ -488,11 +488,13 @@ class RLM:
         if path is None:
             yield None
             return
-        from rlm.journal import ResponseCache, open_store, parse_cache_mode  # only runs that cache
+        from rlm.journal import ResponseCache, parse_cache_mode  # only runs that cache
+        from rlm.journal.cache import open_cache_store
 
-        store = await trio.to_thread.run_sync(open_store, path)
+        mode = parse_cache_mode(self.config.cache_mode)
+        store = await trio.to_thread.run_sync(open_cache_store, path, mode)
         try:
-            yield ResponseCache(store, parse_cache_mode(self.config.cache_mode))
+            yield ResponseCache(store, mode)
         finally:
             store.close()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlm.fixtures.needle import generate_needle
-from tests.helpers import serving
+from tests.helpers import rlm_in_process, serving
 from tests.test_cli import QUESTION, rlm
 
 
@@ -69,3 +69,27 @@ async def test_an_interrupted_run_resumes_past_what_it_finished(
     assert resumed["cached_calls"] == first_sent == 5
     total = fresh["usage"]["llm_calls"]  # type: ignore[index]
     assert resumed_sent == total - first_sent
+
+
+def test_cache_mode_without_a_cache_is_a_usage_error(tmp_path: Path) -> None:
+    done = rlm_in_process("run", QUESTION, "--provider", "fixture", "--cache-mode", "read-only")
+    assert done.returncode == 2
+    assert "Error: --cache-mode needs --cache PATH" in done.stderr
+
+
+def test_read_only_never_makes_a_cache(tmp_path: Path) -> None:
+    # A mistyped path would replay nothing and send (and pay for) every request.
+    missing = tmp_path / "typo.sqlite3"
+    done = rlm_in_process("run", QUESTION, "--provider", "fixture", "--cache", str(missing),
+                          "--cache-mode", "read-only", "--context-file", "-", "-q",
+                          stdin="some text")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"Error: --cache {missing}: no such cache;")
+    assert not missing.exists()
+
+
+def test_a_cache_that_cannot_be_opened_is_named_by_its_flag(tmp_path: Path) -> None:
+    done = rlm_in_process("run", QUESTION, "--provider", "fixture", "--cache", str(tmp_path),
+                          "--context-file", "-", "-q", stdin="some text")
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: --cache {tmp_path} is a directory")

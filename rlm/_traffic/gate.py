@@ -336,7 +336,8 @@ class Gate:
     def _reserve(self, request: CompletionRequest, provider: Provider) -> Ticket:
         """Reserve the attempt in the budget; a refusal is an event, then BudgetExceeded."""
         try:
-            writes = request.cache_prefix > 0 and getattr(provider, "bills_cache_writes", False) is True
+            bills = getattr(provider, "bills_cache_writes", False) is True  # Anthropic
+            writes = request.cache_prefix > 0 and bills
             return self.ledger.reserve(request, cache_writes=writes)
         except BudgetExceeded as exc:
             self._events.emit(

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, get_args
 
 import click
+from click.core import ParameterSource
 
 from rlm._config import DEFAULTS, PROVIDERS, TraceContent
 from rlm._sizes import format_size
@@ -315,6 +316,10 @@ def run(
     events_out = stream and fmt == "jsonl"  # stdout carries every event, one JSON line each
     object_out = fmt != "text" and not events_out  # stdout carries one JSON object
     settings.update(profile_only_settings())
+    if settings["cache_path"] is None and ctx.get_parameter_source("cache_mode") in (
+        ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT
+    ):
+        raise click.UsageError("--cache-mode needs --cache PATH: the journal to replay from")
     settings["model"] = model_or_blank(settings["provider"], settings["model"])
     if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
         importlib.import_module("rlm.providers._http").load_http_transport()

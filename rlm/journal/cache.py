@@ -17,14 +17,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Literal, get_args
 
-from rlm.errors import UsageError
+from rlm._spelling import setting
+from rlm.errors import JournalError, UsageError
+from rlm.journal._open import is_postgres, open_store
 from rlm.journal._threads import GroupCommit, RunSync, thread_run_sync
 from rlm.journal.store import JournalStore
 from rlm.providers.base import Completion, CompletionRequest, Provider
 
-__all__ = ["CacheMode", "ResponseCache", "parse_cache_mode", "request_digest"]
+__all__ = ["CacheMode", "ResponseCache", "open_cache_store", "parse_cache_mode", "request_digest"]
 
 CacheMode = Literal["read-write", "read-only", "refresh"]
 
@@ -37,6 +40,25 @@ def parse_cache_mode(value: str) -> CacheMode:
         if value == mode:
             return mode  # type: ignore[no-any-return]
     raise UsageError(f"--cache-mode must be read-write, read-only or refresh, got {value!r}")
+
+
+def open_cache_store(path: str, mode: CacheMode) -> JournalStore:
+    """The journal a run's cache lives in (``cache_path``, ``rlm run --cache``).
+
+    ``read-only`` replays and never stores, so it never makes a new journal
+    either: a mistyped path would otherwise replay nothing and send (and pay
+    for) every request.  Errors name the cache's own setting.
+    """
+    if mode == "read-only" and not is_postgres(path) and not Path(path).expanduser().exists():
+        raise UsageError(
+            f"{setting('cache_path', path)}: no such cache; {setting('cache_mode', mode)} "
+            "replays an existing one and never makes one (check the path, or leave out "
+            f"{setting('cache_mode')} to start it)"
+        )
+    try:
+        return open_store(path)
+    except JournalError as exc:  # its message names --journal, the volley's flag
+        raise JournalError(str(exc).replace("--journal", setting("cache_path"))) from exc
 
 
 def provider_identity(provider: Provider) -> str:
