@@ -160,3 +160,17 @@ def test_a_signal_to_the_pool_stops_every_worker(tmp_path: Path) -> None:
         for pid in siblings:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_resumed_volley_counts_on_from_the_tasks_already_done(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "c", "--provider", "fixture",
+                        "--max-llm-calls", "1")
+    assert rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal),
+                          "-q").returncode == 3
+    done = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal),
+                          "--max-llm-calls", "none", "--no-estimate")
+    assert done.returncode == 0, done.stderr
+    counters = [line.split("]")[0] + "]" for line in done.stderr.splitlines()
+                if line.startswith("[")]
+    assert counters == ["[2/3]", "[3/3]"]

@@ -225,7 +225,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             prompts = {t.index: t.prompt for t in task_list}
             quiet_progress = quiet or stream
             sinks = ([] if quiet_progress
-                     else [ProgressLines(len(task_list), prompts.__getitem__, err)])
+                     else [ProgressLines(len(task_list), prompts.__getitem__, err,
+                                         done=len(earlier))])
             merger = StreamMerger() if stream else None
             worker = session.worker(volley_id)
             trace_path = keeper.open(config, kind="volley", query=" · ".join(

@@ -128,7 +128,8 @@ def _work(
             toolbox = volley_cmd.host_tools(tools, options)
             worker = session.worker(stored.volley_id)
             prompts = {t.index: t.prompt for t in stored.tasks}
-            sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err)]
+            sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err,
+                                                    done=len(stored.earlier))]
             run = Volley(config, stored.tasks, context=stored.context, options=options,
                          volley_id=stored.volley_id, source=worker, sink=worker,
                          earlier=stored.earlier, sinks=sinks, trace_path=trace_path,

@@ -34,11 +34,17 @@ def _tokens(n: int) -> str:
 
 
 class ProgressLines:
-    """An event sink printing the volley's progress lines to ``console``."""
+    """An event sink printing the volley's progress lines to ``console``.
 
-    def __init__(self, total: int, prompt_of: Callable[[int], str], console: Console) -> None:
+    ``done`` counts tasks that ended before this run (a resumed volley's), so the
+    counter goes on from them instead of starting again at 1.
+    """
+
+    def __init__(
+        self, total: int, prompt_of: Callable[[int], str], console: Console, *, done: int = 0
+    ) -> None:
         self.total = total
-        self.done = 0
+        self.done = done
         self._prompt_of = prompt_of
         self.console = console
 
