@@ -548,7 +548,7 @@ def _status(root: CallOutcome | None, error: RLMError | None) -> RunStatus:
 def _saw_fixture(events: list[Event]) -> bool:
     """Whether the fixture model wrote an answer (sent, or replayed from the cache)."""
     return any(
-        (isinstance(e, LLMResponse) and is_fixture_answer(e.metadata))
+        (isinstance(e, LLMResponse | LLMCached) and is_fixture_answer(e.metadata))
         or (isinstance(e, LLMCached) and e.provider == FixtureProvider.name)
         for e in events
     )

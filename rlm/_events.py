@@ -280,6 +280,8 @@ class LLMCached(Event):
     provider: str
     input_tokens: int
     output_tokens: int
+    #: The stored answer's provider facts (as ``llm_response`` had them when it was sent).
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @frozen_record(kw_only=True)

@@ -51,6 +51,8 @@ async def test_a_cached_rerun_sends_nothing_and_answers_the_same(
     assert first["answer"] == second["answer"] == third["answer"] == answer
     assert first["cached_calls"] == 0 and first["usage"]["llm_calls"] == sent  # type: ignore[index]
     assert second["cached_calls"] == sent and second["usage"]["llm_calls"] == 0  # type: ignore[index]
+    # The replayed answers were written by the fixture model (behind the server): still said.
+    assert first["fixture"] is second["fixture"] is True
 
 
 async def test_an_interrupted_run_resumes_past_what_it_finished(

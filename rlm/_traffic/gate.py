@@ -149,6 +149,7 @@ class Gate:
                     provider=provider.name,
                     input_tokens=cached.input_tokens,
                     output_tokens=cached.output_tokens,
+                    metadata=dict(cached.metadata),
                 )
             )
             return cached
