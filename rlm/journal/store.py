@@ -438,20 +438,8 @@ class JournalStore:
         self, volley_id: str, owner: Owner, indices: Iterable[int], spend: Spend = Spend()
     ) -> int:
         """Give claimed tasks back to ``open``; ``spend`` is what their attempts cost."""
-        keys = [(volley_id, i, owner.worker) for i in indices]
-
-        def work(tx: Tx) -> int:
-            changed = 0
-            for key in keys:
-                changed += tx.run(
-                    f"UPDATE tasks SET {_UNCLAIM} WHERE volley_id = ? AND idx = ? "
-                    "AND status = 'in_progress' AND claimed_worker = ?",
-                    key,
-                )
-            _add_spend(tx, volley_id, spend)
-            return changed
-
-        return self._tx(work)
+        keys = list(indices)
+        return self._tx(lambda tx: _release(tx, volley_id, owner, keys, spend))
 
     def finish(self, volley_id: str, verdicts: Sequence[Verdict]) -> int:
         """Record verdicts in one transaction; how many were written (the first verdict
@@ -533,16 +521,39 @@ class JournalStore:
     def register_worker(self, volley_id: str, owner: Owner) -> None:
         """Announce a worker on a volley (limits per journal are shared among live ones)."""
         now = self.now()
-        self._tx(
-            lambda tx: tx.run(
-                "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (owner.worker, volley_id, owner.host, owner.pid, now, now),
-            )
-        )
+        self._tx(lambda tx: _register(tx, volley_id, owner, now))
 
     def retire_worker(self, owner: Owner) -> None:
-        self._tx(lambda tx: tx.run("DELETE FROM workers WHERE worker = ?", (owner.worker,)))
+        self._tx(lambda tx: _retire(tx, owner))
+
+    def join(
+        self, volley_id: str, owner: Owner, alive: Callable[[int], bool], timeout_s: float
+    ) -> list[Recovered]:
+        """A worker's start in one transaction: :meth:`register_worker`, then
+        :meth:`recover_dead_local` and :meth:`recover_stale` (what they reopened)."""
+        now = self.now()
+
+        def work(tx: Tx) -> list[Recovered]:
+            _register(tx, volley_id, owner, now)
+            return self._dead_local_in(tx, volley_id, alive, now) + self._stale_in(
+                tx, volley_id, timeout_s, now
+            )
+
+        return self._tx(work)
+
+    def leave(
+        self, volley_id: str, owner: Owner, indices: Iterable[int], spend: Spend = Spend()
+    ) -> int:
+        """A worker's end in one transaction: :meth:`release` ``indices``, record
+        ``spend``, :meth:`retire_worker`.  How many tasks went back to ``open``."""
+        keys = list(indices)
+
+        def work(tx: Tx) -> int:
+            changed = _release(tx, volley_id, owner, keys, spend)
+            _retire(tx, owner)
+            return changed
+
+        return self._tx(work)
 
     def live_workers(self, volley_id: str, timeout_s: float) -> int:
         """Workers on the volley that heartbeat within ``timeout_s`` (at least 1)."""
@@ -560,8 +571,23 @@ class JournalStore:
     def recover_stale(self, volley_id: str | None, timeout_s: float) -> list[Recovered]:
         """Reopen claims whose heartbeat is older than ``timeout_s``; each is logged."""
         now = self.now()
+        return self._tx(lambda tx: self._stale_in(tx, volley_id, timeout_s, now))
+
+    def recover_dead_local(self, volley_id: str, alive: Callable[[int], bool]) -> list[Recovered]:
+        """Reopen claims held by processes of this host that no longer exist.
+
+        Run when a worker starts, so a ``--resume`` right after a ``kill -9``
+        does not wait out the stale timeout for tasks its own machine orphaned.
+        """
+        now = self.now()
+        return self._tx(lambda tx: self._dead_local_in(tx, volley_id, alive, now))
+
+    def _stale_in(
+        self, tx: Tx, volley_id: str | None, timeout_s: float, now: float
+    ) -> list[Recovered]:
         scope, params = ("AND volley_id = ? ", (volley_id,)) if volley_id else ("", ())
-        return self._reopen(
+        return _reopen(
+            tx,
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
             f"FROM tasks WHERE status = 'in_progress' AND heartbeat_at < ? {scope}"
             f"ORDER BY volley_id, idx{self.backend.lock_clause}",
@@ -571,54 +597,19 @@ class JournalStore:
             reason=f"no heartbeat for more than {timeout_s:g} s",
         )
 
-    def recover_dead_local(self, volley_id: str, alive: Callable[[int], bool]) -> list[Recovered]:
-        """Reopen claims held by processes of this host that no longer exist.
-
-        Run when a worker starts, so a ``--resume`` right after a ``kill -9``
-        does not wait out the stale timeout for tasks its own machine orphaned.
-        """
-        host = socket.gethostname()
-        return self._reopen(
+    def _dead_local_in(
+        self, tx: Tx, volley_id: str, alive: Callable[[int], bool], now: float
+    ) -> list[Recovered]:
+        return _reopen(
+            tx,
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
             "FROM tasks WHERE status = 'in_progress' AND volley_id = ? AND claimed_host = ? "
             f"ORDER BY idx{self.backend.lock_clause}",
-            (volley_id, host),
-            self.now(),
+            (volley_id, socket.gethostname()),
+            now,
             keep=lambda owner: owner is not None and alive(owner.pid),
             reason="its worker process on this host is gone",
         )
-
-    def _reopen(
-        self,
-        select: str,
-        params: tuple[Any, ...],
-        now: float,
-        *,
-        keep: Callable[[Owner | None], bool],
-        reason: str,
-    ) -> list[Recovered]:
-        def work(tx: Tx) -> list[Recovered]:
-            found = []
-            for vid, idx, host, pid, worker, beat in tx.rows(select, params):
-                owner = Owner(host, int(pid), worker) if worker is not None else None
-                if keep(owner):
-                    continue
-                changed = tx.run(
-                    f"UPDATE tasks SET {_UNCLAIM} WHERE volley_id = ? AND idx = ? "
-                    "AND status = 'in_progress' AND claimed_worker = ?",
-                    (vid, idx, worker),
-                )
-                if changed:
-                    idle = now - float(beat) if beat is not None else 0.0
-                    found.append(Recovered(str(vid), int(idx), owner, idle, reason))
-            tx.many(
-                "INSERT INTO journal_log (at, kind, volley_id, idx, detail) "
-                "VALUES (?, 'stale_recovery', ?, ?, ?)",
-                [(now, r.volley_id, r.index, f"{reason}; was {r.owner}") for r in found],
-            )
-            return found
-
-        return self._tx(work)
 
     def reopen_failed(self, volley_id: str) -> int:
         """Put failed tasks back to ``open`` (a resume without ``--skip-failed``)."""
@@ -674,6 +665,61 @@ def context_digest(context: Sequence[str]) -> str | None:
         data = text.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "big") + data)
     return digest.hexdigest()
+
+
+def _register(tx: Tx, volley_id: str, owner: Owner, now: float) -> None:
+    tx.run(
+        "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (owner.worker, volley_id, owner.host, owner.pid, now, now),
+    )
+
+
+def _retire(tx: Tx, owner: Owner) -> None:
+    tx.run("DELETE FROM workers WHERE worker = ?", (owner.worker,))
+
+
+def _release(tx: Tx, volley_id: str, owner: Owner, indices: Sequence[int], spend: Spend) -> int:
+    changed = 0
+    for idx in indices:
+        changed += tx.run(
+            f"UPDATE tasks SET {_UNCLAIM} WHERE volley_id = ? AND idx = ? "
+            "AND status = 'in_progress' AND claimed_worker = ?",
+            (volley_id, idx, owner.worker),
+        )
+    _add_spend(tx, volley_id, spend)
+    return changed
+
+
+def _reopen(
+    tx: Tx,
+    select: str,
+    params: tuple[Any, ...],
+    now: float,
+    *,
+    keep: Callable[[Owner | None], bool],
+    reason: str,
+) -> list[Recovered]:
+    """Reopen the claims ``select`` finds (unless ``keep``s its owner); each is logged."""
+    found = []
+    for vid, idx, host, pid, worker, beat in tx.rows(select, params):
+        owner = Owner(host, int(pid), worker) if worker is not None else None
+        if keep(owner):
+            continue
+        changed = tx.run(
+            f"UPDATE tasks SET {_UNCLAIM} WHERE volley_id = ? AND idx = ? "
+            "AND status = 'in_progress' AND claimed_worker = ?",
+            (vid, idx, worker),
+        )
+        if changed:
+            idle = now - float(beat) if beat is not None else 0.0
+            found.append(Recovered(str(vid), int(idx), owner, idle, reason))
+    tx.many(
+        "INSERT INTO journal_log (at, kind, volley_id, idx, detail) "
+        "VALUES (?, 'stale_recovery', ?, ?, ?)",
+        [(now, r.volley_id, r.index, f"{reason}; was {r.owner}") for r in found],
+    )
+    return found
 
 
 def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:

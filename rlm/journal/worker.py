@@ -51,7 +51,12 @@ DEFAULT_STALE_TIMEOUT = 600.0
 
 
 #: The most tasks one claim takes (a very fast volley's claims grow up to this).
-_MAX_CLAIM = 1024
+_MAX_CLAIM = 4096
+
+
+def _decaying_max(last: float, seen: float) -> float:
+    """The larger of ``seen`` and half of ``last``: a duration's recent high."""
+    return max(last / 2, seen)
 
 
 def pid_alive(pid: int) -> bool:
@@ -97,7 +102,10 @@ class JournalWorker:
         self._drained = False  # nothing open, nothing held elsewhere: the volley has ended
         self._ahead: trio.Nursery | None = None  # claims ahead run in it, while running
         self._ahead_found_none = False  # the last claim ahead found nothing open
-        self._claim_s = 0.0  # how long the last claim took
+        # How long a claim and a group commit take (a claim may wait for a commit): the
+        # longest lately, since a claim that comes back late stops the volley.
+        self._claim_s = 0.0
+        self._commit_s = 0.0
         self._taken = 0  # tasks handed out by claim
         self._paced_since: float | None = None  # when the pace's window began
         self._paced_from = 0  # _taken when that window began
@@ -171,14 +179,18 @@ class JournalWorker:
         A fast volley takes more tasks per claim (enough for about four claims'
         time, up to ``_MAX_CLAIM``), so claims stay rare and the next one starts
         (in the background: the low-water mark) while the buffer still holds
-        about two claims' time of tasks.  A slow one's pace keeps the configured
-        batch and no low-water mark: it claims no earlier than it needs to.
+        about two claims' time of tasks.  A claim's time counts the group commit
+        it may queue behind (one store connection runs one transaction at a
+        time): measured alone, a claim that waits for a commit comes back after
+        the buffer ran dry, and the volley stops for it.  A slow one's pace keeps
+        the configured batch and no low-water mark: it claims no earlier than it
+        needs to.
         """
         started = trio.current_time()
         elapsed = started - (self._paced_since or started)
         pace = (self._taken - self._paced_from) / elapsed if elapsed > 0 else 0.0
         self._paced_since, self._paced_from = started, self._taken
-        size = max(self._batch, min(_MAX_CLAIM, int(pace * 4 * self._claim_s)))
+        size = max(self._batch, min(_MAX_CLAIM, int(pace * 4 * (self._claim_s + self._commit_s))))
         tasks: list[VolleyTask]
         if self._known:
             indices = await self._run_sync(
@@ -191,8 +203,9 @@ class JournalWorker:
                 self.store.claim_specs, self.volley_id, self.owner, size
             )
             tasks = [VolleyTask.from_dict(spec) for spec in specs]
-        self._claim_s = trio.current_time() - started
-        self._low_water = pace * 2 * self._claim_s
+        self._claim_s = _decaying_max(self._claim_s, trio.current_time() - started)
+        # Never below half the batch just claimed: it would be claimed after at once.
+        self._low_water = min(pace * 2 * (self._claim_s + self._commit_s), size / 2)
         return tasks
 
     def _task(self, index: int) -> VolleyTask:
@@ -289,7 +302,9 @@ class JournalWorker:
                 return
             self._rows, self._waiting, self._queued = [], [], trio.Event()
             spend = self._spend_delta([result for result, _ in waiting])
+            started = trio.current_time()
             await self._run_sync(self.store.finish_rows, self.volley_id, rows, spend)
+            self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
         for result, kept in waiting:
             self._held.discard(result.index)
             self.accepted += 1
@@ -315,9 +330,13 @@ class JournalWorker:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[JournalWorker]:
         """Register, recover orphaned claims, heartbeat and sweep while the body runs."""
-        await self._run_sync(self.store.register_worker, self.volley_id, self.owner)
+        # Register and reopen orphaned claims in one transaction: the volley waits for it.
+        recovered = await self._run_sync(
+            self.store.join, self.volley_id, self.owner, pid_alive, self.stale_timeout
+        )
         try:
-            await self._recover(at_start=True)
+            for found in recovered:
+                self.on_recovered(found)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._sweep_loop)
@@ -341,9 +360,8 @@ class JournalWorker:
         self._held.clear()
         self._buffer.clear()
         await self._run_sync(
-            self.store.release, self.volley_id, self.owner, leftovers, self._spend_delta()
+            self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
         )
-        await self._run_sync(self.store.retire_worker, self.owner)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -355,12 +373,9 @@ class JournalWorker:
     async def _sweep_loop(self) -> None:
         while True:
             await trio.sleep(self.stale_timeout / 2)
-            await self._recover(at_start=False)
+            await self._recover()
 
-    async def _recover(self, *, at_start: bool) -> None:
-        found: list[Recovered] = []
-        if at_start:
-            found += await self._run_sync(self.store.recover_dead_local, self.volley_id, pid_alive)
-        found += await self._run_sync(self.store.recover_stale, self.volley_id, self.stale_timeout)
+    async def _recover(self) -> None:
+        found = await self._run_sync(self.store.recover_stale, self.volley_id, self.stale_timeout)
         for recovered in found:
             self.on_recovered(recovered)
