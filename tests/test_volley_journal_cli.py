@@ -174,3 +174,39 @@ def test_a_resumed_volley_counts_on_from_the_tasks_already_done(tmp_path: Path) 
     counters = [line.split("]")[0] + "]" for line in done.stderr.splitlines()
                 if line.startswith("[")]
     assert counters == ["[2/3]", "[3/3]"]
+
+
+def test_a_resume_beside_another_worker_prints_that_workers_results_too(tmp_path: Path) -> None:
+    # `rlm volley work ID` runs tasks a and b while `--resume ID` runs c and d: the
+    # resume prints the whole volley, a and b included, and it succeeded.
+    import threading
+
+    from rlm.journal import Owner, Verdict
+
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "c", "d", "--provider", "fixture")
+    store = open_store(str(journal))
+    other = Owner.here("other-worker")  # this live process: never reopened as dead
+    store.register_worker(volley_id, other)
+    held = store.claim(volley_id, other, 2)
+    assert [t.index for t in held] == [1, 2]
+
+    def finish_later() -> None:
+        time.sleep(1.0)
+        store.finish(volley_id, [Verdict(t.index, "done", output=f"by the other {t.index}")
+                                 for t in held])
+
+    thread = threading.Thread(target=finish_later)
+    thread.start()
+    try:
+        done = rlm_in_process("volley", "--resume", volley_id, "--journal", str(journal),
+                              "--output-format", "json", "-q")
+    finally:
+        thread.join()
+        store.retire_worker(other)
+        store.close()
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["status"] == "succeeded"
+    assert [t["output"] for t in out["tasks"][:2]] == ["by the other 1", "by the other 2"]
+    assert [t["status"] for t in out["tasks"]] == ["succeeded"] * 4

@@ -36,6 +36,7 @@ from rlm.cli.volley_journal import (
     resume_overrides,
     resumed_fixture,
     resumed_options,
+    with_other_workers,
 )
 from rlm.errors import RLMError, UsageError
 from rlm.history.record import volley_summary
@@ -241,7 +242,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                          fixture=fixture, tools=toolbox)
             live = not quiet_progress and err.is_terminal
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
-            result = trio.run(session.work, run, worker, main, spent)
+            result = with_other_workers(session.store,
+                                        trio.run(session.work, run, worker, main, spent))
     except RLMError as exc:
         keeper.close(None, str(exc), page=False)
         message = usage_message(exc, volley) if isinstance(exc, UsageError) else str(exc)

@@ -72,6 +72,7 @@ __all__ = [
     "stale_option",
     "stale_recovery_event",
     "stored_result",
+    "with_other_workers",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -285,6 +286,37 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
         rate_limited=0,
     )
     return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks))
+
+
+def with_other_workers(store: JournalStore, result: VolleyResult) -> VolleyResult:
+    """``result`` with the verdicts other workers gave meanwhile (a ``work`` process
+    running beside a resume): the whole volley, as the journal has it now.
+
+    A task this process did not run and the journal holds a verdict for is shown
+    with that verdict instead of "not started"; when that leaves no task
+    without a verdict, a volley that was not stopped is succeeded or failed.
+    """
+    missing = {t.index for t in result.tasks if t.status == "cancelled"}
+    if not missing:
+        return result
+    found = {
+        done.index: done
+        for done in map(result_from_row, store.tasks(result.volley_id))
+        if done is not None and done.index in missing
+    }
+    if not found:
+        return result
+    tasks = tuple(found.get(t.index, t) for t in result.tasks)
+    status = result.status
+    if status in ("succeeded", "failed") and all(t.status != "cancelled" for t in tasks):
+        status = "succeeded" if all(t.status == "succeeded" for t in tasks) else "failed"
+    summary = dataclasses.replace(
+        result.summary,
+        succeeded=sum(1 for t in tasks if t.status == "succeeded"),
+        failed=sum(1 for t in tasks if t.status == "failed"),
+        cancelled=sum(1 for t in tasks if t.status == "cancelled"),
+    )
+    return dataclasses.replace(result, status=status, summary=summary, tasks=tasks)
 
 
 def _iso(seconds: float) -> str:
