@@ -210,3 +210,11 @@ def test_a_resume_beside_another_worker_prints_that_workers_results_too(tmp_path
     assert out["status"] == "succeeded"
     assert [t["output"] for t in out["tasks"][:2]] == ["by the other 1", "by the other 2"]
     assert [t["status"] for t in out["tasks"]] == ["succeeded"] * 4
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_create_prints_its_id_as_json(tmp_path: Path, fmt: str) -> None:
+    done = rlm_in_process("volley", "create", "a", "--provider", "fixture", "--journal",
+                          str(tmp_path / "j.sqlite3"), "--output-format", fmt)
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["volley_id"].startswith("v")

@@ -80,7 +80,7 @@ def _create(journal_path: str | None, **values: Any) -> None:
                            fixture)
     except RLMError as exc:
         _fail(exc)
-    if output_format == "json":
+    if output_format in ("json", "jsonl"):  # one JSON line either way
         click.echo(json.dumps({"volley_id": volley_id}))
     else:
         click.echo(volley_id)
