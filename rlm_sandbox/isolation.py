@@ -36,7 +36,7 @@ from rlm_sandbox.landlock import Ruleset
 from rlm_sandbox.modules import ALLOWED_MODULES
 from rlm_sandbox.protocol import ISOLATION_LAYERS
 
-__all__ = ["LAYERS", "Limits", "harden", "preload"]
+__all__ = ["LAYERS", "PENDING", "Limits", "apply_limits", "harden", "preload"]
 
 LAYERS = ISOLATION_LAYERS
 
@@ -44,6 +44,7 @@ LAYERS = ISOLATION_LAYERS
 UID_BASE = 0x7000_0000
 NOBODY = 65534
 ACTIVE = "active"
+PENDING = "pending"  # a spare's limits, until it is given them
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWIPC = 0x08000000  # System V IPC objects die with the sandbox
@@ -113,6 +114,11 @@ def _unshare_net(libc: ctypes.CDLL) -> str:
         return ACTIVE
     return "unavailable: " + first + (
         "; user namespaces are not allowed either" if os.geteuid() != 0 else "")
+
+
+def apply_limits(limits: Limits) -> str:
+    """Set a hardened spare's resource limits (see :func:`harden`); the ``rlimits`` entry."""
+    return _set_rlimits(limits)
 
 
 def _set_rlimits(limits: Limits) -> str:
@@ -190,15 +196,19 @@ def _read_only_paths() -> list[str]:
     return sorted(p for p in paths if p)
 
 
-def harden(keep_fds: set[int], limits: Limits, parent: int | None) -> dict[str, str]:
+def harden(keep_fds: set[int], limits: Limits | None, parent: int | None) -> dict[str, str]:
     """Apply every layer; return ``{layer: "active" | "unavailable: why"}``.
 
     ``parent`` is the pid whose death must kill this process (the zygote), or
-    None when started directly.
+    None when started directly.  ``limits`` None: the zygote's spare sandbox,
+    hardened before anyone asked for it, sets its limits with
+    :func:`apply_limits` once it is given them (lowering a limit needs no
+    privilege, and the seccomp filter allows it), before any model code runs;
+    until then ``rlimits`` reads ``pending``.
     """
     libc = _libc()
     report = {"fds": _close_fds(keep_fds), "netns": _unshare_net(libc),
-              "rlimits": _set_rlimits(limits)}
+              "rlimits": _set_rlimits(limits) if limits is not None else PENDING}
     ruleset: Ruleset | None = None
     try:
         ruleset = Ruleset(_read_only_paths())

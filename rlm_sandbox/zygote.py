@@ -13,7 +13,7 @@ msgpack message per packet:
     ``hardened`` frame and serves the REPL protocol.  Answer:
     ``{"t": "spawned", "pid"}`` (or ``{"t": "error", "error"}``).
 ``ping`` ``{"t"}``
-    Answer ``{"t": "pong", "pid"}`` (sent once preloading is done).
+    Answer ``{"t": "pong", "pid", "spare"}`` (sent once preloading is done).
 ``reap`` ``{"t", "pid"}``
     Kill the child's process group and reap it.  Answer:
     ``{"t": "reaped", "pid", "returncode"}``.  Children are reaped only on
@@ -21,6 +21,16 @@ msgpack message per packet:
 
 When the socket reaches end of input (the host closed it, or died) the
 zygote kills every child it forked and exits.
+
+The spare: once preloaded, the zygote forks one sandbox ahead of any request
+and it hardens itself (every layer but its resource limits, which the request
+brings) while the host is still starting; the first ``spawn`` hands it the
+request's descriptors and limits over a socket of its own instead of forking,
+so the first sandbox a run asks for (its root's) is ready at once.  Its pid
+is the ``spare`` of the ``pong`` (None if there is none), so the host knows
+the zygote has a child to reap even before it asked for one.  Until it is
+handed over it stays in the zygote's process group: killing that group kills
+both.
 """
 
 from __future__ import annotations
@@ -33,11 +43,12 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import msgpack
 
-from rlm_sandbox.isolation import Limits, harden, preload
+from rlm_sandbox.isolation import Limits, apply_limits, harden, preload
 from rlm_sandbox.worker import serve, warm_up
 
 __all__ = ["serve_zygote"]
@@ -62,6 +73,10 @@ def serve_zygote(control_fd: int) -> int:
     gc.freeze()
     children: set[int] = set()
     control = socket.socket(fileno=control_fd)
+    spare: list[_Spare] = []  # at most one, until the first spawn takes it
+    with contextlib.suppress(OSError):
+        spare.append(_Spare.fork(control))
+        children.add(spare[0].pid)
     try:
         while True:
             try:
@@ -70,9 +85,11 @@ def serve_zygote(control_fd: int) -> int:
                 return 0
             if not data:
                 return 0
-            answer = _handle(data, fds, children, control)
+            answer = _handle(data, fds, children, control, spare)
             control.send(msgpack.packb(answer, use_bin_type=True))
     finally:
+        for unused in spare:
+            unused.socket.close()
         # Kill them all before reaping any, so they die at the same time.
         for pid in children:
             _kill(pid)
@@ -80,18 +97,59 @@ def serve_zygote(control_fd: int) -> int:
             _reap(pid)
 
 
+class _Spare:
+    """A sandbox forked and hardened ahead of any request, waiting for one on ``socket``."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.socket = sock
+
+    @classmethod
+    def fork(cls, control: socket.socket) -> _Spare:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        zygote = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
+            control.detach()  # closed with every other descriptor in harden()
+            ours.detach()
+            _spare_main(theirs, zygote)
+        theirs.close()
+        return cls(pid, ours)
+
+    def hand_over(self, fds: list[int], limits: Limits) -> None:
+        """Give it a request's descriptors and limits (it then serves like a forked one)."""
+        try:
+            request = {"memory_bytes": limits.memory_bytes, "cpu_seconds": limits.cpu_seconds}
+            socket.send_fds(self.socket, [msgpack.packb(request)], fds)
+        finally:
+            self.socket.close()
+
+
 def _handle(data: bytes, fds: list[int], children: set[int],
-            control: socket.socket) -> dict[str, Any]:
+            control: socket.socket, spare: list[_Spare]) -> dict[str, Any]:
     try:
         request = msgpack.unpackb(data, raw=False)
         kind = request.get("t") if isinstance(request, dict) else None
         if kind == "spawn" and len(fds) == len(CHILD_FDS):
             limits = Limits(int(request["memory_bytes"]), int(request["cpu_seconds"]))
+            if spare:
+                taken = spare.pop()
+                try:
+                    taken.hand_over(fds, limits)
+                    return {"t": "spawned", "pid": taken.pid}
+                except OSError:  # it died (say its setup failed): fork one as usual
+                    children.discard(taken.pid)
+                    _kill_and_reap(taken.pid)
             pid = _fork_child(fds, limits, control)
             children.add(pid)
             return {"t": "spawned", "pid": pid}
         if kind == "ping":
-            return {"t": "pong", "pid": os.getpid()}
+            return {"t": "pong", "pid": os.getpid(), "spare": spare[0].pid if spare else None}
         if kind == "reap" and request.get("pid") in children:
             pid = int(request["pid"])
             children.discard(pid)
@@ -134,22 +192,67 @@ def _fork_child(fds: list[int], limits: Limits, control: socket.socket) -> int:
 
 
 def _child_main(fds: list[int], limits: Limits, zygote: int) -> NoReturn:
-    code = _EXIT_SETUP_FAILED
-    try:
+    def setup_and_serve() -> int:
         os.setsid()
-        high = [os.dup(fd) for fd in fds]  # off 0..5, so the dup2s below cannot clobber them
-        for fd, target in zip(high, CHILD_FDS, strict=True):
-            os.dup2(fd, target)
+        _install(fds)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         random.seed()  # the zygote's state is shared by every fork; each sandbox gets its own
         report = harden({0, 1, 2, 3, 4, 5}, limits, parent=zygote)
         warm_up()
-        code = serve(3, 4, 5, report, announce=True)
+        return serve(3, 4, 5, report, announce=True)
+
+    _exit_with(setup_and_serve)
+
+
+def _exit_with(body: Callable[[], int]) -> NoReturn:
+    """A forked child's end: ``body``'s exit code, or a crash report on stderr and 70."""
+    code = _EXIT_SETUP_FAILED
+    try:
+        code = body()
     except BaseException:
         with contextlib.suppress(OSError, ValueError):
             traceback.print_exc(file=sys.stderr)
             sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def _install(fds: list[int]) -> None:
+    """Move a request's descriptors to 3, 4, 5 and 2 (CHILD_FDS) and close the originals."""
+    high = [os.dup(fd) for fd in fds]  # off 0..5, so the dup2s below cannot clobber them
+    for fd, target in zip(high, CHILD_FDS, strict=True):
+        os.dup2(fd, target)
+    for fd in {*fds, *high} - set(CHILD_FDS):
+        os.close(fd)
+
+
+def _spare_main(sock: socket.socket, zygote: int) -> NoReturn:
+    """Harden now; serve once a request's descriptors and limits arrive on ``sock``.
+
+    Stays in the zygote's process group until then (the host, or whoever started
+    the zygote, kills that group when nothing was ever asked of it).
+    """
+
+    def harden_wait_and_serve() -> int:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        random.seed()  # the zygote's state is shared by every fork; each sandbox gets its own
+        report = harden({0, 1, 2, sock.fileno()}, None, parent=zygote)
+        warm_up()
+        data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, len(CHILD_FDS))
+        sock.close()
+        if not data:
+            return 0  # the zygote is closing: nothing was asked of it
+        if len(fds) != len(CHILD_FDS):
+            return _EXIT_SETUP_FAILED
+        request = msgpack.unpackb(data, raw=False)
+        os.setsid()
+        _install(fds)
+        report["rlimits"] = apply_limits(
+            Limits(int(request["memory_bytes"]), int(request["cpu_seconds"])))
+        return serve(3, 4, 5, report, announce=True)
+
+    _exit_with(harden_wait_and_serve)

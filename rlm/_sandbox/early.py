@@ -149,9 +149,11 @@ class EarlyZygote:
         """If no run took it: close its socket and kill and reap it.  If a run took it
         and ``reap_at_close`` was asked for: wait until it has exited and reap it.
 
-        Unadopted, it never forked a sandbox (only an adopting run asks it to), so
-        killing it leaves nothing behind, and a command that fails early (a usage
-        error) does not wait for a zygote still booting to notice its socket closed.
+        Unadopted, it forked no sandbox anyone used (only an adopting run asks for
+        one), so killing its process group (it, and its spare if it made one yet:
+        ``rlm_sandbox/zygote.py``) leaves nothing running, and a command that fails
+        early (a usage error) does not wait for a zygote still booting to notice
+        its socket closed.
         Adopted, the run killed its sandboxes and closed its socket when it ended:
         the zygote reaps them and exits by itself, and is killed if it has not
         within ``_REAP_TIMEOUT`` seconds.
@@ -160,8 +162,8 @@ class EarlyZygote:
         if taken is not None:
             process, control = taken
             control.close()
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # its own session: it and its spare
             process.wait()
         adopted, self._adopted = self._adopted, None
         if adopted is not None:

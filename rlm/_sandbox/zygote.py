@@ -136,6 +136,7 @@ class Zygote:
         self._control = trio.socket.from_stdlib_socket(control)
         self._lock = trio.Lock()
         self._children: set[int] = set()
+        self._spare: int | None = None  # forked ahead by the zygote, not handed out yet
         self._broken = False
         # False: whoever started the process waits for its exit (EarlyZygote.close).
         self._wait_at_close = wait_at_close
@@ -143,6 +144,11 @@ class Zygote:
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    @property
+    def spare(self) -> int | None:
+        """The pid of the sandbox the zygote forked ahead, until a spawn hands it out."""
+        return self._spare
 
     @property
     def alive(self) -> bool:
@@ -189,6 +195,8 @@ class Zygote:
         if answer.get("t") != "pong":
             await self.aclose()
             raise SandboxCrashed(f"the zygote answered a ping with {answer!r}")
+        spare = answer.get("spare")
+        self._spare = spare if isinstance(spare, int) else None
         return self
 
     async def spawn(self, ends: ChildEnds, *, memory_bytes: int, cpu_seconds: int) -> ZygoteChild:
@@ -207,6 +215,8 @@ class Zygote:
             os.close(err_read)
             raise SandboxCrashed(f"the zygote could not fork a sandbox: {answer.get('error')}")
         self._children.add(pid)
+        if pid == self._spare:
+            self._spare = None
         return ZygoteChild(self, pid, trio.lowlevel.FdStream(err_read))
 
     async def reap(self, pid: int) -> int | None:
@@ -246,15 +256,16 @@ class Zygote:
         """Close the socket (the zygote then kills and reaps its sandboxes and exits), reap
         it, and kill whatever is left.  Shielded: nothing outlives the run.
 
-        When every sandbox it forked was reaped already, the zygote has nothing
-        left to do and is killed outright.  A sandbox still unreaped here is
+        When every sandbox it forked was reaped already (its spare included:
+        ``rlm_sandbox/zygote.py``), the zygote has nothing left to do and is
+        killed outright.  A sandbox still unreaped here is
         reaped by the zygote on its way out; its handle's ``wait`` then returns
         at once.  An early zygote begun with ``reap_at_close`` is not waited
         for here: its :meth:`EarlyZygote.close` does that, after the answer.
         """
         self._broken = True
         self._control.close()
-        if not self._children:
+        if not self._children and self._spare is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)  # its own session: only itself
         if not self._wait_at_close:
