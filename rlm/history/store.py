@@ -174,22 +174,35 @@ class RunHistory:
 
 
 _LEDGER = ".size"
+# Written in place at a fixed width, so an update never leaves a longer number's tail behind.
+_LEDGER_DIGITS = 20
 
 
 def _read_ledger(root: Path) -> int | None:
     try:
-        return int((root / _LEDGER).read_text(encoding="ascii"))
+        return int((root / _LEDGER).read_bytes())
     except (OSError, ValueError):
         return None
 
 
 def _write_ledger(root: Path, total: int) -> None:
-    tmp = root / f"{_LEDGER}.{os.getpid()}.part"
+    """Overwrite the total in place: no new file and no rename.
+
+    Each run ends with this write, and on a busy disk creating a file and renaming
+    it over another each waited for the file system's journal (10 ms once here).
+    An update lost or torn (two runs ending at once) only makes the total inexact
+    until a run passes the cap and measures everything again, as before (prune).
+    """
     try:
-        tmp.write_text(str(total), encoding="ascii")
-        os.replace(tmp, root / _LEDGER)
+        fd = os.open(root / _LEDGER, os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError:
         return  # the next run measures everything again
+    try:
+        os.pwrite(fd, b"%0*d" % (_LEDGER_DIGITS, total), 0)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def _cap_from_env() -> int:
