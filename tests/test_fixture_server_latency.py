@@ -20,10 +20,18 @@ HEAD = (
 )
 
 
-async def reply_after(body_delay: float) -> tuple[float, bytes]:
+async def reply_after(
+    body_delay: float, slept: list[float] | None = None
+) -> tuple[float, bytes]:
     """Send the head, then the body ``body_delay`` s later; when the reply's first
-    bytes came (seconds after the head) and the reply."""
-    server = FixtureServer(FixtureServerOptions(sub_latency=1.0))
+    bytes came (seconds after the head) and the reply.  The server's sleeps go to
+    ``slept``."""
+
+    async def sleep(seconds: float) -> None:
+        (slept if slept is not None else []).append(seconds)
+        await trio.sleep(seconds)
+
+    server = FixtureServer(FixtureServerOptions(sub_latency=1.0), sleep=sleep)
     client, served = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(server._handle_connection, served)
@@ -40,7 +48,9 @@ async def reply_after(body_delay: float) -> tuple[float, bytes]:
 async def test_the_latency_counts_from_the_first_bytes_of_the_request(
     autojump_clock: object,
 ) -> None:
-    took, reply = await reply_after(0.25)
+    slept: list[float] = []
+    took, reply = await reply_after(0.25, slept)
+    assert slept == [0.75]  # through the sleep it was given (a timerfd in rlm fixture-server)
     # As a provider's: a request that is slow to arrive is not answered any later
     # than its latency after it began to arrive, and the server's own work is inside it.
     assert took == 1.0

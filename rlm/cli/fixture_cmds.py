@@ -156,6 +156,7 @@ def fixture_server(
     # Imported here: the fixture server is test code, and `rlm --help` must not load it.
     import trio
 
+    from rlm.bench.timer import precise_sleep
     from rlm.testing.server import FixtureServer, FixtureServerOptions
 
     api_key: str | None = None
@@ -182,7 +183,10 @@ def fixture_server(
     # `rlm fixture-server & ... kill -INT $!` would never stop the server.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        trio.run(_serve_forever, FixtureServer(options), host, port)
+        # Latencies end within ~50 us (a timerfd), not trio's 0.5-1.5 ms late: a
+        # provider's answer wakes its client when it comes (docs/bench.md).
+        server = FixtureServer(options, sleep=precise_sleep)
+        trio.run(_serve_forever, server, host, port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             click.echo(f"Error: port {port} is in use; pick another with --port", err=True)

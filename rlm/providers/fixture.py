@@ -192,10 +192,6 @@ def sub_reply(prompt: str) -> str:
     if not _may_mention(text, key.split()):
         return NOT_FOUND
     words = r"\s+".join(re.escape(word) for word in key.split())
-    # Most chunks do not hold the key at all: a search without the leading "the"
-    # says so in about half the time (each match below contains one of it).
-    if re.search(rf"{words}\s+is\s+\S", text, re.IGNORECASE) is None:
-        return NOT_FOUND
     for found in re.finditer(rf"\bthe\s+{words}\s+is\s+(\S+)", text, re.IGNORECASE):
         value = found.group(1).rstrip(_TRAILING_PUNCTUATION)
         if value:

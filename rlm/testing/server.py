@@ -23,7 +23,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from typing import Any, Literal
@@ -221,8 +221,16 @@ def _parse_chat(body: bytes, path: bytes) -> _Chat:
 class FixtureServer:
     """An OpenAI-compatible server for the fixture model.  See the module docstring."""
 
-    def __init__(self, options: FixtureServerOptions | None = None) -> None:
+    def __init__(
+        self,
+        options: FixtureServerOptions | None = None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = trio.sleep,
+    ) -> None:
+        """``sleep`` waits out each latency: ``trio.sleep`` (virtual time in tests), or
+        :func:`rlm.bench.timer.precise_sleep` when it is measured (``rlm fixture-server``)."""
         self.options = options or FixtureServerOptions()
+        self._sleep = sleep
         self.stats = FixtureServerStats()
         self._random = random.Random(self.options.seed)
         self._cache = scripted.PrefixCache()
@@ -439,7 +447,8 @@ class FixtureServer:
         # The model name was checked when the request was parsed.
         text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
         start = trio.current_time() if chat.arrived is None else chat.arrived
-        await trio.sleep_until(start + (opts.root_latency if root else opts.sub_latency))
+        latency = opts.root_latency if root else opts.sub_latency
+        await self._sleep(max(0.0, start + latency - trio.current_time()))
         draw -= opts.rate_429
         if draw < opts.fail_500:
             return _error(500, "The server had an error (fixture fault injection).",
