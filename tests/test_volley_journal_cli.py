@@ -218,3 +218,20 @@ def test_create_prints_its_id_as_json(tmp_path: Path, fmt: str) -> None:
                           str(tmp_path / "j.sqlite3"), "--output-format", fmt)
     assert done.returncode == 0
     assert json.loads(done.stdout)["volley_id"].startswith("v")
+
+
+def test_a_holder_with_many_reopened_claims_gets_one_stderr_line() -> None:
+    from rlm.cli._stale_lines import recovery_lines
+    from rlm.journal import Owner, Recovered
+
+    dead, slow = Owner("h", 1, "dead"), Owner("h", 2, "slow")
+    found = [Recovered("v1", i, dead, 5.0, "gone") for i in [*range(3, 1003), 1005, 1007]]
+    found.append(Recovered("v1", 2, slow, 700.0, "silent"))
+    lines = recovery_lines(found)
+    assert lines == [
+        "stale_recovery: volley v1: 1002 tasks reopened (tasks 3–1002, 1005, 1007; gone; "
+        "held by h/1/dead, silent 5.0s)",
+        "stale_recovery: volley v1 task 2 reopened (silent; held by h/2/slow, silent 700.0s)",
+    ]
+    many = recovery_lines([Recovered("v1", i, dead, 1.0, "gone") for i in range(1, 40, 2)])
+    assert "(tasks 1, 3, 5, 7, 9, 11 and 14 more; gone;" in many[0]

@@ -35,6 +35,7 @@ from rlm._config import RunConfig
 from rlm._durations import format_duration, parse_duration
 from rlm.cli._profile_option import current_profile
 from rlm.cli._progress import stderr_console
+from rlm.cli._stale_lines import recovery_lines
 from rlm.errors import JournalError, RLMError, UsageError
 from rlm.journal import JournalStore, Recovered, Spend, default_journal_path, open_store
 from rlm.journal.volleys import (
@@ -64,7 +65,6 @@ __all__ = [
     "list_cmd",
     "open_journal",
     "pool_argv",
-    "recovery_line",
     "resume_options",
     "resume_overrides",
     "resumed_options",
@@ -169,14 +169,6 @@ def stale_recovery_event(recovered: Recovered) -> StaleRecovery:
         owner=None if recovered.owner is None else str(recovered.owner),
         idle_s=round(recovered.idle_s, 3),
         reason=recovered.reason,
-    )
-
-
-def recovery_line(recovered: Recovered) -> str:
-    """The stderr line for one ``stale_recovery``."""
-    return (
-        f"stale_recovery: volley {recovered.volley_id} task {recovered.index} reopened "
-        f"({recovered.reason}; held by {recovered.owner}, silent {recovered.idle_s:.1f}s)"
     )
 
 
@@ -372,6 +364,7 @@ class JournalSession:
         self.flags = flags
         self.store = open_journal(flags.path, existing=existing)
         self.console = console or stderr_console()
+        self._recoveries: list[Recovered] = []  # not yet on stderr (see _say_recoveries)
 
     def close(self) -> None:
         self.store.close()
@@ -406,7 +399,13 @@ class JournalSession:
         )
 
     def _recovered(self, recovered: Recovered) -> None:
-        self.console.print(recovery_line(recovered), markup=False, highlight=False)
+        self._recoveries.append(recovered)  # a claim of many tasks is reopened task by task
+
+    def _say_recoveries(self) -> None:
+        """Print what was reopened since the last call: one line per holder, not per task."""
+        found, self._recoveries = self._recoveries, []
+        for line in recovery_lines(found):
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     async def work(
         self,
@@ -443,15 +442,19 @@ class JournalSession:
             run.record(stale_recovery_event(found))
 
         worker.on_recovered = recovered
-        async with worker.running(), trio.open_nursery() as nursery:
-            nursery.start_soon(self._share_limits, run, worker.volley_id)
-            try:
-                return await main(run)
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            async with worker.running(), trio.open_nursery() as nursery:
+                nursery.start_soon(self._share_limits, run, worker.volley_id)
+                try:
+                    return await main(run)
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._say_recoveries()
 
     async def _share_limits(self, run: Volley, volley_id: str) -> None:
-        """Keep this worker's share of the per-journal limits current.
+        """Keep this worker's share of the per-journal limits current (and say what
+        stale recovery reopened meanwhile).
 
         Workers register when they start, so counting the live ones every second
         (at most a quarter of --stale-timeout apart) gives a worker its share
@@ -461,6 +464,7 @@ class JournalSession:
         """
         interval = min(1.0, self.flags.stale_timeout / 4)
         while True:
+            self._say_recoveries()  # recoveries are said within the same second
             live = await trio.to_thread.run_sync(
                 self.store.live_workers, volley_id, self.flags.stale_timeout
             )
