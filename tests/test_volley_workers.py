@@ -95,3 +95,32 @@ async def test_a_task_claimed_again_while_it_runs_is_not_run_twice(autojump_cloc
     assert provider.prompts.count("a") == 1
     assert sorted(kept) == [1, 2]
     assert [t.status for t in result.tasks] == ["succeeded", "succeeded"]
+
+
+async def test_an_interrupt_ends_a_claim_waiting_for_other_workers(autojump_clock: Clock) -> None:
+    # Nothing is open but other workers hold tasks: the claim waits for them (up to
+    # --stale-timeout).  Ctrl-C must end that wait, not the other workers' tasks.
+    tasks = number_tasks(["a", "b", "c"])
+
+    class HeldElsewhere(MemoryStore):
+        """Hands "a"; "b" and "c" are held by another worker that never finishes."""
+
+        def __init__(self) -> None:
+            super().__init__(tasks[:1])
+            self.forever = trio.Event()
+
+        async def claim(self) -> VolleyTask | None:
+            task = await super().claim()
+            if task is None:
+                await self.forever.wait()
+            return task
+
+    store = HeldElsewhere()
+    run = _volley(Counting(latency=1.0), tasks, source=store, sink=store)
+    with trio.fail_after(600):  # virtual seconds: a wait that never ends fails the test
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run.run)
+            await trio.sleep(5.0)
+            run.interrupt()
+    assert store.results[1].status == "succeeded"
+    assert trio.current_time() < 10

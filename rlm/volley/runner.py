@@ -89,6 +89,7 @@ class VolleyRunner:
         self._timeout = timeout
         self._on_result = on_result
         self._running: dict[str, _Running] = {}
+        self._claiming: set[trio.CancelScope] = set()  # claims under way (a stop ends them)
         self.stop: Stop | None = None
         self.finished = 0  # verdicts kept by the sink (and reported)
         self._unkept = 0  # verdicts handed to the sink, not kept yet
@@ -120,7 +121,15 @@ class VolleyRunner:
         so tasks are sent in the order they were claimed.
         """
         while self.stop is None:
-            task = await self._source.claim()
+            # A claim may wait long (other workers hold the rest): a stop ends the wait.
+            with trio.CancelScope() as claiming:
+                self._claiming.add(claiming)
+                try:
+                    task = await self._source.claim()
+                finally:
+                    self._claiming.discard(claiming)
+            if claiming.cancelled_caught:
+                return
             if task is None:
                 return
             if self.stop is not None:  # stopped while claiming: give it back untouched
@@ -143,6 +152,8 @@ class VolleyRunner:
     def _stop(self, stop: Stop) -> None:
         if self.stop is None:
             self.stop = stop
+        for claiming in self._claiming:
+            claiming.cancel()
         for call_id, running in self._running.items():
             if stop.hard or not self._tally.sent(call_id):
                 running.scope.cancel()
