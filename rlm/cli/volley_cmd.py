@@ -168,7 +168,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
 
     Provider limits (max_concurrent, rpm, tpm, burst) and every other setting
     can come from a config profile: --profile NAME reads [profiles.NAME] of
-    rlm.toml or the user config file, as `rlm run` does (flags win).
+    rlm.toml or the user config file, as `rlm run` does (flags win); with
+    --resume, the profile's settings and the flags given override the stored ones.
 
     Every volley is recorded in a journal (--journal) before anything runs, and
     each result is committed before it is printed: `--resume ID|last` runs only
