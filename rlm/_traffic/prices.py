@@ -60,11 +60,17 @@ class ModelPrice:
         )
 
 
+_FOUND_MAX = 256  # model names remembered per table (a run uses one or two)
+
+
 class PriceTable:
     """Prices by model name."""
 
     def __init__(self, prices: dict[str, ModelPrice]) -> None:
         self._prices = dict(prices)
+        # Every request is priced twice (reserve, settle); a model the table does not
+        # name exactly costs a scan of every entry each time (~15 us here).
+        self._found: dict[str, ModelPrice | None] = {}
 
     @classmethod
     def default(cls) -> PriceTable:
@@ -83,6 +89,14 @@ class PriceTable:
         return cls(prices)
 
     def lookup(self, model: str) -> ModelPrice | None:
+        if model in self._found:
+            return self._found[model]
+        if len(self._found) >= _FOUND_MAX:
+            self._found.clear()
+        found = self._found[model] = self._find(model)
+        return found
+
+    def _find(self, model: str) -> ModelPrice | None:
         name = model.split("/", 1)[1] if "/" in model else model
         for candidate in (model, name):
             if candidate in self._prices:
