@@ -440,11 +440,12 @@ print(len(chunks), len(whole), answer["n"])
 def warm_up() -> None:
     """Compile and run :data:`WARM_UP_CODE` in a throwaway namespace.
 
-    A forked sandbox then takes its copy-on-write page faults while it waits
-    in the pool (or while the call's first step is generated), not while the
-    call waits for its first block: compiling a typical block touched ~220
-    pages of the zygote's heap (~14 us each on a virtual machine), a trivial
-    one only a few.
+    The zygote does it before it forks anything, so the code it loads is
+    shared; each sandbox does it again once it answered ``ready``, so it takes
+    its copy-on-write page faults while its call's first step is generated,
+    not while the call waits for its first block: compiling a typical block
+    touched ~220 pages of the zygote's heap (~14 us each on a virtual
+    machine), a trivial one only a few.
     """
     namespace = new_namespace(PrintSink(1000), {"context": "warm up"})
     exec(compile_code(WARM_UP_CODE), namespace)
@@ -522,6 +523,9 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
         if isolation is not None:
             ready["isolation"] = isolation
         channel.send(ready)
+        # Warm up while the call's first step is still being generated: no code
+        # arrives before it, and a block that does waits in the pipe meanwhile.
+        warm_up()
         while True:
             message = channel.receive()
             if message is None or message["t"] == "shutdown":

@@ -200,7 +200,6 @@ def _child_main(fds: list[int], limits: Limits, zygote: int) -> NoReturn:
         os.dup2(devnull, 1)
         random.seed()  # the zygote's state is shared by every fork; each sandbox gets its own
         report = harden({0, 1, 2, 3, 4, 5}, limits, parent=zygote)
-        warm_up()
         return serve(3, 4, 5, report, announce=True)
 
     _exit_with(setup_and_serve)
