@@ -501,12 +501,15 @@ def _send_result(channel: Channel, result: ResultFrame) -> None:
 
 
 def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
-          isolation: dict[str, str] | None = None, announce: bool = False) -> int:
+          isolation: dict[str, str] | None = None, announce: bool = False,
+          warm_after_ready: bool = True) -> int:
     """Run the REPL protocol on two file descriptors; return the exit code.
 
     ``ctx_fd`` is the socket a shared context arrives on; ``isolation`` (the
     hardening report) is sent back in the ``ready`` frame, and first in a
     ``hardened`` frame when ``announce`` (a forked sandbox tells its pool).
+    ``warm_after_ready``: run :func:`warm_up` once ``ready`` is sent (a pool's
+    sandbox did before it was announced).
     """
     channel = Channel(in_fd, out_fd)
     try:
@@ -523,9 +526,10 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
         if isolation is not None:
             ready["isolation"] = isolation
         channel.send(ready)
-        # Warm up while the call's first step is still being generated: no code
-        # arrives before it, and a block that does waits in the pipe meanwhile.
-        warm_up()
+        if warm_after_ready:
+            # While the call's first step is still being generated: no code arrives
+            # before it, and a block that does waits in the pipe meanwhile.
+            warm_up()
         while True:
             message = channel.receive()
             if message is None or message["t"] == "shutdown":

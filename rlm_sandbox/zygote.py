@@ -6,11 +6,12 @@ scrubbed environment.  The zygote imports everything a sandbox needs
 runs model code.  It serves requests on a Unix SOCK_SEQPACKET socket, one
 msgpack message per packet:
 
-``spawn`` ``{"t", "memory_bytes", "cpu_seconds"}`` + four descriptors
+``spawn`` ``{"t", "memory_bytes", "cpu_seconds", "warm"?}`` + four descriptors
     (SCM_RIGHTS: frames in, frames out, context socket, stderr).  The zygote
     forks; the child becomes its own session, moves the descriptors to
     3, 4, 5 and 2, hardens itself (``isolation.py``), announces it with a
-    ``hardened`` frame and serves the REPL protocol.  Answer:
+    ``hardened`` frame and serves the REPL protocol.  With ``warm`` (a sandbox
+    for the warm pool) it warms up before ``hardened``, else after ``ready``.  Answer:
     ``{"t": "spawned", "pid"}`` (or ``{"t": "error", "error"}``).
 ``ping`` ``{"t"}``
     Answer ``{"t": "pong", "pid", "spare"}`` (sent once preloading is done).
@@ -145,7 +146,7 @@ def _handle(data: bytes, fds: list[int], children: set[int],
                 except OSError:  # it died (say its setup failed): fork one as usual
                     children.discard(taken.pid)
                     _kill_and_reap(taken.pid)
-            pid = _fork_child(fds, limits, control)
+            pid = _fork_child(fds, limits, control, warm=request.get("warm") is True)
             children.add(pid)
             return {"t": "spawned", "pid": pid}
         if kind == "ping":
@@ -182,16 +183,16 @@ def _reap(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _fork_child(fds: list[int], limits: Limits, control: socket.socket) -> int:
+def _fork_child(fds: list[int], limits: Limits, control: socket.socket, *, warm: bool) -> int:
     zygote = os.getpid()
     pid = os.fork()
     if pid == 0:
         control.detach()  # closed with every other descriptor in harden()
-        _child_main(fds, limits, zygote)
+        _child_main(fds, limits, zygote, warm)
     return pid
 
 
-def _child_main(fds: list[int], limits: Limits, zygote: int) -> NoReturn:
+def _child_main(fds: list[int], limits: Limits, zygote: int, warm: bool) -> NoReturn:
     def setup_and_serve() -> int:
         os.setsid()
         _install(fds)
@@ -200,7 +201,9 @@ def _child_main(fds: list[int], limits: Limits, zygote: int) -> NoReturn:
         os.dup2(devnull, 1)
         random.seed()  # the zygote's state is shared by every fork; each sandbox gets its own
         report = harden({0, 1, 2, 3, 4, 5}, limits, parent=zygote)
-        return serve(3, 4, 5, report, announce=True)
+        if warm:  # a pool's sandbox: nobody waits for it yet
+            warm_up()
+        return serve(3, 4, 5, report, announce=True, warm_after_ready=not warm)
 
     _exit_with(setup_and_serve)
 
@@ -252,6 +255,6 @@ def _spare_main(sock: socket.socket, zygote: int) -> NoReturn:
         _install(fds)
         report["rlimits"] = apply_limits(
             Limits(int(request["memory_bytes"]), int(request["cpu_seconds"])))
-        return serve(3, 4, 5, report, announce=True)
+        return serve(3, 4, 5, report, announce=True, warm_after_ready=False)  # warmed above
 
     _exit_with(harden_wait_and_serve)

@@ -230,7 +230,10 @@ class SandboxLauncher:
 
     # -- spawning ----------------------------------------------------------------
 
-    async def _spawn(self, nursery: trio.Nursery) -> Sandbox:
+    async def _spawn(self, nursery: trio.Nursery, *, pooled: bool = False) -> Sandbox:
+        """A hardened sandbox.  A pool's warms up before it is announced (nobody waits
+        for it yet); one a call waits for answers ``ready`` first and warms up while
+        the call's first step is generated."""
         if self._use_zygote and self._nursery is not None:
             await self._zygote_settled.wait()
         zygote = self._zygote
@@ -241,7 +244,8 @@ class SandboxLauncher:
         try:
             if zygote is not None and zygote.alive:
                 process: ChildProcess = await zygote.spawn(
-                    ends, memory_bytes=self._memory_bytes, cpu_seconds=DEFAULT_CPU_SECONDS)
+                    ends, memory_bytes=self._memory_bytes, cpu_seconds=DEFAULT_CPU_SECONDS,
+                    warm=pooled)
             else:
                 process = await spawn_direct(ends, self._memory_bytes)
         except OSError as exc:
@@ -285,7 +289,7 @@ class SandboxLauncher:
                     while self._opening:
                         self._none_opening = trio.Event()
                         await self._none_opening.wait()
-                    self._pool.append(await self._spawn(nursery))
+                    self._pool.append(await self._spawn(nursery, pooled=True))
                 self._pool_full.set()
                 self._pool_wanted = trio.Event()
                 await self._pool_wanted.wait()

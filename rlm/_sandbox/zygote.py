@@ -199,11 +199,14 @@ class Zygote:
         self._spare = spare if isinstance(spare, int) else None
         return self
 
-    async def spawn(self, ends: ChildEnds, *, memory_bytes: int, cpu_seconds: int) -> ZygoteChild:
-        """Fork a hardened sandbox on ``ends`` (the caller then closes the child ends)."""
+    async def spawn(self, ends: ChildEnds, *, memory_bytes: int, cpu_seconds: int,
+                    warm: bool = False) -> ZygoteChild:
+        """Fork a hardened sandbox on ``ends`` (the caller then closes the child ends).
+        ``warm``: it warms up before it reports hardened (a pool's), else after ready."""
         err_read, err_write = os.pipe()
         try:
-            request = {"t": "spawn", "memory_bytes": memory_bytes, "cpu_seconds": cpu_seconds}
+            request = {"t": "spawn", "memory_bytes": memory_bytes, "cpu_seconds": cpu_seconds,
+                       "warm": warm}
             answer = await self._exchange(request, [*ends.child, err_write])
         except BaseException:
             os.close(err_read)
