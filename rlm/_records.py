@@ -1,14 +1,16 @@
-"""Frozen dataclasses that cost next to nothing to define.
+"""Dataclasses that cost next to nothing to define.
 
 ``@dataclass(frozen=True)`` compiles an ``__init__``, ``__setattr__``,
 ``__delattr__``, ``__eq__``, ``__hash__`` and ``__repr__`` with ``exec`` for
-every class, at import: for the records a plain ``rlm run`` imports (events,
-settings, results) that was a sixth of its start-up, 0.3-1.5 ms a class on this
-machine.  :func:`frozen_record` makes the same class for its users (fields,
+every class, at import (a mutable one its ``__init__``, ``__eq__`` and
+``__repr__``): for the 55 records a plain ``rlm run`` imports (events,
+settings, results, the budget's, the call loop's) that was 43-45 ms of CPU on
+this loaded machine, about an eighth of the host's.  :func:`frozen_record`
+(and :func:`record`, mutable) makes the same class for its users (fields,
 defaults, ``field(default_factory=...)``, ``dataclasses.fields/replace/asdict``,
 keyword-only fields, ``__post_init__``, immutability, equality, hashing and
 ``repr`` by the dataclass rules), with each of those methods written once here
-and shared by every record class.  Type checkers see a frozen dataclass
+and shared by every record class.  Type checkers see a dataclass
 (``dataclass_transform``), so constructors and assignments are checked as
 before.  An instance is about as fast to create as a dataclass's.
 
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any, TypeVar, dataclass_transform, overload
 
-__all__ = ["frozen_record"]
+__all__ = ["frozen_record", "record"]
 
 _T = TypeVar("_T", bound=type)
 
@@ -134,6 +136,53 @@ _hash.__name__ = _hash.__qualname__ = "__hash__"
 _repr.__name__ = _repr.__qualname__ = "__repr__"
 
 
+def _make(cls: _T, *, frozen: bool, kw_only: bool, eq: bool, repr: bool) -> _T:
+    if "__slots__" in vars(cls):
+        raise TypeError(f"{cls.__qualname__}: a record cannot have __slots__")
+    # A frozen record is marked frozen for dataclasses (below), so that a frozen dataclass
+    # may subclass it and a mutable one may not, as with @dataclass(frozen=True); the
+    # dataclass under it is not (that would exec the frozen methods), so its record bases
+    # are unmarked while dataclasses processes it.
+    bases = [base for base in cls.__mro__[1:] if base in _SPECS] if frozen else []
+    for base in bases:
+        base.__dataclass_params__.frozen = False  # type: ignore[attr-defined]
+    # Without a docstring dataclasses writes one from inspect.signature(cls): 3-4 ms the
+    # first time in a process, and the signature it would see is object's.
+    undocumented = not vars(cls).get("__doc__")
+    if undocumented:
+        cls.__doc__ = cls.__name__
+    try:
+        dataclasses.dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
+    finally:
+        for base in bases:
+            base.__dataclass_params__.frozen = True  # type: ignore[attr-defined]
+    if undocumented:
+        names = ", ".join(f.name for f in dataclasses.fields(cls))
+        cls.__doc__ = f"{cls.__name__}({names})"
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    params.init, params.repr, params.eq, params.frozen = True, repr, eq, frozen
+    own = vars(cls)
+    if any(f._field_type is dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
+           for f in own["__dataclass_fields__"].values()):
+        raise TypeError(f"{cls.__qualname__}: a record cannot have InitVar fields")
+    explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
+    methods: dict[str, Any] = {"__init__": _init}
+    if frozen:
+        methods.update(__setattr__=_setattr, __delattr__=_delattr)
+    if eq:
+        methods["__eq__"] = _eq
+    if repr:
+        methods["__repr__"] = _repr
+    for name, method in methods.items():
+        if name not in own:
+            setattr(cls, name, method)
+    if eq and not explicit_hash:
+        # As dataclasses: a frozen record hashes by its fields, a mutable one is unhashable.
+        cls.__hash__ = _hash if frozen else None  # type: ignore[assignment]
+    _spec(cls)  # a misdeclared class fails here, not at its first instance
+    return cls
+
+
 @overload
 def frozen_record(cls: _T, /) -> _T: ...
 
@@ -156,40 +205,28 @@ def frozen_record(
     """
 
     def make(cls: _T) -> _T:
-        if "__slots__" in vars(cls):
-            raise TypeError(f"{cls.__qualname__}: a frozen_record cannot have __slots__")
-        # A record is marked frozen for dataclasses (below), so that a frozen dataclass may
-        # subclass it and a mutable one may not, as with @dataclass(frozen=True); the
-        # dataclass under it is not (that would exec the frozen methods), so its record
-        # bases are unmarked while dataclasses processes it.
-        bases = [base for base in cls.__mro__[1:] if base in _SPECS]
-        for base in bases:
-            base.__dataclass_params__.frozen = False  # type: ignore[attr-defined]
-        try:
-            dataclasses.dataclass(init=False, repr=False, eq=False, kw_only=kw_only)(cls)
-        finally:
-            for base in bases:
-                base.__dataclass_params__.frozen = True  # type: ignore[attr-defined]
-        params = cls.__dataclass_params__  # type: ignore[attr-defined]
-        params.init = params.repr = params.eq = params.frozen = True
-        own = vars(cls)
-        if any(f._field_type is dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
-               for f in own["__dataclass_fields__"].values()):
-            raise TypeError(f"{cls.__qualname__}: a frozen_record cannot have InitVar fields")
-        explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
-        methods: dict[str, Any] = {
-            "__init__": _init, "__setattr__": _setattr, "__delattr__": _delattr,
-        }
-        if eq:
-            methods["__eq__"] = _eq
-        if repr:
-            methods["__repr__"] = _repr
-        for name, method in methods.items():
-            if name not in own:
-                setattr(cls, name, method)
-        if eq and not explicit_hash:
-            cls.__hash__ = _hash  # type: ignore[assignment]
-        _spec(cls)  # a misdeclared class fails here, not at its first instance
-        return cls
+        return _make(cls, frozen=True, kw_only=kw_only, eq=eq, repr=repr)
+
+    return make if cls is None else make(cls)
+
+
+@overload
+def record(cls: _T, /) -> _T: ...
+
+
+@overload
+def record(
+    *, kw_only: bool = False, eq: bool = True, repr: bool = True
+) -> Callable[[_T], _T]: ...
+
+
+@dataclass_transform(field_specifiers=(field,))
+def record(
+    cls: _T | None = None, /, *, kw_only: bool = False, eq: bool = True, repr: bool = True
+) -> Any:
+    """``@dataclass(kw_only=..., eq=..., repr=...)``, mutable, without ``exec`` (see above)."""
+
+    def make(cls: _T) -> _T:
+        return _make(cls, frozen=False, kw_only=kw_only, eq=eq, repr=repr)
 
     return make if cls is None else make(cls)

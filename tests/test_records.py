@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rlm._records import frozen_record
+from rlm._records import frozen_record, record
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,44 @@ def test_without_eq_and_repr_records_are_compared_by_identity() -> None:
     assert repr(first).startswith("<")
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.amount = 2  # type: ignore[misc]
+
+
+def test_an_undocumented_record_is_documented_by_its_fields() -> None:
+    @frozen_record(eq=False, repr=False)
+    class Statistics:
+        total: int
+        waiting: int = 0
+
+    assert Statistics.__doc__ == "Statistics(total, waiting)"
+
+
+def test_a_mutable_record_is_the_mutable_dataclass() -> None:
+    @dataclass
+    class PlainTally:
+        name: str
+        hits: list[int] = field(default_factory=list)
+
+    @record
+    class Tally:
+        name: str
+        hits: list[int] = field(default_factory=list)
+
+    tally = Tally("a")
+    tally.name = "b"  # mutable
+    tally.hits.append(1)
+    assert vars(tally) == vars(PlainTally("b", [1]))
+    assert repr(tally).endswith(".Tally(name='b', hits=[1])")
+    assert tally == Tally("b", [1]) and tally != Tally("c")
+    assert Tally.__hash__ is None  # eq without frozen: unhashable, as the dataclass
+    with pytest.raises(TypeError):
+        hash(tally)
+    with pytest.raises(TypeError, match="missing 1 required argument: 'name'"):
+        Tally()  # type: ignore[call-arg]
+
+
+def test_a_mutable_record_cannot_subclass_a_frozen_one() -> None:
+    with pytest.raises(TypeError, match="non-frozen"):
+
+        @record
+        class Mutable(Record):
+            extra: int = 0

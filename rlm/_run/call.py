@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -31,7 +31,7 @@ import trio
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepCompleted
-from rlm._records import frozen_record
+from rlm._records import frozen_record, record
 from rlm._run.context import Context, context_chars, describe_context
 from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
@@ -90,7 +90,7 @@ class CallParts:
     answer_schema: JsonSchema | None = None
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class SessionCarry:
     """What a session's root call keeps from one query to the next.
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import trio
 
 from rlm._events import EventBus, SandboxExited, SandboxStarted
-from rlm._records import frozen_record
+from rlm._records import frozen_record, record
 from rlm._sandbox.isolation import HOST_LAYERS, active_layers
 from rlm._spelling import setting
 from rlm.errors import ExecutionTimeout, SandboxCrashed
@@ -99,7 +98,7 @@ class ChildProcess(Protocol):
         """Reap the child (after ``kill``); the caller shields and bounds this."""
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class HostEnds:
     """The host's ends of a sandbox's channels."""
 

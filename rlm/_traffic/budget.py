@@ -23,10 +23,10 @@ Guarantees
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
-from rlm._records import frozen_record
+from rlm._records import frozen_record, record
 from rlm._spelling import setting
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.usage import Usage, estimate_io, prefix_tokens
@@ -77,7 +77,7 @@ class Ticket:
     cost: float
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class UsageBreakdown:
     """Usage of one model, lane or depth."""
 
@@ -97,7 +97,7 @@ class UsageBreakdown:
         }
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _Totals:
     calls: int = 0
     input_tokens: int = 0
@@ -105,7 +105,7 @@ class _Totals:
     cost: float = 0.0
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Budget:
     """The shared ledger.  All methods are synchronous and so atomic under trio."""
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from rlm._records import record
 
 __all__ = ["LaneMetrics", "TrafficMetrics"]
 
 
 # No generated __eq__/__repr__: nothing compares or prints these, and each generated
 # method is compiled at import, on every start.
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class LaneMetrics:
     """Counters for one lane.  Latencies are per attempt; waits are per attempt."""
 

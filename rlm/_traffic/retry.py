@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from rlm._records import record
 from rlm.errors import ProviderError, ProviderStatusError, RateLimitError
 
 __all__ = ["RetryPolicy", "is_overload"]
@@ -23,7 +24,7 @@ def is_overload(exc: ProviderError) -> bool:
     )
 
 
-@dataclass
+@record
 class RetryPolicy:
     """Exponential backoff with equal jitter, capped; ``Retry-After`` wins when given.
 
