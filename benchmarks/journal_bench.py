@@ -23,6 +23,7 @@ thread has a core of its own.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -53,8 +54,8 @@ def _config() -> RunConfig:
 
 
 #: tasks per wall second, tasks per CPU second (all threads), and per task: the event
-#: loop's thread CPU and its idle time (seconds)
-Rates = tuple[float, float, float, float]
+#: loop's thread CPU, its idle time, and the other threads' CPU (the journal's) (seconds)
+Rates = tuple[float, float, float, float, float]
 
 
 class _Idle(trio.abc.Instrument):
@@ -82,11 +83,13 @@ class _Meter:
 
     def rates(self) -> Rates:
         n = self.n
+        cpu, loop = time.process_time() - self.cpu, time.thread_time() - self.loop
         return (
             n / (time.perf_counter() - self.wall),
-            n / (time.process_time() - self.cpu),
-            (time.thread_time() - self.loop) / n,
+            n / cpu,
+            loop / n,
             self.idle.idle / n,
+            (cpu - loop) / n,
         )
 
 
@@ -126,6 +129,7 @@ def main() -> None:
     parser.add_argument("--postgresql", metavar="URL", help="also measure a PostgreSQL journal")
     args = parser.parse_args()
     rates: dict[str, list[Rates]] = {"memory": [], "sqlite": [], "postgresql": []}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for round_no in range(args.rounds):
             rates["memory"].append(trio.run(_plain, args.tasks))
@@ -135,7 +139,11 @@ def main() -> None:
                 rates["postgresql"].append(trio.run(_journaled, args.tasks, args.postgresql))
     wall = max(r[0] for r in rates["memory"])
     cpu = max(r[1] for r in rates["memory"])
-    print(f"{args.tasks:,} zero-latency tasks, C=32, best of {args.rounds} interleaved rounds")
+    load_after = os.getloadavg()[0]
+    print(
+        f"{args.tasks:,} zero-latency tasks, C=32, best of {args.rounds} interleaved rounds"
+        f" (load average {load_before:.1f} before, {load_after:.1f} after, {os.cpu_count()} CPUs)"
+    )
     print("  (best of: other load only ever slows a round down; per CPU second counts")
     print("   every thread's CPU time, steadier than wall time on a shared machine)")
     for name, values in rates.items():
@@ -148,16 +156,18 @@ def main() -> None:
         )
         print(f"  {name:<10} {w:8,.0f} tasks/s wall {c:8,.0f} tasks/CPU-s{note}")
     path = statistics.median(r[2] + r[3] for r in rates["memory"])
-    print("event loop per task, medians: its thread's CPU + its idle wait = its critical path")
+    print("event loop per task, medians: its thread's CPU + its idle wait = its critical path;")
+    print("  and the other threads' CPU per task (the journal's store thread)")
     for name, values in rates.items():
         if not values:
             continue
         loop = statistics.median(r[2] for r in values)
         idle = statistics.median(r[3] for r in values)
+        other = statistics.median(r[4] for r in values)
         note = "" if name == "memory" else f"  journal cost {1 - path / (loop + idle):+.1%}"
         print(
             f"  {name:<10} {loop * 1e6:6.0f} us CPU + {idle * 1e6:4.0f} us idle"
-            f" = {(loop + idle) * 1e6:6.0f} us{note}"
+            f" = {(loop + idle) * 1e6:6.0f} us{note}; other threads {other * 1e6:4.0f} us CPU"
         )
 
 

@@ -183,6 +183,32 @@ def test_dead_local_claims_are_recovered_at_once(store: JournalStore) -> None:
     assert store.recover_dead_local("v1", alive=lambda pid: True) == []
 
 
+
+def test_join_registers_and_reopens_orphans_and_leave_gives_back_and_retires(
+    store: JournalStore, clock: FakeClock
+) -> None:
+    """A worker's start and end are one transaction each, with the same effects as the
+    calls they stand for."""
+    dead = Owner.here("dead")
+    store.create_volley("v1", {}, _tasks(5))
+    store.claim("v1", dead, 2)  # a process of this host that is gone: reopened at once
+    store.claim("v1", A, 1)  # another host's, silent for 90 s: stale
+    clock.now += 90
+    store.claim("v1", B, 1)  # another host's, fresh: kept
+    joined = store.join("v1", Owner.here("new"), lambda pid: False, 60)
+    assert sorted((r.index, r.reason.startswith("its worker")) for r in joined) == [
+        (1, True), (2, True), (3, False)
+    ]
+    assert store.volley("v1").counts == {"open": 4, "in_progress": 1, "done": 0, "failed": 0}
+    assert store.join("v1", B, lambda pid: True, 60) == []
+    assert store.live_workers("v1", 60) == 2
+    assert store.leave("v1", B, [4, 5], Spend(0.25, 2, 3, 4)) == 1  # 5 was never B's
+    assert store.live_workers("v1", 60) == 1  # B retired
+    assert store.volley("v1").counts["open"] == 5
+    assert store.spent("v1") == Spend(0.25, 2, 3, 4)
+    assert [kind for _, kind, *_ in store.log()] == ["stale_recovery"] * 3
+
+
 def test_reopen_failed_and_list(store: JournalStore, clock: FakeClock) -> None:
     store.create_volley("v1", {"model": "m"}, _tasks(3))
     clock.now += 1

@@ -55,8 +55,8 @@ _MAX_CLAIM = 4096
 
 
 def _decaying_max(last: float, seen: float) -> float:
-    """The larger of ``seen`` and half of ``last``: a duration's recent high."""
-    return max(last / 2, seen)
+    """The larger of ``seen`` and three quarters of ``last``: a duration's recent high."""
+    return max(last * 0.75, seen)
 
 
 def pid_alive(pid: int) -> bool:
@@ -83,6 +83,7 @@ class JournalWorker:
         spent: Callable[[], Spend] | None = None,
         on_recovered: Callable[[Recovered], None] | None = None,
         on_workers: Callable[[int], None] | None = None,
+        group_interval: float = 0.1,
     ) -> None:
         self.store = store
         self.volley_id = volley_id
@@ -115,6 +116,9 @@ class JournalWorker:
         self._rows: list[VerdictRow] = []
         self._waiting: list[tuple[TaskResult, Callable[[TaskResult], None]]] = []
         self._queued = trio.Event()  # set when _rows gets its first row
+        self._all_in = trio.Event()  # set when every task held has its verdict queued
+        self._group_s = group_interval
+        self._group_since = -float("inf")  # when the last group commit started
         self._committer = False  # running() has started the committer
 
     def follow_spend(self, spent: Callable[[], Spend]) -> None:
@@ -176,10 +180,10 @@ class JournalWorker:
     async def _claim_next(self) -> list[VolleyTask]:
         """Claim the next batch, sized to the pace tasks are taken at.
 
-        A fast volley takes more tasks per claim (enough for about four claims'
+        A fast volley takes more tasks per claim (enough for about six claims'
         time, up to ``_MAX_CLAIM``), so claims stay rare and the next one starts
         (in the background: the low-water mark) while the buffer still holds
-        about two claims' time of tasks.  A claim's time counts the group commit
+        about three claims' time of tasks.  A claim's time counts the group commit
         it may queue behind (one store connection runs one transaction at a
         time): measured alone, a claim that waits for a commit comes back after
         the buffer ran dry, and the volley stops for it.  A slow one's pace keeps
@@ -190,7 +194,7 @@ class JournalWorker:
         elapsed = started - (self._paced_since or started)
         pace = (self._taken - self._paced_from) / elapsed if elapsed > 0 else 0.0
         self._paced_since, self._paced_from = started, self._taken
-        size = max(self._batch, min(_MAX_CLAIM, int(pace * 4 * (self._claim_s + self._commit_s))))
+        size = max(self._batch, min(_MAX_CLAIM, int(pace * 6 * (self._claim_s + self._commit_s))))
         tasks: list[VolleyTask]
         if self._known:
             indices = await self._run_sync(
@@ -205,7 +209,7 @@ class JournalWorker:
             tasks = [VolleyTask.from_dict(spec) for spec in specs]
         self._claim_s = _decaying_max(self._claim_s, trio.current_time() - started)
         # Never below half the batch just claimed: it would be claimed after at once.
-        self._low_water = min(pace * 2 * (self._claim_s + self._commit_s), size / 2)
+        self._low_water = min(pace * 3 * (self._claim_s + self._commit_s), size / 2)
         return tasks
 
     def _task(self, index: int) -> VolleyTask:
@@ -274,6 +278,8 @@ class JournalWorker:
         self._waiting.append((result, kept))
         if len(self._rows) == 1:
             self._queued.set()
+        if len(self._waiting) >= len(self._held):
+            self._all_in.set()
 
     async def accept(self, result: TaskResult) -> None:
         """:meth:`keep` ``result`` and return once its verdict is committed.
@@ -288,9 +294,15 @@ class JournalWorker:
         await committed.wait()
 
     async def _commit_loop(self) -> None:
-        """Commit whatever is queued, one group at a time, as soon as the last commit ends."""
+        """Commit whatever is queued, one group at a time, one transaction at a time."""
         while True:
             await self._queued.wait()
+            # Let the group grow: a commit costs SQLite nearly as much for a few verdicts
+            # as for hundreds (each group rewrites the pages its rows share, and fsyncs),
+            # so a fast volley commits every ``group_interval`` at most; no later once
+            # every task this worker holds has its verdict queued (nothing else is coming).
+            with trio.move_on_at(self._group_since + self._group_s):
+                await self._all_in.wait()
             await self._commit_queued()
 
     async def _commit_queued(self, *, tell: bool = True) -> None:
@@ -301,6 +313,8 @@ class JournalWorker:
             if not rows:
                 return
             self._rows, self._waiting, self._queued = [], [], trio.Event()
+            self._all_in = trio.Event()
+            self._group_since = trio.current_time()
             spend = self._spend_delta([result for result, _ in waiting])
             started = trio.current_time()
             await self._run_sync(self.store.finish_rows, self.volley_id, rows, spend)
@@ -310,6 +324,8 @@ class JournalWorker:
             self.accepted += 1
             if tell:
                 kept(result)
+        if self._waiting and len(self._waiting) >= len(self._held):
+            self._all_in.set()  # what was queued meanwhile is all there is
 
     def _spend_delta(self, results: Sequence[TaskResult] = ()) -> Spend:
         """What the volley spent since the last record: the ledger's growth when it is
