@@ -8,11 +8,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import trio
 
+from rlm import RLM
 from rlm._events import EventBus, LLMCached
+from rlm._run.bridge import Bridge
+from rlm._run.call import Call
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
@@ -123,3 +128,44 @@ async def test_group_commit_reports_a_failed_commit_to_every_writer(
         for i in range(5):
             nursery.start_soon(write, i)
     assert failures == ["disk full"] * 5
+
+
+def _bridge(gate: Gate) -> Bridge:
+    return Bridge(
+        config=RLM(provider="fixture").config,
+        events=gate._events,
+        gate=gate,
+        budget=gate.ledger,
+        abort=lambda exc: None,
+        deadline=lambda: float("inf"),
+    )
+
+
+_ASKER = cast(Call, SimpleNamespace(call_id="root", parent_id=None, depth=0, iteration=1))
+
+
+def _batch(prompts: list[str]) -> dict[str, Any]:
+    return {"fn": "llm_query_batched", "prompts": prompts, "contexts": None}
+
+
+async def test_a_batch_is_checked_against_what_it_sends_not_what_the_cache_answers(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    provider = fake_provider(latency=1.0)
+    prompts = [f"q{i}" for i in range(16)]
+    filled = await _bridge(_gate(store, provider, "read-write", calls=20)).serve(
+        _ASKER, _batch(prompts)
+    )
+    assert filled["ok"] and len(provider.times) == 16
+    # --max-llm-calls 1: the 16 cached answers cost nothing, one new item may still be sent.
+    replay = _gate(store, provider, "read-write", calls=1)
+    answer = await _bridge(replay).serve(_ASKER, _batch(prompts))
+    assert answer["ok"] and answer["value"] == ["ok"] * 16
+    assert replay.cached_calls == 16 and len(provider.times) == 16
+    answer = await _bridge(replay).serve(_ASKER, _batch([*prompts, "new"]))
+    assert answer["ok"] and len(provider.times) == 17
+    # Two uncached items over the one call left: the batch is refused whole, nothing sent.
+    spent = _gate(store, provider, "read-write", calls=1)
+    refused = await _bridge(spent).serve(_ASKER, _batch([*prompts, "a", "b"]))
+    assert not refused["ok"] and refused["kind"] == "budget"
+    assert len(provider.times) == 17 and spent.cached_calls == 0

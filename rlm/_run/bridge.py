@@ -19,6 +19,7 @@ its own limits (:mod:`rlm._run.tools`); its failure comes back as ToolError.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -124,9 +125,10 @@ class Bridge:
         results: list[str] | None = None
         sent = False
         try:
-            self._check_call_limit(len(items))
-            self._budget.check_batch(len(items))
-            self._items_sent += len(items)
+            sending = await self._to_send(call, items, schema, children=mode == "child-call")
+            self._check_call_limit(sending)
+            self._budget.check_batch(sending)
+            self._items_sent += sending
             sent = True
             if schema is not None:
                 structured = await self._fan_out(
@@ -179,6 +181,46 @@ class Bridge:
         assert results is not None
         value: str | list[str] = results[0] if fn == "llm_query" else results
         return {"ok": True, "value": value, "error": "", "kind": ""}
+
+    async def _to_send(
+        self,
+        call: Call,
+        items: list[tuple[str, str | None]],
+        schema: JsonSchema | None,
+        *,
+        children: bool,
+    ) -> int:
+        """The requests a batch will send, for the call limits to check before any is sent.
+
+        Answers from the response cache never count against them, so with a cache and a
+        call limit the sub-queries are looked up first.  A child call's steps cannot be
+        known before it runs: each counts as one request.
+        """
+        limited = self._call_limit is not None or self._budget.calls_left() is not None
+        if children or not limited or self._gate.cache is None:
+            return len(items)
+        sending = 0
+        for prompt, context in items:
+            request = self._sub_request(call, prompt, context, schema)
+            sending += not await self._gate.is_cached(request)
+        return sending
+
+    def _sub_request(
+        self, call: Call, prompt: str, context: str | None, schema: JsonSchema | None
+    ) -> CompletionRequest:
+        """The request a sub-query item asks first (a structured one may add a repair)."""
+        content = prompt if context is None else f"{prompt}\n\n{context}"
+        return CompletionRequest(
+            messages=[{"role": "user", "content": content}],
+            model=self._config.effective_sub_model,
+            lane="sub",
+            max_tokens=self._config.max_tokens,
+            call_id=call.call_id,
+            depth=call.depth + 1,
+            # Streamed text of a plain sub-query is attributed to the asker, as its child.
+            parent_id=call.call_id if schema is None else None,
+            response_schema=schema,
+        )
 
     def _check_call_limit(self, items: int) -> None:
         limit = self._call_limit
@@ -236,18 +278,7 @@ class Bridge:
         try:
             if call.depth + 1 < config.max_depth:
                 return await _run_child(call, prompt, prompt if context is None else context)
-            content = prompt if context is None else f"{prompt}\n\n{context}"
-            completion = await self._gate.complete(
-                CompletionRequest(
-                    messages=[{"role": "user", "content": content}],
-                    model=config.effective_sub_model,
-                    lane="sub",
-                    max_tokens=config.max_tokens,
-                    call_id=call.call_id,
-                    depth=call.depth + 1,
-                    parent_id=call.call_id,  # streamed text: a sub-query is the asker's child
-                )
-            )
+            completion = await self._gate.complete(self._sub_request(call, prompt, context, None))
             return completion.text
         except BudgetExceeded:
             raise  # the sandbox raises it in model code
@@ -261,21 +292,13 @@ class Bridge:
     ) -> dict[str, object]:
         """One structured answer: ``{"value": data}``, or ``{"error": why}`` once a repair
         request did not fix it either."""
-        content = prompt if context is None else f"{prompt}\n\n{context}"
-        messages: list[Message] = [{"role": "user", "content": content}]
+        first = self._sub_request(call, prompt, context, schema)
+        messages: list[Message] = first.messages
         problem = ""
         for attempt in range(2):
             try:
                 completion = await self._gate.complete(
-                    CompletionRequest(
-                        messages=messages,
-                        model=self._config.effective_sub_model,
-                        lane="sub",
-                        max_tokens=self._config.max_tokens,
-                        call_id=call.call_id,
-                        depth=call.depth + 1,
-                        response_schema=schema,
-                    )
+                    dataclasses.replace(first, messages=messages)
                 )
             except BudgetExceeded:
                 raise

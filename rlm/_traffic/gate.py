@@ -157,6 +157,12 @@ class Gate:
         await self.cache.put(provider, request, completion)
         return completion
 
+    async def is_cached(self, request: CompletionRequest) -> bool:
+        """Whether :meth:`complete` would answer ``request`` from the cache, sending nothing."""
+        if self.cache is None:
+            return False
+        return await self.cache.get(self._providers[request.lane], request) is not None
+
     async def _send(
         self,
         provider: Provider,
