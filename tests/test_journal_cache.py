@@ -80,6 +80,10 @@ def test_the_digest_covers_what_decides_the_answer() -> None:
     base = CompletionRequest(messages=[{"role": "user", "content": "q"}], model="m")
     same = dataclasses.replace(base, lane="root", call_id="root.3", depth=2)
     assert request_digest("openai", base) == request_digest("openai", same)
+    # Attribution only: a sub-query's parent is the asking call, so keeping it would tie
+    # each entry to one place in the call tree and to how call ids were numbered.
+    labelled = dataclasses.replace(base, parent_id="root.2", task=7, task_title="t7")
+    assert request_digest("openai", base) == request_digest("openai", labelled)
     for other in (
         dataclasses.replace(base, model="m2"),
         dataclasses.replace(base, max_tokens=5),

@@ -3,8 +3,10 @@
 The digest covers what decides the answer: the provider (its name and
 endpoint), the model, the messages and every sampling parameter of the
 request.  It leaves out what only schedules or labels a request (lane, call
-id, depth, prompt-cache hints), so the same question asked from another place
-in the call tree is the same entry.  ``rlm run --cache PATH`` and a volley's
+id, depth, the parent call and volley task that streamed text is attributed
+to, prompt-cache hints), so the same question asked from another place in the
+call tree is the same entry, and a replay never depends on how call ids were
+numbered.  ``rlm run --cache PATH`` and a volley's
 journal use it; the gate consults it in one place, before the provider.
 
 Modes: ``read-write`` answers from the cache and stores new answers;
@@ -31,8 +33,11 @@ __all__ = ["CacheMode", "ResponseCache", "open_cache_store", "parse_cache_mode",
 
 CacheMode = Literal["read-write", "read-only", "refresh"]
 
-#: CompletionRequest fields that never change the answer.
-_NOT_IN_DIGEST = frozenset({"lane", "call_id", "depth", "cache_prefix"})
+#: CompletionRequest fields that never change the answer (never sent to the provider,
+#: or, for ``cache_prefix``, only a hint where the provider may cache the prompt).
+_NOT_IN_DIGEST = frozenset(
+    {"lane", "call_id", "depth", "parent_id", "task", "task_title", "cache_prefix"}
+)
 
 
 def parse_cache_mode(value: str) -> CacheMode:
