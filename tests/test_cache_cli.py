@@ -95,3 +95,10 @@ def test_a_cache_that_cannot_be_opened_is_named_by_its_flag(tmp_path: Path) -> N
                           "--context-file", "-", "-q", stdin="some text")
     assert done.returncode == 1
     assert done.stderr.startswith(f"Error: --cache {tmp_path} is a directory")
+
+
+def test_an_empty_cache_path_says_it_is_empty(tmp_path: Path) -> None:
+    done = rlm_in_process("run", QUESTION, "--provider", "fixture", "--cache", "",
+                          "--context-file", "-", "-q", stdin="some text")
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: --cache is empty: give a journal file path")

@@ -69,6 +69,14 @@ def test_commands_that_read_a_journal_never_create_one(tmp_path: Path) -> None:
         assert not missing.exists()
 
 
+def test_an_empty_journal_path_says_it_is_empty(tmp_path: Path) -> None:
+    # Path("") is the working directory: "--journal . is a directory" named neither.
+    for args in (["volley", "list"], ["volley", "create", "a", "--provider", "fixture"]):
+        done = rlm_in_process(*args, "--journal", "")
+        assert done.returncode == 2, args
+        assert done.stderr.startswith("Error: --journal is empty: give a journal file path")
+
+
 def test_a_stale_timeout_too_short_for_heartbeats_is_refused(tmp_path: Path) -> None:
     journal = tmp_path / "j.sqlite3"
     volley_id = _create(journal, "a", "--provider", "fixture")

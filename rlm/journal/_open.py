@@ -13,7 +13,7 @@ from pathlib import Path
 
 import platformdirs
 
-from rlm.errors import JournalError
+from rlm.errors import JournalError, UsageError
 from rlm.journal._backends import Backend, PostgresBackend, SQLiteBackend
 from rlm.journal.store import JournalStore
 
@@ -46,6 +46,11 @@ def open_store(spec: str | None = None, *, clock: Callable[[], float] = time.tim
                     "give --journal PATH"
                 ) from exc
         else:
+            if not spec.strip():  # Path("") is the working directory: not what was meant
+                raise UsageError(
+                    "--journal is empty: give a journal file path (e.g. volleys.sqlite3) or a "
+                    f"postgresql:// URL, or leave --journal out to use {default_journal_path()}"
+                )
             if "://" in spec:
                 raise JournalError(
                     f"--journal {spec!r}: only postgresql:// URLs and file paths are journals"

@@ -54,6 +54,11 @@ def open_cache_store(path: str, mode: CacheMode) -> JournalStore:
     either: a mistyped path would otherwise replay nothing and send (and pay
     for) every request.  Errors name the cache's own setting.
     """
+    if not path.strip():
+        raise UsageError(
+            f"{setting('cache_path')} is empty: give a journal file path (e.g. cache.sqlite3) "
+            f"or a postgresql:// URL, or leave {setting('cache_path')} out to run without a cache"
+        )
     if mode == "read-only" and not is_postgres(path) and not Path(path).expanduser().exists():
         raise UsageError(
             f"{setting('cache_path', path)}: no such cache; {setting('cache_mode', mode)} "
