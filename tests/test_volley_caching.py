@@ -104,3 +104,29 @@ async def test_max_cost_holds_when_every_request_writes_the_prompt_cache(
     assert result.status == "budget_exceeded"
     assert result.summary.total_cost is not None
     assert 0 < result.summary.total_cost <= limit
+
+
+def test_the_estimate_prices_cache_writes_at_the_rate_the_budget_reserves() -> None:
+    # The budget reserves a cache-writing request's prefix at the write rate (1.25 x input
+    # on Anthropic); an estimate at the plain input rate promised less than it would cost.
+    from rlm import RLM
+    from rlm.providers.open import bills_cache_writes
+    from rlm.volley.estimate import estimate
+
+    config = RLM(provider="anthropic", model="claude-sonnet-4", max_tokens=10).config
+    assert bills_cache_writes(config)
+    assert not bills_cache_writes(RLM(provider="fixture").config)
+    layout = RequestLayout([BIG], model="claude-sonnet-4", max_tokens=10)
+    tasks = [VolleyTask(i, f"task {i}") for i in range(1, 5)]
+    prices = PriceTable.default()
+    price = prices.lookup("claude-sonnet-4")
+    assert price is not None and layout.cacheable
+    prefix = layout.prefix_chars // 4
+    for warm, writers in ((True, 1), (False, 4)):  # warmed: only the first task writes
+        est = estimate(tasks, layout, config, prices, cache_warm=warm, bills_cache_writes=True)
+        plain = estimate(tasks, layout, config, prices, cache_warm=warm)
+        assert est.written_tokens == writers * prefix and plain.written_tokens == 0
+        assert est.cost is not None and plain.cost is not None
+        extra = writers * prefix * (1.25 - 1) * price.input
+        assert abs(est.cost - plain.cost - extra) < 1e-12
+        assert f"{writers * prefix:,} at the cache-write rate" in est.lines()[1]

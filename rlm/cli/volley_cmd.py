@@ -43,6 +43,7 @@ from rlm.history.record import volley_summary
 from rlm.journal import Spend
 from rlm.journal.volleys import StoredVolley, reopen_failed, run_config
 from rlm.providers.fixture import FixtureOptions
+from rlm.providers.open import bills_cache_writes
 from rlm.streaming import StreamMerger, drain
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.estimate import estimate
@@ -367,7 +368,8 @@ def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
     latency = fixture.sub_latency if config.provider == "fixture" else 2.0
     warm = options.cache_warm and options.mode == "completion"
     est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
-                   rlm=options.mode == "rlm", latency=latency)
+                   rlm=options.mode == "rlm", latency=latency,
+                   bills_cache_writes=bills_cache_writes(config))
     if only:
         click.echo("\n".join(est.lines()))
         return False

@@ -9,7 +9,17 @@ from rlm._config import RunConfig
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureOptions
 
-__all__ = ["open_providers"]
+__all__ = ["bills_cache_writes", "open_providers"]
+
+
+def bills_cache_writes(config: RunConfig) -> bool:
+    """Whether ``config``'s provider bills writing a prompt-cache prefix above the input
+    rate (Anthropic), as the gate's budget reserves it: what a volley estimate prices."""
+    if config.provider != "anthropic":
+        return False
+    from rlm.providers.anthropic import AnthropicProvider  # only when it is the provider
+
+    return AnthropicProvider.bills_cache_writes
 
 
 @asynccontextmanager
