@@ -145,6 +145,7 @@ class _CountingGate:
         self.alive = 0
         self.peak = 0
         self.sent = 0
+        self.cache = None  # no response cache: every item is sent
 
     async def complete(self, request: CompletionRequest) -> Completion:
         self.alive += 1
