@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.journal import open_store
+from rlm.journal import Owner, open_store
 from tests.helpers import pid_alive, rlm_in_process
 
 
@@ -75,6 +76,35 @@ def test_an_empty_journal_path_says_it_is_empty(tmp_path: Path) -> None:
         done = rlm_in_process(*args, "--journal", "")
         assert done.returncode == 2, args
         assert done.stderr.startswith("Error: --journal is empty: give a journal file path")
+
+
+def test_show_says_running_while_a_live_worker_holds_a_task(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "c", "--provider", "fixture")
+
+    def status() -> str:
+        done = rlm_in_process("volley", "show", volley_id, "--journal", str(journal),
+                              "--output-format", "json")
+        assert done.returncode == 0, done.stderr
+        return str(json.loads(done.stdout)["status"])
+
+    here = socket.gethostname()
+    # Held an hour ago (past the stale timeout), and by a process of this host that is gone.
+    old = open_store(str(journal), clock=lambda: time.time() - 3600)
+    try:
+        old.claim(volley_id, Owner(here, os.getpid(), "stale"))
+    finally:
+        old.close()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    store = open_store(str(journal))
+    try:
+        store.claim(volley_id, Owner(here, int(gone.stdout), "dead"))
+        assert status() == "interrupted"
+        store.claim(volley_id, Owner(here, os.getpid(), "live"))  # this process: alive
+        assert status() == "running"
+    finally:
+        store.close()
 
 
 def test_a_stale_timeout_too_short_for_heartbeats_is_refused(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import json
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import closing
@@ -37,7 +38,14 @@ from rlm.cli._profile_option import current_profile
 from rlm.cli._progress import stderr_console
 from rlm.cli._stale_lines import recovery_lines
 from rlm.errors import JournalError, RLMError, UsageError
-from rlm.journal import JournalStore, Recovered, Spend, default_journal_path, open_store
+from rlm.journal import (
+    JournalStore,
+    Recovered,
+    Spend,
+    TaskRow,
+    default_journal_path,
+    open_store,
+)
 from rlm.journal.volleys import (
     StoredVolley,
     load_volley,
@@ -46,7 +54,7 @@ from rlm.journal.volleys import (
     stored_fixture,
     stored_settings,
 )
-from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker
+from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker, pid_alive
 from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.events import StaleRecovery, task_call_id
@@ -61,6 +69,7 @@ __all__ = [
     "api_key_for",
     "config_provider",
     "explicit",
+    "held_by_live_worker",
     "journal_option",
     "list_cmd",
     "open_journal",
@@ -258,7 +267,7 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
         tasks.append(done)
     status: VolleyStatus
     if row.counts["open"] or row.counts["in_progress"]:
-        status = "interrupted"
+        status = "running" if held_by_live_worker(store, rows) else "interrupted"
     else:
         status = "failed" if row.counts["failed"] else "succeeded"
     started = [t.started_at for t in rows if t.started_at is not None]
@@ -278,6 +287,26 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
         rate_limited=0,
     )
     return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks))
+
+
+def held_by_live_worker(
+    store: JournalStore, rows: Sequence[TaskRow], alive: Callable[[int], bool] = pid_alive
+) -> bool:
+    """Whether a live worker (in any process) holds a task of the volley: a claim whose
+    heartbeat is younger than the default stale timeout, and whose process, when it is on
+    this host, exists.  (The workers table cannot say "none": ``live_workers`` counts at
+    least one.)"""
+    since = store.now() - DEFAULT_STALE_TIMEOUT
+    here = socket.gethostname()
+    for task in rows:
+        if task.status != "in_progress" or task.heartbeat_at is None:
+            continue
+        owner = task.claimed_by
+        if task.heartbeat_at >= since and not (
+            owner is not None and owner.host == here and not alive(owner.pid)
+        ):
+            return True
+    return False
 
 
 def with_other_workers(store: JournalStore, result: VolleyResult) -> VolleyResult:

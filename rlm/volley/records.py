@@ -34,6 +34,7 @@ VolleyStatus = Literal[
     "budget_exceeded",  # a budget flag (or the account's credit) stopped it
     "credentials_refused",  # 401/403: nothing more was sent
     "interrupted",  # Ctrl-C / SIGTERM / interrupt()
+    "running",  # not ended: `rlm volley show` of a volley a live worker holds tasks of
 ]
 
 EXIT_CODES: dict[VolleyStatus, int] = {
@@ -42,6 +43,7 @@ EXIT_CODES: dict[VolleyStatus, int] = {
     "budget_exceeded": 3,
     "credentials_refused": 4,
     "interrupted": 130,
+    "running": 0,  # only `rlm volley show` reports it, and show succeeded
 }
 
 
