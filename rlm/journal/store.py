@@ -375,19 +375,25 @@ class JournalStore:
 
         A worker's hot path: no row record is built for a task about to run.
         """
-        return [spec for _, spec in self._claim_picked(volley_id, owner, limit, specs=True)]
+        return self._claim_picked(volley_id, owner, limit, specs=True)[1]
 
     def claim_indices(self, volley_id: str, owner: Owner, limit: int = 1) -> list[int]:
         """:meth:`claim`, returning only the indices (for a worker that knows the tasks)."""
-        return [idx for idx, _ in self._claim_picked(volley_id, owner, limit, specs=False)]
+        return self._claim_picked(volley_id, owner, limit, specs=False)[0]
 
     def _claim_picked(
         self, volley_id: str, owner: Owner, limit: int, *, specs: bool
-    ) -> list[tuple[int, Any]]:
+    ) -> tuple[list[int], list[dict[str, Any]]]:
+        """The claimed indices, in order, and their specs (when ``specs``; else none).
+
+        Two flat lists, no tuple per task: a claim of thousands of tasks would
+        otherwise make thousands of short-lived containers, which trigger young
+        collections, get promoted, and bring on full collections of the heap.
+        """
         if self.backend.cheap_returning:
             rows = self._claim(volley_id, owner, limit, "idx, spec" if specs else "idx")
             rows.sort(key=lambda row: int(row[0]))
-            return [(int(row[0]), json.loads(row[1]) if specs else None) for row in rows]
+            return [int(row[0]) for row in rows], [json.loads(row[1]) for row in rows if specs]
         # SQLite: every row a statement returns is one sqlite3_step, and the store's
         # thread gives the GIL up for each and must win it back from the busy event
         # loop.  So the pick comes back as one row (JSON arrays) and the claim is a
@@ -412,8 +418,7 @@ class JournalStore:
 
         picked, spec_doc = self._tx(work)
         indices: list[int] = json.loads(picked)
-        found = json.loads(spec_doc) if spec_doc is not None else [None] * len(indices)
-        return list(zip(indices, found, strict=True))
+        return indices, json.loads(spec_doc) if spec_doc is not None else []
 
     def _claim(
         self, volley_id: str, owner: Owner, limit: int, columns: str

@@ -59,6 +59,24 @@ def _decaying_max(last: float, seen: float) -> float:
     return max(last * 0.75, seen)
 
 
+def _row(result: TaskResult) -> VerdictRow:
+    """A verdict as the store writes it."""
+    return (
+        result.index,
+        "done" if result.status == "succeeded" else "failed",
+        result.output,
+        {
+            "duration_sec": round(result.duration_sec, 6),
+            "tokens_input": result.tokens_input,
+            "tokens_output": result.tokens_output,
+            "tokens_cached": result.tokens_cached,
+            "retries": result.retries,
+        },
+        result.cost,
+        result.error,
+    )
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists on this host."""
     try:
@@ -112,10 +130,10 @@ class JournalWorker:
         self._paced_from = 0  # _taken when that window began
         self._low_water = 0.0  # claim ahead when the buffer holds fewer tasks
         self._poll_s = min(stale_timeout / 4, 2.0)
-        # Verdicts waiting for the committer: their rows, and whom to tell once durable.
-        self._rows: list[VerdictRow] = []
-        self._waiting: list[tuple[TaskResult, Callable[[TaskResult], None]]] = []
-        self._queued = trio.Event()  # set when _rows gets its first row
+        # Verdicts waiting for the committer, and whom to tell once each is durable.
+        self._waiting: list[TaskResult] = []
+        self._tell: list[Callable[[TaskResult], None]] = []
+        self._queued = trio.Event()  # set when _waiting gets its first verdict
         self._all_in = trio.Event()  # set when every task held has its verdict queued
         self._group_s = group_interval
         self._group_since = -float("inf")  # when the last group commit started
@@ -259,24 +277,13 @@ class JournalWorker:
             raise RuntimeError("JournalWorker.keep needs the worker running (see running())")
         if result.status == "cancelled":
             raise ValueError(f"task {result.index} has no verdict: release it, do not keep it")
-        self._rows.append(
-            (
-                result.index,
-                "done" if result.status == "succeeded" else "failed",
-                result.output,
-                {
-                    "duration_sec": round(result.duration_sec, 6),
-                    "tokens_input": result.tokens_input,
-                    "tokens_output": result.tokens_output,
-                    "tokens_cached": result.tokens_cached,
-                    "retries": result.retries,
-                },
-                result.cost,
-                result.error,
-            )
-        )
-        self._waiting.append((result, kept))
-        if len(self._rows) == 1:
+        # Only the result and whom to tell wait for the commit: no object per task is
+        # made here to outlive it (a verdict waits up to a group interval, long enough to
+        # be promoted to older GC generations: each such object brings the next full
+        # collection of the whole heap closer).  The row is built at commit time.
+        self._waiting.append(result)
+        self._tell.append(kept)
+        if len(self._waiting) == 1:
             self._queued.set()
         if len(self._waiting) >= len(self._held):
             self._all_in.set()
@@ -309,17 +316,19 @@ class JournalWorker:
         """One transaction for every queued verdict, then tell each writer (shielded:
         a verdict taken from the queue is committed even if the worker is cancelled)."""
         with trio.CancelScope(shield=True):
-            rows, waiting = self._rows, self._waiting
-            if not rows:
+            waiting, tell_all = self._waiting, self._tell
+            if not waiting:
                 return
-            self._rows, self._waiting, self._queued = [], [], trio.Event()
+            self._waiting, self._tell, self._queued = [], [], trio.Event()
             self._all_in = trio.Event()
             self._group_since = trio.current_time()
-            spend = self._spend_delta([result for result, _ in waiting])
+            spend = self._spend_delta(waiting)
             started = trio.current_time()
-            await self._run_sync(self.store.finish_rows, self.volley_id, rows, spend)
+            await self._run_sync(
+                self.store.finish_rows, self.volley_id, [_row(r) for r in waiting], spend
+            )
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
-        for result, kept in waiting:
+        for result, kept in zip(waiting, tell_all, strict=True):
             self._held.discard(result.index)
             self.accepted += 1
             if tell:

@@ -95,6 +95,9 @@ class VolleyRunner:
         self._unkept = 0  # verdicts handed to the sink, not kept yet
         self._all_kept: trio.Event | None = None  # set when _unkept drops to 0 at the end
         self.cut_short: set[int] = set()  # tasks cancelled after sending something
+        # One bound method for every keep: a sink may hold it until a commit, and a new
+        # one per task would be one more object per task for the collector to promote.
+        self._kept_once = self._kept
 
     @property
     def in_flight(self) -> int:
@@ -177,7 +180,7 @@ class VolleyRunner:
                     await self._source.release(task)
             else:
                 self._unkept += 1
-                self._sink.keep(result, self._kept)
+                self._sink.keep(result, self._kept_once)
 
     def _kept(self, result: TaskResult) -> None:
         self._unkept -= 1
