@@ -274,3 +274,58 @@ async def test_four_sqlite_workers_two_killed(tmp_path: Path) -> None:
 
 async def test_four_postgresql_workers_two_killed(tmp_path: Path, pg_url: str) -> None:
     await _pool_with_two_killed(tmp_path, pg_url)
+
+
+async def test_a_survivor_takes_a_killed_neighbours_tasks_without_the_stale_timeout(
+    tmp_path: Path,
+) -> None:
+    # Two `volley work` processes on one host at the default --stale-timeout (10 min);
+    # one is killed -9 while it holds claims.  The survivor, finding nothing open,
+    # sees the holder's process gone and takes its tasks at once.
+    journal = str(tmp_path / "j.sqlite3")
+    tasks = _task_file(tmp_path, 40)
+    async with counting_server(0.01, answer_first=10) as (url, server):
+        created = await trio.to_thread.run_sync(functools.partial(
+            rlm_in_process, "volley", "create", "-f", str(tasks), "--journal", journal,
+            "--output-format", "json", *_send_flags(url, 4)))
+        assert created.returncode == 0, created.stderr
+        volley_id = json.loads(created.stdout)["volley_id"]
+        workers = [
+            await trio.lowlevel.open_process(
+                [*RLM, "volley", "work", volley_id, "--journal", journal, "-q"], env=_env(),
+                stderr=subprocess.PIPE if i else None,
+            )
+            for i in range(2)
+        ]
+        pids = {w.pid for w in workers}
+        victim, survivor = workers
+        try:
+            await _until(workers, lambda: _holders(journal, volley_id) == pids,
+                         "both workers held claims")
+            victim.send_signal(signal.SIGKILL)
+            await victim.wait()
+            server.release.set()
+            with trio.move_on_after(60):  # the stale timeout is 10 minutes
+                await survivor.wait()
+            if survivor.returncode is None:
+                pytest.fail("the survivor did not take the killed worker's tasks within 60 s")
+        finally:
+            server.release.set()
+            for w in workers:
+                if w.returncode is None:
+                    w.kill()
+                    await w.wait()
+        assert survivor.stderr is not None
+        said = b""
+        while chunk := await survivor.stderr.receive_some():
+            said += chunk
+    assert survivor.returncode == 0, said
+    assert b"stale_recovery: volley" in said and b"process on this host is gone" in said, said
+    assert set(_statuses(journal, volley_id).values()) == {"done"}
+    store = open_store(journal)
+    try:
+        recovered = {idx for _, _, _, idx, _ in store.log("stale_recovery")}
+    finally:
+        store.close()
+    assert recovered, "the killed worker's claims were never reopened"
+    assert {i for i, n in server.per_task.items() if n > 1} <= recovered

@@ -464,6 +464,7 @@ class JournalSession:
             )
         )
         worker.on_workers = run.share_limits
+        worker.capacity = lambda: run.concurrency  # so it holds only what its share runs soon
         printed = worker.on_recovered
 
         def recovered(found: Recovered) -> None:
@@ -473,6 +474,7 @@ class JournalSession:
         worker.on_recovered = recovered
         try:
             async with worker.running(), trio.open_nursery() as nursery:
+                await self._count_live(run, worker.volley_id)  # the share before a claim
                 nursery.start_soon(self._share_limits, run, worker.volley_id)
                 try:
                     return await main(run)
@@ -494,11 +496,14 @@ class JournalSession:
         interval = min(1.0, self.flags.stale_timeout / 4)
         while True:
             self._say_recoveries()  # recoveries are said within the same second
-            live = await trio.to_thread.run_sync(
-                self.store.live_workers, volley_id, self.flags.stale_timeout
-            )
-            run.share_limits(live)
             await trio.sleep(interval)
+            await self._count_live(run, volley_id)
+
+    async def _count_live(self, run: Volley, volley_id: str) -> None:
+        live = await trio.to_thread.run_sync(
+            self.store.live_workers, volley_id, self.flags.stale_timeout
+        )
+        run.share_limits(live)
 
 
 def config_provider(overrides: Mapping[str, Any], settings: Mapping[str, Any]) -> str:

@@ -7,7 +7,9 @@
   small buffer, all held under this worker's claim and heartbeat); when tasks
   are taken faster than the journal answers a claim, the next batch is claimed
   in the background before the buffer runs dry, so a fast volley never stops
-  for a claim (a slow one claims no earlier than it did);
+  for a claim (a slow one claims no earlier than it did); given its
+  ``capacity`` (its share of the volley's concurrency), a worker holds only
+  what it can run soon, so workers beside it find the rest open;
 - ``keep`` queues a verdict and calls back once it is committed, so the runner
   reports a result only when it is durable, while the task's runner worker
   goes on with the next task; verdicts queued meanwhile are committed together
@@ -22,7 +24,8 @@ runs there), a heartbeat refreshes every claim
 this worker holds (every ``stale_timeout / 4``), and a sweep reopens claims of
 other workers whose heartbeat is older than ``stale_timeout`` (every
 ``stale_timeout / 2``, and once at start, when claims of dead processes of this
-host are reopened too).  A task that is slow but whose worker is alive keeps
+host are reopened too, as they are whenever it finds nothing open while others
+hold tasks).  A task that is slow but whose worker is alive keeps
 heartbeating, so it is never reclaimed.  Leaving ``running`` releases whatever
 is still claimed and records what the volley spent since the last verdict.
 
@@ -52,6 +55,9 @@ DEFAULT_STALE_TIMEOUT = 600.0
 
 #: The most tasks one claim takes (a very fast volley's claims grow up to this).
 _MAX_CLAIM = 4096
+
+#: How often the pace of verdicts is sampled: it is measured over the last one to two of these.
+_PACE_WINDOW = 1.0
 
 
 def _decaying_max(last: float, seen: float) -> float:
@@ -102,6 +108,8 @@ class JournalWorker:
         on_recovered: Callable[[Recovered], None] | None = None,
         on_workers: Callable[[int], None] | None = None,
         group_interval: float = 0.1,
+        capacity: Callable[[], int] | None = None,
+        alive: Callable[[int], bool] = pid_alive,
     ) -> None:
         self.store = store
         self.volley_id = volley_id
@@ -113,6 +121,15 @@ class JournalWorker:
         self._recorded = spent() if spent is not None else Spend()
         self.on_recovered = on_recovered or (lambda r: None)
         self.on_workers = on_workers or (lambda n: None)
+        # How many tasks this worker runs at once (its share of --max-concurrent), when
+        # known: it then holds no more than it can run soon, so other workers find the
+        # rest open (see _room).  None: no such cap.
+        self.capacity = capacity
+        self._alive = alive  # whether a process of this host exists (dead holders' claims)
+        self._out = 0  # tasks handed out by claim, not yet handed back (keep, release)
+        self._room_freed = trio.Event()  # set when _out drops
+        # (time, verdicts committed) at the start of the last two pace windows
+        self._pace_marks: tuple[tuple[float, int], tuple[float, int]] | None = None
         self._buffer: list[VolleyTask] = []
         self._known: dict[int, VolleyTask] = {}  # the volley's tasks, when given (know)
         self._held: set[int] = set()  # claimed by this worker, no verdict yet
@@ -171,11 +188,13 @@ class JournalWorker:
                 refill.set()
         task = self._buffer.pop()
         self._taken += 1
+        self._out += 1
         if (
             len(self._buffer) < self._low_water
             and self._refill is None
             and self._ahead is not None
             and not self._ahead_found_none
+            and self._has_room()
         ):
             self._refill = trio.Event()
             self._ahead.start_soon(self._claim_ahead, self._refill)
@@ -213,6 +232,9 @@ class JournalWorker:
         pace = (self._taken - self._paced_from) / elapsed if elapsed > 0 else 0.0
         self._paced_since, self._paced_from = started, self._taken
         size = max(self._batch, min(_MAX_CLAIM, int(pace * 6 * (self._claim_s + self._commit_s))))
+        room = self._room()
+        if room is not None:
+            size = max(1, min(size, room))
         tasks: list[VolleyTask]
         if self._known:
             indices = await self._run_sync(
@@ -249,8 +271,15 @@ class JournalWorker:
         self._held.update(task.index for task in tasks)
 
     async def _claim_batch(self) -> None:
-        """Fill the buffer with the next batch, or set ``_drained`` when nothing is left."""
+        """Fill the buffer with the next batch, or set ``_drained`` when nothing is left.
+
+        Waits first while this worker holds all it can run soon (``_room``).  When
+        nothing is open but other workers hold tasks, claims held by dead processes
+        of this host are reopened at once (a pool's sibling killed with -9), and
+        this one takes them; a holder elsewhere is waited for (stale recovery).
+        """
         while True:
+            await self._wait_for_room()
             tasks = await self._claim_next()
             if tasks:
                 self._ahead_found_none = False
@@ -259,10 +288,65 @@ class JournalWorker:
             if not await self._run_sync(self.store.held_elsewhere, self.volley_id, self.owner):
                 self._drained = True
                 return
+            if await self._reopen_dead_local():
+                continue
             await trio.sleep(self._poll_s)
+
+    def _room(self) -> int | None:
+        """How many more tasks this worker may hold now (None: no ``capacity``, no cap).
+
+        It holds (handed out without a verdict, or buffered) what it can run soon:
+        its share of the concurrency, a small lookahead (a task backing off from a
+        429 leaves its permit to the next one), and what it finishes in about four
+        claims' time at the pace verdicts are committed.  Only a fast volley's
+        claims grow past its share; a slow one's stay at it, so workers that join
+        later find the rest open.  The pace counts verdicts, not tasks taken: filling
+        the runner's window at the start is not a fast pace.
+        """
+        if self.capacity is None:
+            return None
+        share = max(1, self.capacity())
+        soon = self._verdict_pace() * 4 * (self._claim_s + self._commit_s)
+        return share + max(2, share // 4) + int(soon) - self._out - len(self._buffer)
+
+    def _verdict_pace(self) -> float:
+        """Verdicts committed per second, over the last one to two ``_PACE_WINDOW``s
+        (since the first claim, at the start: never more than the true pace)."""
+        now = trio.current_time()
+        if self._pace_marks is None:
+            self._pace_marks = ((now, self.accepted), (now, self.accepted))
+        older, last = self._pace_marks
+        if now - last[0] >= _PACE_WINDOW:
+            older, last = last, (now, self.accepted)
+            self._pace_marks = (older, last)
+        elapsed = now - older[0]
+        return (self.accepted - older[1]) / elapsed if elapsed > 0 else 0.0
+
+    def _has_room(self) -> bool:
+        room = self._room()
+        return room is None or room > 0
+
+    async def _wait_for_room(self) -> None:
+        while (room := self._room()) is not None and room <= 0:
+            # Held tasks are running (the buffer is empty): a verdict comes.
+            self._room_freed = trio.Event()
+            await self._room_freed.wait()
+
+    def _handed_back(self) -> None:
+        """A task handed out by ``claim`` came back (a verdict, or released)."""
+        self._out = max(0, self._out - 1)
+        self._room_freed.set()
+
+    async def _reopen_dead_local(self) -> bool:
+        """Reopen claims of processes of this host that no longer exist; whether any."""
+        found = await self._run_sync(self.store.recover_dead_local, self.volley_id, self._alive)
+        for recovered in found:
+            self.on_recovered(recovered)
+        return bool(found)
 
     async def release(self, task: VolleyTask) -> None:
         self._held.discard(task.index)
+        self._handed_back()
         await self._run_sync(
             self.store.release, self.volley_id, self.owner, [task.index], self._spend_delta()
         )
@@ -277,6 +361,7 @@ class JournalWorker:
             raise RuntimeError("JournalWorker.keep needs the worker running (see running())")
         if result.status == "cancelled":
             raise ValueError(f"task {result.index} has no verdict: release it, do not keep it")
+        self._handed_back()
         # Only the result and whom to tell wait for the commit: no object per task is
         # made here to outlive it (a verdict waits up to a group interval, long enough to
         # be promoted to older GC generations: each such object brings the next full
@@ -357,7 +442,7 @@ class JournalWorker:
         """Register, recover orphaned claims, heartbeat and sweep while the body runs."""
         # Register and reopen orphaned claims in one transaction: the volley waits for it.
         recovered = await self._run_sync(
-            self.store.join, self.volley_id, self.owner, pid_alive, self.stale_timeout
+            self.store.join, self.volley_id, self.owner, self._alive, self.stale_timeout
         )
         try:
             for found in recovered:

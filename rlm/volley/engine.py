@@ -183,11 +183,16 @@ class Volley:
         gate, config = self._gate, self.config
         if gate is None:
             return
-        gate.limiter.total = max(1, config.max_concurrent // workers)
+        gate.limiter.total = self.concurrency
         if config.rpm is not None:
             gate.pacer.set_rpm(config.rpm / workers)
         if config.tpm is not None:
             gate.pacer.set_tpm(config.tpm / workers)
+
+    @property
+    def concurrency(self) -> int:
+        """Requests this process sends at once: its share of ``max_concurrent``."""
+        return max(1, self.config.max_concurrent // self._workers)
 
     def progress(self) -> VolleyProgress:
         runner, gate = self._runner, self._gate
