@@ -110,6 +110,7 @@ async def _journaled(n: int, spec: str) -> Rates:
         worker = JournalWorker(store, volley_id, claim_batch=64)
         worker.know(tasks)  # as `rlm volley` does: claims read indices, not specs
         run = Volley(_config(), tasks, volley_id=volley_id, source=worker, sink=worker)
+        worker.capacity = lambda: run.concurrency  # as the CLI does: it holds what it runs soon
         meter = _Meter(n)
         async with worker.running():
             result = await run.run()

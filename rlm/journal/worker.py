@@ -297,16 +297,18 @@ class JournalWorker:
 
         It holds (handed out without a verdict, or buffered) what it can run soon:
         its share of the concurrency, a small lookahead (a task backing off from a
-        429 leaves its permit to the next one), and what it finishes in about four
-        claims' time at the pace verdicts are committed.  Only a fast volley's
-        claims grow past its share; a slow one's stay at it, so workers that join
-        later find the rest open.  The pace counts verdicts, not tasks taken: filling
-        the runner's window at the start is not a fast pace.
+        429 leaves its permit to the next one), and what it finishes in about ten
+        claims' time at the pace verdicts are committed (room for the batch being
+        used, six, and the one claimed ahead at three: the cap seldom binds a fast
+        volley).
+        Only a fast volley's claims grow past its share; a slow one's stay at it, so
+        workers that join later find the rest open.  The pace counts verdicts, not
+        tasks taken: filling the runner's window at the start is not a fast pace.
         """
         if self.capacity is None:
             return None
         share = max(1, self.capacity())
-        soon = self._verdict_pace() * 4 * (self._claim_s + self._commit_s)
+        soon = self._verdict_pace() * 10 * (self._claim_s + self._commit_s)
         return share + max(2, share // 4) + int(soon) - self._out - len(self._buffer)
 
     def _verdict_pace(self) -> float:
