@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from click.testing import CliRunner
 
 from rlm.cli import main
 from rlm.journal import Owner, open_store
+from rlm.journal.store import local_host
 
 
 def _dead_pid() -> int:
@@ -31,7 +31,7 @@ def test_a_recovered_claim_is_an_event_in_the_trace(tmp_path: Path) -> None:
     store = open_store(journal)
     try:
         # A worker of this host claimed two tasks, then was killed: its process is gone.
-        dead = Owner(socket.gethostname(), _dead_pid(), "killed")
+        dead = Owner(local_host(), _dead_pid(), "killed")
         assert [t.index for t in store.claim(volley_id, dead, 2)] == [1, 2]
     finally:
         store.close()

@@ -8,7 +8,6 @@ sizes a fast worker's claims); the model is an in-process fake given to
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import trio
 
 from rlm import RLM
 from rlm.journal import JournalStore, Owner, Recovered, open_store
+from rlm.journal.store import local_host
 from rlm.journal.worker import JournalWorker
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.volley import Volley, VolleyTask
@@ -79,7 +79,7 @@ def _worker_volley(
     """A worker as `rlm volley work` makes one: it holds what its share runs soon."""
     calls = Transactions()
     worker = JournalWorker(
-        store, "v", owner=Owner(socket.gethostname(), 1, name), run_sync=calls, alive=alive
+        store, "v", owner=Owner(local_host(), 1, name), run_sync=calls, alive=alive
     )
     provider = latency if isinstance(latency, Sleepy) else Sleepy(latency)
     config = RLM(providers={"root": provider, "sub": provider}, model="fixture",
@@ -155,7 +155,7 @@ async def test_a_running_worker_reopens_a_dead_neighbours_claims_without_waiting
     worker, run, _ = _worker_volley(store, tasks, "b", 1.0, alive=lambda pid: pid not in dead)
     recovered: list[Recovered] = []
     worker.on_recovered = recovered.append
-    victim = Owner(socket.gethostname(), 4242, "a")
+    victim = Owner(local_host(), 4242, "a")
     assert store.claim_indices("v", victim, 5) == [1, 2, 3, 4, 5]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_work, worker, run, lambda: 1)

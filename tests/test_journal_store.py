@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 from rlm.errors import JournalError
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from rlm.journal.store import JournalStore, Owner, Spend, Verdict
+from rlm.journal.store import JournalStore, Owner, Spend, Verdict, local_host
 
 
 class FakeClock:
@@ -391,3 +392,21 @@ def test_many_connections_may_open_a_new_journal_at_once(tmp_path: Path) -> None
         for thread in threads:
             thread.join()
     assert failures == []
+
+
+def test_the_local_host_name_tells_apart_machines_and_containers_that_share_a_host_name(
+    store: JournalStore,
+) -> None:
+    """A claim of "this host" whose pid is gone is reopened at once, so a machine with the
+    same host name, or a container sharing the host's name in its own PID namespace, must
+    not count as this host: its live workers would lose their tasks."""
+    init = 4026531836
+    here = local_host("box", "2b7adfec-11dc", init)
+    assert here == "box~2b7adfec"
+    assert local_host("box", "9f00aa11-22bb", init) != here  # another machine named box
+    assert local_host("box", "2b7adfec-11dc", 4026532999) == "box~2b7adfec~pidns4026532999"
+    assert local_host("box", "", init) == "box"  # no boot id to read (not Linux)
+    assert Owner.here().host == local_host()
+    store.create_volley("v1", {}, _tasks(2))
+    store.claim("v1", Owner(socket.gethostname(), 11, "same-name"), 1)  # not local_host()
+    assert store.recover_dead_local("v1", alive=lambda pid: False) == []

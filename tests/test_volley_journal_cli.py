@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlm.journal import Owner, open_store
+from rlm.journal.store import local_host
 from tests.helpers import pid_alive, rlm_in_process
 
 
@@ -88,7 +88,7 @@ def test_show_says_running_while_a_live_worker_holds_a_task(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
         return str(json.loads(done.stdout)["status"])
 
-    here = socket.gethostname()
+    here = local_host()
     # Held an hour ago (past the stale timeout), and by a process of this host that is gone.
     old = open_store(str(journal), clock=lambda: time.time() - 3600)
     try:

@@ -19,7 +19,6 @@ import dataclasses
 import datetime
 import json
 import os
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import closing
@@ -46,6 +45,7 @@ from rlm.journal import (
     default_journal_path,
     open_store,
 )
+from rlm.journal.store import local_host
 from rlm.journal.volleys import (
     StoredVolley,
     load_volley,
@@ -297,7 +297,7 @@ def held_by_live_worker(
     this host, exists.  (The workers table cannot say "none": ``live_workers`` counts at
     least one.)"""
     since = store.now() - DEFAULT_STALE_TIMEOUT
-    here = socket.gethostname()
+    here = local_host()
     for task in rows:
         if task.status != "in_progress" or task.heartbeat_at is None:
             continue

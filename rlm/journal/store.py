@@ -46,6 +46,7 @@ __all__ = [
     "Verdict",
     "VerdictRow",
     "VolleyRow",
+    "local_host",
 ]
 
 TaskState = Literal["open", "in_progress", "done", "failed"]
@@ -61,6 +62,43 @@ _UNCLAIM = (
 )
 
 
+#: The initial PID namespace's inode (PROC_PID_INIT_INO): a process outside any container.
+_INIT_PID_NAMESPACE = 4026531836
+
+
+def local_host(
+    hostname: str | None = None, boot_id: str | None = None, pid_namespace: int | None = None
+) -> str:
+    """This machine's name in claims: its host name, its boot's id, and its PID namespace
+    when that is a container's.
+
+    A claim whose holder is "on this host" and whose pid does not exist is reopened at
+    once, so the name must pick out exactly the processes whose pids this one can see:
+    two machines with one host name (``localhost``, a cloned image) or a container
+    sharing its host's name (``--network host``) must not take each other's live
+    workers for dead.  The arguments are for tests; by default they are read here.
+    """
+    if hostname is None:
+        hostname = socket.gethostname()
+    if boot_id is None:
+        boot_id = _read_text("/proc/sys/kernel/random/boot_id")
+    if pid_namespace is None:
+        try:
+            pid_namespace = os.stat("/proc/self/ns/pid").st_ino
+        except OSError:  # not Linux: no namespaces to tell apart
+            pid_namespace = _INIT_PID_NAMESPACE
+    name = f"{hostname}~{boot_id[:8]}" if boot_id else hostname
+    return name if pid_namespace == _INIT_PID_NAMESPACE else f"{name}~pidns{pid_namespace}"
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:  # not Linux: the host name alone
+        return ""
+
+
 @dataclass(frozen=True)
 class Owner:
     """Who holds a claim: a host, a process on it, and a worker inside that process."""
@@ -71,7 +109,7 @@ class Owner:
 
     @classmethod
     def here(cls, worker: str | None = None) -> Owner:
-        return cls(socket.gethostname(), os.getpid(), worker or uuid.uuid4().hex[:12])
+        return cls(local_host(), os.getpid(), worker or uuid.uuid4().hex[:12])
 
     def __str__(self) -> str:
         return f"{self.host}/{self.pid}/{self.worker}"
@@ -610,7 +648,7 @@ class JournalStore:
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
             "FROM tasks WHERE status = 'in_progress' AND volley_id = ? AND claimed_host = ? "
             f"ORDER BY idx{self.backend.lock_clause}",
-            (volley_id, socket.gethostname()),
+            (volley_id, local_host()),
             now,
             keep=lambda owner: owner is not None and alive(owner.pid),
             reason="its worker process on this host is gone",
