@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rlm.cli import main
 from rlm.journal import Owner, open_store
-from rlm.journal.store import local_host
+from rlm.journal.records import local_host
 
 
 def _dead_pid() -> int:

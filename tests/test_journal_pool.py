@@ -17,7 +17,7 @@ import trio
 
 from rlm import RLM
 from rlm.journal import JournalStore, Owner, Recovered, open_store
-from rlm.journal.store import local_host
+from rlm.journal.records import local_host
 from rlm.journal.worker import JournalWorker
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.volley import Volley, VolleyTask

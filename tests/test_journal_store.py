@@ -13,7 +13,8 @@ import pytest
 from rlm.errors import JournalError
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from rlm.journal.store import JournalStore, Owner, Spend, Verdict, local_host
+from rlm.journal.records import Owner, Spend, Verdict, local_host
+from rlm.journal.store import JournalStore
 
 
 class FakeClock:

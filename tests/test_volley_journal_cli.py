@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlm.journal import Owner, open_store
-from rlm.journal.store import local_host
+from rlm.journal.records import local_host
 from tests.helpers import pid_alive, rlm_in_process
 
 

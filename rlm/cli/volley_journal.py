@@ -45,7 +45,7 @@ from rlm.journal import (
     default_journal_path,
     open_store,
 )
-from rlm.journal.store import local_host
+from rlm.journal.records import local_host
 from rlm.journal.volleys import (
     StoredVolley,
     load_volley,

@@ -9,7 +9,8 @@ completions.
 
 from rlm.journal._open import default_journal_path, open_store
 from rlm.journal.cache import CacheMode, ResponseCache, parse_cache_mode, request_digest
-from rlm.journal.store import JournalStore, Owner, Recovered, Spend, TaskRow, Verdict, VolleyRow
+from rlm.journal.records import Owner, Recovered, Spend, TaskRow, Verdict, VolleyRow
+from rlm.journal.store import JournalStore
 
 __all__ = [
     "CacheMode",

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm._config import RunConfig
-from rlm.journal.store import JournalStore, Spend, TaskRow, VolleyRow
+from rlm.journal.records import Spend, TaskRow, VolleyRow
+from rlm.journal.store import JournalStore
 from rlm.providers.fixture import FixtureOptions, pop_legacy_options
 from rlm.volley.records import TaskResult, VolleyTask
 

@@ -44,7 +44,8 @@ import trio
 
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
-from rlm.journal.store import JournalStore, Owner, Recovered, Spend, VerdictRow
+from rlm.journal.records import Owner, Recovered, Spend, VerdictRow
+from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
 
 __all__ = ["JournalWorker", "pid_alive"]

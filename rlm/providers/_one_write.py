@@ -16,11 +16,11 @@ the connection is gone.  What is held is dropped when the stream closes.
 from __future__ import annotations
 
 import contextlib
-import ssl
 from collections.abc import Iterable
-from typing import Any
 
 import httpcore2
+
+from rlm.providers._wrapped_network import WrappedBackend, WrappedStream
 
 __all__ = ["FLUSH_BYTES", "OneWriteBackend"]
 
@@ -28,12 +28,9 @@ __all__ = ["FLUSH_BYTES", "OneWriteBackend"]
 FLUSH_BYTES = 64 * 1024
 
 
-class OneWriteBackend(httpcore2.AsyncNetworkBackend):
+class OneWriteBackend(WrappedBackend):
     """Dials through ``inner`` (httpcore's trio backend by default) and hands out
     streams that send each request in one write."""
-
-    def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
-        self._inner = inner if inner is not None else httpcore2.TrioBackend()
 
     async def connect_tcp(
         self,
@@ -43,11 +40,10 @@ class OneWriteBackend(httpcore2.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(
+        return OneWriteStream(await super().connect_tcp(
             host, port, timeout=timeout, local_address=local_address,
             socket_options=socket_options,
-        )
-        return OneWriteStream(stream)
+        ))
 
     async def connect_unix_socket(
         self,
@@ -55,20 +51,16 @@ class OneWriteBackend(httpcore2.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        stream = await self._inner.connect_unix_socket(
+        return OneWriteStream(await super().connect_unix_socket(
             path, timeout=timeout, socket_options=socket_options
-        )
-        return OneWriteStream(stream)
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+        ))
 
 
-class OneWriteStream(httpcore2.AsyncNetworkStream):
+class OneWriteStream(WrappedStream):
     """See the module docstring."""
 
     def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._held: list[bytes] = []
         self._held_bytes = 0
 
@@ -98,14 +90,5 @@ class OneWriteStream(httpcore2.AsyncNetworkStream):
         self._held_bytes = 0
         await self._stream.aclose()
 
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's stream interface)
-    ) -> httpcore2.AsyncNetworkStream:
-        tls = await self._stream.start_tls(ssl_context, server_hostname, timeout)
-        return OneWriteStream(tls)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
+    def wrap(self, stream: httpcore2.AsyncNetworkStream) -> httpcore2.AsyncNetworkStream:
+        return OneWriteStream(stream)

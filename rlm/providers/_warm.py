@@ -18,12 +18,12 @@ and replaced by a fresh one; those never used are closed with the client.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterable
-from typing import Any
 
 import httpcore2
 import trio
+
+from rlm.providers._wrapped_network import WrappedBackend, WrappedStream
 
 __all__ = ["MAX_WARM_CONNECTIONS", "WarmConnections"]
 
@@ -32,7 +32,7 @@ MAX_WARM_CONNECTIONS = 32
 _CONNECT_TIMEOUT = 30.0  # as the client's own connects
 
 
-class WarmConnections(httpcore2.AsyncNetworkBackend):
+class WarmConnections(WrappedBackend):
     """A network backend for the HTTP pool that hands out pre-opened TCP connections.
 
     ``inner`` does the dialling (httpcore's trio backend by default; tests
@@ -41,7 +41,7 @@ class WarmConnections(httpcore2.AsyncNetworkBackend):
     """
 
     def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
-        self._inner = inner if inner is not None else httpcore2.TrioBackend()
+        super().__init__(inner)
         self._ready: dict[tuple[str, int], list[httpcore2.AsyncNetworkStream]] = {}
         self._closed = False
         self._first_sent = trio.Event()  # the first request is on the wire
@@ -90,7 +90,7 @@ class WarmConnections(httpcore2.AsyncNetworkBackend):
                 self.taken += 1
                 return stream
             await stream.aclose()  # readable while idle: the server closed it
-        stream = await self._inner.connect_tcp(
+        stream = await super().connect_tcp(
             host, port, timeout=timeout, local_address=local_address,
             socket_options=socket_options,
         )
@@ -98,19 +98,6 @@ class WarmConnections(httpcore2.AsyncNetworkBackend):
             return stream
         self._dialled = True
         return _FirstRequest(stream, self._first_sent)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
-        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        return await self._inner.connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options
-        )
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
 
     async def aclose(self) -> None:
         """Close every connection not handed out; any still connecting closes on arrival."""
@@ -122,33 +109,21 @@ class WarmConnections(httpcore2.AsyncNetworkBackend):
                 await stream.aclose()
 
 
-class _FirstRequest(httpcore2.AsyncNetworkStream):
+class _FirstRequest(WrappedStream):
     """The first connection dialled: says when its first request is on the wire, i.e.
     when the client first reads (it reads a response only once the request is sent)."""
 
     def __init__(self, stream: httpcore2.AsyncNetworkStream, sent: trio.Event) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._sent = sent
+
+    def wrap(self, stream: httpcore2.AsyncNetworkStream) -> httpcore2.AsyncNetworkStream:
+        return _FirstRequest(stream, self._sent)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         self._sent.set()
-        return await self._stream.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        await self._stream.write(buffer, timeout)
+        return await super().read(max_bytes, timeout)
 
     async def aclose(self) -> None:
         self._sent.set()
-        await self._stream.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's stream interface)
-    ) -> httpcore2.AsyncNetworkStream:
-        tls = await self._stream.start_tls(ssl_context, server_hostname, timeout)
-        return _FirstRequest(tls, self._sent)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
+        await super().aclose()
