@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from functools import partial
 from typing import Any
@@ -22,6 +23,7 @@ import click
 import trio
 
 from rlm.cli import volley_cmd
+from rlm.cli._pool_link import PoolParent, link_to_parent, supervise_siblings
 from rlm.cli._profile_option import profile_option
 from rlm.cli._progress import stderr_console
 from rlm.cli.volley_journal import (
@@ -113,6 +115,10 @@ def _work(
     """
     if pool < 1:
         _fail(UsageError(f"--pool must be at least 1, got {pool}"))
+    try:
+        parent = link_to_parent()  # a pool's sibling dies with the pool's first worker
+    except RLMError as exc:
+        _fail(exc)
     quiet, trace_path, tools = values.pop("quiet"), values.pop("trace_path"), values.pop("tools")
     overrides = resume_overrides(ctx, values)
     flags = JournalFlags(journal_path, stale_timeout=stale_timeout)
@@ -135,7 +141,9 @@ def _work(
                          earlier=stored.earlier, sinks=sinks, trace_path=trace_path,
                          fixture=fixture, tools=toolbox)
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else []
-            result = trio.run(_work_pool, session, run, worker, stored.spent, siblings, pool - 1)
+            result = trio.run(
+                _work_pool, session, run, worker, stored.spent, siblings, pool - 1, parent
+            )
             mine = worker.accepted
             left = session.store.volley(stored.volley_id).counts
     except RLMError as exc:
@@ -171,6 +179,7 @@ async def _work_pool(
     spent: Any,
     argv: list[str],
     siblings: int,
+    parent: PoolParent | None = None,
 ) -> Any:
     """This worker, and ``siblings`` more as child processes.
 
@@ -179,24 +188,30 @@ async def _work_pool(
     and exits, instead of working on alone; when it ran out of tasks, they finish
     theirs.  They run in their own session, so a Ctrl-C at the terminal reaches
     them once, from here, not twice (a second signal makes a worker exit at once).
+    A sibling (``parent`` given) stops the same way when the first worker dies,
+    however it died (:mod:`rlm.cli._pool_link`).
     """
     async with trio.open_nursery() as nursery:
-        for _ in range(siblings):
-            nursery.start_soon(_sibling, argv)
+        if siblings:
+            nursery.start_soon(supervise_siblings, argv, siblings)
         main = partial(
             volley_cmd._main, console=session.console, live=False, merger=None,
             on_event=lambda event: None,
         )
-        result = await session.work(run, worker, main, spent)
+        async with trio.open_nursery() as watching:
+            if parent is not None:
+                watching.start_soon(parent.watch, run.interrupt, partial(_die, run))
+            result = await session.work(run, worker, main, spent)
+            watching.cancel_scope.cancel()
         if result.status == "interrupted":
-            nursery.cancel_scope.cancel()  # run_process sends each sibling SIGTERM
+            nursery.cancel_scope.cancel()  # each sibling gets SIGTERM
         return result
 
 
-async def _sibling(argv: list[str]) -> None:
-    await trio.run_process(
-        [sys.executable, "-m", "rlm", *argv], check=False, start_new_session=True
-    )
+def _die(run: Volley) -> None:
+    """Exit now, as a second Ctrl-C does: this worker did not stop within the grace."""
+    run.kill_sandboxes()
+    os._exit(130)
 
 
 #: Plain `rlm volley` flags that mean nothing to `create` (the ones that only quiet a

@@ -459,6 +459,7 @@ class JournalStore:
                 (volley_id, since),
             )
         )
+        # Asked only by a registered worker: with its own heartbeat late it is still one live.
         return max(1, int(rows[0][0]))
 
     # -- recovery -----------------------------------------------------------
