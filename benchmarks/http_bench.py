@@ -4,9 +4,12 @@ Run: ``python benchmarks/http_bench.py [--requests N] [--rounds R]``.
 
 - **by layer, no network**: the run's HTTP client (``make_http_client``) over an
   in-memory network stream that answers at once, so neither the kernel nor a
-  server is measured: ``OpenAIProvider.complete`` (all of it), httpx2's
-  ``build_request`` alone, and httpcore2's pool alone (what is left of a request
-  below httpx2).  Minimum and median CPU per request over the rounds.
+  server is measured: ``OpenAIProvider.complete`` (all of it: it posts on the
+  pool directly, ``rlm/providers/_direct.py``), the same POST through httpx2's
+  client (what a provider given another client pays), httpx2's ``build_request``
+  alone, and the pool alone (``rlm/providers/_pool.py`` over httpcore2's
+  connections and h11: what is left of a request below httpx2).  Minimum and
+  median CPU per request over the rounds.
 - **over loopback**: ``N`` sub-queries (6 KB prompts, as batched-32's) at 16 at
   a time against ``rlm fixture-server`` in its own process, with the run's
   connection stack (pre-opened connections, one write per request): CPU per
@@ -92,10 +95,14 @@ async def by_layer(requests: int, rounds: int) -> None:
         raw = json.dumps(body).encode()
         headers = [(b"Host", b"127.0.0.1:9"), (b"Content-Type", b"application/json"),
                    (b"Authorization", b"Bearer bench"), (b"Content-Length", b"%d" % len(raw))]
-        pool = client._transport._pool  # type: ignore[attr-defined]
+        pool = client.pool
 
         async def complete() -> None:
             await provider.complete(request)
+
+        async def through_httpx() -> None:
+            response = await client.post(target, json=body, headers=provider._headers)
+            response.json()
 
         async def build() -> None:
             client.build_request("POST", target, json=body)
@@ -104,8 +111,8 @@ async def by_layer(requests: int, rounds: int) -> None:
             await pool.request("POST", str(target), headers=headers, content=raw)
 
         layers: dict[str, Callable[[], Awaitable[None]]] = {
-            "OpenAIProvider.complete": complete, "httpx2 build_request": build,
-            "httpcore2 pool.request": core,
+            "OpenAIProvider.complete": complete, "httpx2 client.post": through_httpx,
+            "httpx2 build_request": build, "pool.request": core,
         }
         await complete()
         cpu: dict[str, list[float]] = {name: [] for name in layers}

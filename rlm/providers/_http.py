@@ -29,6 +29,8 @@ from rlm.errors import (
     QuotaExceededError,
     RateLimitError,
 )
+from rlm.providers._direct import TIMEOUTS, TRANSPORT_ERRORS, DirectPost, PooledClient
+from rlm.providers._pool import ConnectionPool
 
 __all__ = [
     "BAD_SHAPE",
@@ -68,9 +70,30 @@ def load_http_transport() -> None:
     clock starts rather than between ``run_started`` and the root's first request:
     httpx2 imports its transport, httpcore2, on first use (~30 ms idle), and the
     process's first SSL context starts OpenSSL (1.4-18 ms here, loaded; later ones
-    take ~0.2 ms).  Every client makes one, for plain HTTP too."""
+    take ~0.2 ms).  Every client makes one, for plain HTTP too.
+
+    Also the modules that open the run's providers (``rlm.providers.open`` imports
+    them when a run starts, as a fixture run needs none: ~3 ms), and the first
+    look-up of a host: ``socket.getaddrinfo`` encodes the name with the ``idna``
+    codec, whose first use imports it with ``stringprep`` and ``unicodedata``
+    (~1.6 ms), on the root request's path.  With both, a run's providers open in
+    ~2 ms of CPU instead of ~5, and its first request takes ~2 ms less (issue 9)."""
     importlib.import_module("httpcore2")
     ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for module in _PROVIDER_MODULES:
+        importlib.import_module(module)
+    socket.getaddrinfo(
+        "127.0.0.1", 80, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+    )
+
+
+_PROVIDER_MODULES = (
+    "rlm.providers.anthropic",
+    "rlm.providers.keys",
+    "rlm.providers.openai",
+    "rlm.providers._one_write",
+    "rlm.providers._warm",
+)
 
 
 def make_http_client(
@@ -79,7 +102,7 @@ def make_http_client(
     request_timeout: float,
     tls: bool = True,
     network: httpcore2.AsyncNetworkBackend | None = None,
-) -> httpx2.AsyncClient:
+) -> PooledClient:
     """The one HTTP client a run shares across every provider.
 
     With ``tls=False`` (every endpoint is plain ``http://``, e.g. a local
@@ -87,23 +110,18 @@ def make_http_client(
     no TLS connection can be made anyway, since redirects are not followed.
     ``network`` is where the pool gets its connections (e.g.
     :class:`rlm.providers._warm.WarmConnections`); by default it dials them.
+    Its providers post on its pool directly (:mod:`rlm.providers._direct`).
     """
-    # A client given a transport ignores its own `verify` and `limits`, and httpx2's
-    # transport takes no network backend: so the transport's connection pool is built
-    # here, with the CA bundle loaded only for TLS and the run's connection limits.
-    transport = httpx2.AsyncHTTPTransport(retries=0, verify=False)
-    transport._pool = httpcore2.AsyncConnectionPool(
-        # None: no second context for plain HTTP (httpcore2 would make one for https).
-        ssl_context=httpx2.create_ssl_context() if tls else None,
+    pool = ConnectionPool(
         max_connections=max_connections,
-        max_keepalive_connections=max_connections,
         keepalive_expiry=_KEEPALIVE_EXPIRY,
-        retries=0,
+        # None: no context for plain HTTP (httpcore2 would make one for https).
+        ssl_context=httpx2.create_ssl_context() if tls else None,
         network_backend=network,
     )
-    return httpx2.AsyncClient(
+    return PooledClient(
+        pool,
         timeout=httpx2.Timeout(request_timeout, connect=_CONNECT_TIMEOUT),
-        transport=transport,
         follow_redirects=False,
     )
 
@@ -124,12 +142,20 @@ class JSONProvider:
         # ~1 ms that a request costs this process).
         self._target = httpx2.URL(url)
         self._headers = {"Content-Type": "application/json", **headers}
+        # On the run's own client, below httpx2's client layer (rlm.providers._direct).
+        self._direct = (
+            DirectPost(client, self._target, self._headers)
+            if isinstance(client, PooledClient)
+            else None
+        )
 
     async def aclose(self) -> None:
         """The shared client is closed by its owner, the runtime."""
 
     async def post(self, body: dict[str, Any]) -> httpx2.Response:
-        return await post_json(self._client, self.url, body, self._headers, target=self._target)
+        return await post_json(
+            self._client, self.url, body, self._headers, target=self._target, direct=self._direct
+        )
 
 
 async def post_json(
@@ -139,15 +165,19 @@ async def post_json(
     headers: dict[str, str],
     *,
     target: httpx2.URL | None = None,
+    direct: DirectPost | None = None,
 ) -> httpx2.Response:
-    """POST ``body`` once to ``target`` (``url`` parsed, when the caller has it);
-    network failures become ProviderConnectionError, error statuses
-    ProviderStatusError subclasses that name ``url``."""
+    """POST ``body`` once to ``target`` (``url`` parsed, when the caller has it), by
+    ``direct`` when given; network failures become ProviderConnectionError, error
+    statuses ProviderStatusError subclasses that name ``url``."""
     try:
-        response = await client.post(target or url, json=body, headers=headers)
-    except httpx2.TimeoutException as exc:
+        if direct is not None:
+            response = await direct(body)
+        else:
+            response = await client.post(target or url, json=body, headers=headers)
+    except (httpx2.TimeoutException, *TIMEOUTS) as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
-    except httpx2.TransportError as exc:
+    except (httpx2.TransportError, *TRANSPORT_ERRORS) as exc:
         raise unknown_host_error(url, exc) or ProviderConnectionError(
             f"cannot reach {url}: {exc or type(exc).__name__} (is the server running, and "
             f"is {setting('base_url')} right?)",
