@@ -25,7 +25,7 @@ zygote kills every child it forked and exits.
 
 The spare: once preloaded, the zygote forks one sandbox ahead of any request
 and it hardens itself (every layer but its resource limits, which the request
-brings) while the host is still starting; the first ``spawn`` hands it the
+brings) and warms up while the host is still starting; the first ``spawn`` hands it the
 request's descriptors and limits over a socket of its own instead of forking,
 so the first sandbox a run asks for (its root's) is ready at once.  Its pid
 is the ``spare`` of the ``pong`` (None if there is none), so the host knows
@@ -243,9 +243,13 @@ def _spare_main(sock: socket.socket, zygote: int) -> NoReturn:
         os.dup2(devnull, 1)
         random.seed()  # the zygote's state is shared by every fork; each sandbox gets its own
         report = harden({0, 1, 2, sock.fileno()}, None, parent=zygote)
-        # No warm-up yet: a run may ask for its root's sandbox as soon as the zygote
-        # answers, and the warm-up (~3-5 ms, 10-40 on a loaded machine) fits better in
-        # the root's first step, after 'ready'.
+        # Warm up now, while nothing waits for it (as a pool's sandbox does): the spare
+        # is forked as soon as the zygote has preloaded, usually long before the host has
+        # imported its runtime and asks for it.  Warmed up after 'ready' instead, the
+        # warm-up (~3-5 ms, 10-40 on a loaded machine) sat between a fast first step
+        # and its first block; a request that arrives meanwhile waits at most for its
+        # rest, which the sandbox would otherwise spend after 'ready'.
+        warm_up()
         data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, len(CHILD_FDS))
         sock.close()
         if not data:
@@ -257,6 +261,6 @@ def _spare_main(sock: socket.socket, zygote: int) -> NoReturn:
         _install(fds)
         report["rlimits"] = apply_limits(
             Limits(int(request["memory_bytes"]), int(request["cpu_seconds"])))
-        return serve(3, 4, 5, report, announce=True)
+        return serve(3, 4, 5, report, announce=True, warm_after_ready=False)
 
     _exit_with(harden_wait_and_serve)
