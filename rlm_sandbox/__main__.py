@@ -18,17 +18,22 @@ host, which stops its sandboxes itself.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 import warnings
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import argparse
 
 #: Deep enough for recursive analysis code, shallow enough to fail fast.
 RECURSION_LIMIT = 2_000
 
 
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    import argparse  # not for the zygote (main): with what it loads, ~5 ms of its start
+
     parser = argparse.ArgumentParser(prog="python -m rlm_sandbox", description=__doc__)
     parser.add_argument("--in-fd", type=int, help="fd to read host frames from")
     parser.add_argument("--out-fd", type=int, help="fd to write frames to")
@@ -61,20 +66,19 @@ def configure_interpreter() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(argv)
-    fds = {args.in_fd, args.out_fd, args.ctx_fd, args.zygote} - {None}
+    words = sys.argv[1:] if argv is None else argv
+    if len(words) == 2 and words[0] == "--zygote" and words[1].isdigit():
+        _serve_zygote(int(words[1]))  # the host's own command line for it: no parser needed
+    args = _parse_args(words)
+    if args.zygote is not None:
+        _serve_zygote(args.zygote)
+    fds = {args.in_fd, args.out_fd, args.ctx_fd} - {None}
     if fds & {0, 1}:
         raise SystemExit("descriptors 0 and 1 are reserved for /dev/null")
     _quiet_standard_streams()
-    for fd in fds - {args.ctx_fd, args.zygote}:
+    for fd in fds - {args.ctx_fd}:
         os.set_blocking(fd, True)
     configure_interpreter()
-    if args.zygote is not None:
-        from rlm_sandbox.zygote import serve_zygote
-
-        # Every sandbox it forked is reaped by now and nothing is buffered: an orderly
-        # interpreter exit would only add milliseconds to the end of every run.
-        os._exit(serve_zygote(args.zygote))
     from rlm_sandbox.isolation import Limits, harden, preload
     from rlm_sandbox.worker import serve
 
@@ -82,6 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits() if args.memory_bytes is None else Limits(memory_bytes=args.memory_bytes)
     report = harden({0, 1, 2, *fds}, limits, parent=None)
     return serve(args.in_fd, args.out_fd, args.ctx_fd, report)
+
+
+def _serve_zygote(control_fd: int) -> NoReturn:
+    if control_fd in (0, 1):
+        raise SystemExit("descriptors 0 and 1 are reserved for /dev/null")
+    _quiet_standard_streams()
+    configure_interpreter()
+    from rlm_sandbox.zygote import serve_zygote
+
+    # Every sandbox it forked is reaped by now and nothing is buffered: an orderly
+    # interpreter exit would only add milliseconds to the end of every run.
+    os._exit(serve_zygote(control_fd))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,16 @@ is checked (the test process itself has pytest and everything else loaded).
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import msgpack
 import pytest
 
+from rlm._sandbox.early import _package_dirs, zygote_argv, zygote_env
 from rlm.fixtures.needle import generate_needle
 
 # Test and benchmark code, never loaded outside `rlm bench` and `rlm fixture-server`.
@@ -104,3 +108,32 @@ def test_progress_on_a_terminal_still_goes_through_rich(tmp_path: Path) -> None:
     code = "import os; os.environ['FORCE_COLOR'] = '1'; from rlm.cli import main; main()"
     args = ["run", fixture.question, "--context-file", str(path), "--provider", "fixture"]
     assert "rich.console" in loaded_modules(code, *args)
+
+
+def test_the_zygote_starts_without_site_and_without_an_argument_parser() -> None:
+    """Started as the host starts it, the zygote runs no ``site`` (no site-packages scan,
+    no ``.pth`` file, no editable install's finder) and no argparse; it still answers."""
+    host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    argv = zygote_argv(child.fileno())
+    argv[1:1] = ["-X", "importtime"]  # every module it imports, listed on stderr
+    process = subprocess.Popen(
+        argv, pass_fds=[child.fileno()], env=zygote_env(), cwd="/", start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    child.close()
+    try:
+        host.settimeout(60)
+        host.send(msgpack.packb({"t": "ping"}))
+        assert msgpack.unpackb(host.recv(4096))["t"] == "pong"
+    finally:
+        host.close()  # end of input: the zygote kills its spare and exits
+        stderr = process.communicate(timeout=60)[1].decode()
+    imported = set(re.findall(r"\|\s*(\S+)\s*$", stderr, re.MULTILINE))
+    assert {"rlm_sandbox.zygote", "RestrictedPython", "msgpack"} <= imported
+    assert {"site", "argparse"}.isdisjoint(imported)
+    assert [m for m in imported if m.startswith(("__editable__", "_distutils_hack"))] == []
+
+
+def test_a_zygote_whose_packages_cannot_be_located_starts_with_site() -> None:
+    assert _package_dirs(("rlm_no_such_package",)) is None
+    assert _package_dirs(("struct",)) is None  # a module, not a package directory
