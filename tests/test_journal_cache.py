@@ -15,18 +15,21 @@ import pytest
 import trio
 
 from rlm import RLM
-from rlm._events import EventBus, LLMCached
+from rlm._config import RunConfig
+from rlm._events import BudgetRefused, EventBus, LLMCached
 from rlm._run.bridge import Bridge
-from rlm._run.call import Call
+from rlm._run.call import Call, CallParts
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
-from rlm.errors import JournalError
+from rlm.errors import JournalError, RLMError
 from rlm.journal import JournalStore, ResponseCache, open_store, request_digest
 from rlm.journal._threads import GroupCommit, inline_run_sync
 from rlm.journal.cache import CacheMode
 from rlm.providers.base import CompletionRequest
 from rlm.testing.provider import FunctionProvider
+from rlm.testing.sandboxes import LineLauncher
+from tests.helpers import assistant_turns, repl
 from tests.test_gate import fake_provider, request
 
 
@@ -134,9 +137,9 @@ async def test_group_commit_reports_a_failed_commit_to_every_writer(
     assert failures == ["disk full"] * 5
 
 
-def _bridge(gate: Gate) -> Bridge:
+def _bridge(gate: Gate, config: RunConfig | None = None) -> Bridge:
     return Bridge(
-        config=RLM(provider="fixture").config,
+        config=config or RLM(provider="fixture").config,
         events=gate._events,
         gate=gate,
         budget=gate.ledger,
@@ -173,3 +176,82 @@ async def test_a_batch_is_checked_against_what_it_sends_not_what_the_cache_answe
     refused = await _bridge(spent).serve(_ASKER, _batch([*prompts, "a", "b"]))
     assert not refused["ok"] and refused["kind"] == "budget"
     assert len(provider.times) == 17 and spent.cached_calls == 0
+
+
+_DEPTH_2 = RunConfig(max_depth=2).validate()
+
+
+def _tree_run(gate: Gate) -> tuple[CallParts, LineLauncher]:
+    """A run's parts at --max-depth 2 (an ``llm_query`` item is a child call), by hand."""
+    launcher = LineLauncher()
+    aborted: list[RLMError] = []
+    bridge = _bridge(gate, _DEPTH_2)
+    return CallParts(_DEPTH_2, gate._events, gate, launcher, bridge, aborted.append), launcher
+
+
+def _tree_script(batch: int) -> FunctionProvider:
+    """The root asks for ``batch`` child calls, then answers; each child answers at once."""
+
+    def reply(request: CompletionRequest) -> str:
+        if request.call_id != "root":
+            return "FINAL(c)"
+        return repl(f"batch {batch}") if assistant_turns(request) == 0 else "FINAL(root)"
+
+    return FunctionProvider.scripted(reply)
+
+
+async def test_cached_child_calls_do_not_count_against_the_call_limit(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    # Depth 2: each batch item is a child call.  A first run fills the cache ...
+    first = _tree_script(3)
+    parts, _ = _tree_run(_gate(store, first, "read-write", calls=100))
+    assert (await Call.root(parts, "q", "ctx").run()).answer == "root"
+    assert len(first.requests) == 5  # two root steps, one step per child
+    # ... and a replay under --max-llm-calls 1 sends nothing: all five are cached.
+    replay = _tree_script(3)
+    gate = _gate(store, replay, "read-write", calls=1)
+    parts, launcher = _tree_run(gate)
+    assert (await Call.root(parts, "q", "ctx").run()).answer == "root"
+    assert replay.requests == [] and gate.cached_calls == 5
+    assert launcher.opened[0].executed and not any(
+        isinstance(e, BudgetRefused) for e in gate._events.events
+    )
+
+
+async def test_uncached_child_calls_still_count_one_request_each(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    await Call.root(_tree_run(_gate(store, _tree_script(3), "read-write", calls=100))[0],
+                    "q", "ctx").run()  # children "item 0" to "item 2" are cached
+    # Another query, at --max-llm-calls 2: its root step is sent (1 left), and "batch 5"
+    # has two new children: one call short, the batch is refused whole, no child starts.
+    short = _tree_script(5)
+    gate = _gate(store, short, "read-write", calls=2)
+    await Call.root(_tree_run(gate)[0], "q2", "ctx").run()
+    assert [r.call_id for r in short.requests] == ["root", "root"]  # its two steps only
+    refused = [e for e in gate._events.events if isinstance(e, BudgetRefused)]
+    assert [e.items for e in refused if e.scope == "batch"] == [5]
+    # At 4 the two new children fit (the three cached ones are free), and the last step.
+    enough = _tree_script(5)
+    gate = _gate(store, enough, "read-write", calls=4)
+    outcome = await Call.root(_tree_run(gate)[0], "q3", "ctx").run()
+    assert outcome.answer == "root" and gate.cached_calls == 3
+    assert sorted(r.call_id for r in enough.requests) == ["root", "root", "root.4", "root.5"]
+
+
+async def test_cached_structured_items_are_free_at_any_depth(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    # With a schema every item is a sub-query, even where plain items would be child
+    # calls (--max-depth 2): cached ones are looked up as such and cost nothing.
+    provider = FunctionProvider.scripted(["unused"], sub=lambda request: '{"n": 1}')
+    frame = {**_batch(["a", "b", "c"]), "schema": '{"type": "object"}'}
+    filled = await _bridge(_gate(store, provider, "read-write", calls=10), _DEPTH_2).serve(
+        _ASKER, frame
+    )
+    assert filled["ok"]
+    replay = _gate(store, provider, "read-write", calls=1)
+    answer = await _bridge(replay, _DEPTH_2).serve(_ASKER, frame)
+    assert answer["ok"], answer
+    assert len(provider.requests) == 3 and replay.cached_calls == 3

@@ -125,7 +125,9 @@ class Bridge:
         results: list[str] | None = None
         sent = False
         try:
-            sending = await self._to_send(call, items, schema, children=mode == "child-call")
+            # With a schema every item is a sub-query, at any depth (see _fan_out below).
+            children = mode == "child-call" and schema is None
+            sending = await self._to_send(call, items, schema, children=children)
             self._check_call_limit(sending)
             self._budget.check_batch(sending)
             self._items_sent += sending
@@ -137,7 +139,6 @@ class Bridge:
                 failed = sum(1 for item in structured if "error" in item)
                 results = [json.dumps(item) for item in structured]  # as the trace shows them
             else:
-                children = mode == "child-call"
                 results = await self._fan_out(call, items, one=self._one, children=children)
                 failed = sum(1 for r in results if r.startswith("Error:"))
         except BudgetExceeded as exc:
@@ -193,15 +194,19 @@ class Bridge:
         """The requests a batch will send, for the call limits to check before any is sent.
 
         Answers from the response cache never count against them, so with a cache and a
-        call limit the sub-queries are looked up first.  A child call's steps cannot be
-        known before it runs: each counts as one request.
+        call limit the items are looked up first.  A child call's later steps cannot be
+        known before it runs: it counts as one request unless its first step is cached
+        (each later step is checked when it is sent, and a cached one is free there too).
         """
         limited = self._call_limit is not None or self._budget.calls_left() is not None
-        if children or not limited or self._gate.cache is None:
+        if not limited or self._gate.cache is None:
             return len(items)
         sending = 0
         for prompt, context in items:
-            request = self._sub_request(call, prompt, context, schema)
+            if children:
+                request = call.child_request(prompt, _child_context(prompt, context))
+            else:
+                request = self._sub_request(call, prompt, context, schema)
             sending += not await self._gate.is_cached(request)
         return sending
 
@@ -277,7 +282,7 @@ class Bridge:
         config = self._config
         try:
             if call.depth + 1 < config.max_depth:
-                return await _run_child(call, prompt, prompt if context is None else context)
+                return await _run_child(call, prompt, _child_context(prompt, context))
             completion = await self._gate.complete(self._sub_request(call, prompt, context, None))
             return completion.text
         except BudgetExceeded:
@@ -387,6 +392,11 @@ async def _run_child(parent: Call, query: str, context: str) -> str:
     if outcome.status == "iterations":
         return f"Error: child call {child.call_id} gave no answer in {outcome.iterations} steps"
     return f"Error: child call {child.call_id} failed: {outcome.error}"
+
+
+def _child_context(prompt: str, context: str | None) -> str:
+    """A child call's context: the item's own, else its prompt."""
+    return prompt if context is None else context
 
 
 _Result = TypeVar("_Result")

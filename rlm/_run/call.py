@@ -167,11 +167,7 @@ class Call:
                 {"role": "user", "content": f"{_schema_ask(parts, depth)}Query: {query}"}
             )
         else:
-            ask = f"{describe_context(context)}\n\n{_schema_ask(parts, depth)}"
-            self.history += [
-                {"role": "system", "content": parts.system_prompt or prompts.load("system")},
-                {"role": "user", "content": f"{ask}Query: {query}"},
-            ]
+            self.history += _opening(parts, depth, query, context)
         self._started_at = 0.0
         self._sent = 0  # messages of this call's previous request (a step's request reuses them)
         self._slot = carry.slot if carry is not None else SandboxSlot(
@@ -206,14 +202,23 @@ class Call:
             reaper=self._nursery,
         )
 
+    def child_request(self, query: str, context: Context) -> CompletionRequest:
+        """The first step's request of the child :meth:`child` would start, without
+        starting it: the bridge looks it up in the response cache (the call id it
+        names is only a label, not part of the cache's digest)."""
+        depth = self.depth + 1
+        return _step_request(
+            self._parts.config, _opening(self._parts, depth, query, context), depth,
+            call_id=f"{self.call_id}.{self.children + 1}", parent_id=self.call_id,
+        )
+
     @property
     def lane(self) -> Lane:
-        return "root" if self.depth == 0 else "sub"
+        return _lane(self.depth)
 
     @property
     def model(self) -> str:
-        config = self._parts.config
-        return config.model if self.depth == 0 else config.effective_sub_model
+        return _model(self._parts.config, self.depth)
 
     # -- the loop --------------------------------------------------------------
 
@@ -290,15 +295,9 @@ class Call:
         """One step: the model's next reply, parsed (its blocks run as they close)."""
         if not forced:
             self.iteration += 1
-        config = self._parts.config
-        request = CompletionRequest(
-            messages=list(self.history),
-            model=self.model,
-            lane=self.lane,
-            max_tokens=config.max_tokens,
-            call_id=self.call_id,
-            depth=self.depth,
-            parent_id=self.parent_id,
+        request = _step_request(
+            self._parts.config, list(self.history), self.depth,
+            call_id=self.call_id, parent_id=self.parent_id,
         )
         sent_before, self._sent = self._sent, len(self.history)
         pipeline = self._pipeline(nursery)
@@ -531,6 +530,40 @@ def request_delta(messages: list[Message], reused: int) -> dict[str, Any]:
         else:
             new.append({"role": message["role"], "content": message["content"]})
     return {"reused": reused, "new": new}
+
+
+def _opening(parts: CallParts, depth: int, query: str, context: Context) -> list[Message]:
+    """A new call's first messages: the system prompt, the context's description, the query."""
+    ask = f"{describe_context(context)}\n\n{_schema_ask(parts, depth)}"
+    return [
+        {"role": "system", "content": parts.system_prompt or prompts.load("system")},
+        {"role": "user", "content": f"{ask}Query: {query}"},
+    ]
+
+
+def _step_request(
+    config: RunConfig, messages: list[Message], depth: int, *, call_id: str,
+    parent_id: str | None,
+) -> CompletionRequest:
+    """A step's request at ``depth``."""
+    return CompletionRequest(
+        messages=messages,
+        model=_model(config, depth),
+        lane=_lane(depth),
+        max_tokens=config.max_tokens,
+        call_id=call_id,
+        depth=depth,
+        parent_id=parent_id,
+    )
+
+
+def _lane(depth: int) -> Lane:
+    return "root" if depth == 0 else "sub"
+
+
+def _model(config: RunConfig, depth: int) -> str:
+    """The root model at depth 0, the sub-model below."""
+    return config.model if depth == 0 else config.effective_sub_model
 
 
 def _schema_ask(parts: CallParts, depth: int) -> str:
