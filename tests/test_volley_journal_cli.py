@@ -19,6 +19,7 @@ import pytest
 
 from rlm.journal import Owner, open_store
 from rlm.journal.records import local_host
+from rlm.volley.records import VolleyResult
 from tests.helpers import pid_alive, rlm_in_process
 
 
@@ -105,6 +106,56 @@ def test_show_says_running_while_a_live_worker_holds_a_task(tmp_path: Path) -> N
         assert status() == "running"
     finally:
         store.close()
+
+
+def test_show_gives_a_running_volleys_heartbeat_age(tmp_path: Path) -> None:
+    # A worker on another host was killed: its claim says "running" until the stale
+    # timeout, and show tells how old the last heartbeat is (text, JSON, the task).
+    from rlm.cli.volley_journal import stored_result
+    from rlm.volley.output import format_summary
+
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "--provider", "fixture")
+    elsewhere = Owner("elsewhere~0a1b2c3d", 4242, "w1")
+    then = open_store(str(journal), clock=lambda: 1_000.0)
+    try:
+        then.claim(volley_id, elsewhere)
+    finally:
+        then.close()
+
+    def shown(at: float) -> VolleyResult:
+        store = open_store(str(journal), clock=lambda: at)
+        try:
+            return stored_result(store, volley_id)
+        finally:
+            store.close()
+
+    result = shown(1_042.0)
+    assert result.status == "running" and result.heartbeat_age_sec == 42.0
+    assert result.to_dict()["heartbeat_age_sec"] == 42.0
+    assert format_summary(result).splitlines()[0] == (
+        f"=== volley {volley_id}: running (heartbeat 42s ago) ==="
+    )
+    assert result.tasks[0].error == (
+        "in progress (heartbeat 42s ago, held by elsewhere~0a1b2c3d/4242/w1)"
+    )
+    assert result.tasks[1].error == "not started"
+    late = shown(1_000.0 + 601)  # past the default stale timeout: nobody is working on it
+    assert late.status == "interrupted" and late.heartbeat_age_sec is None
+    assert late.tasks[0].error == (
+        "in progress (heartbeat 10m01s ago, held by elsewhere~0a1b2c3d/4242/w1)"
+    )
+    # The commands say it too (the journal's clock is the real one there).
+    now = open_store(str(journal))
+    try:
+        now.claim(volley_id, elsewhere)
+    finally:
+        now.close()
+    text = rlm_in_process("volley", "show", volley_id, "--journal", str(journal))
+    assert f"=== volley {volley_id}: running (heartbeat " in text.stdout
+    done = rlm_in_process("volley", "show", volley_id, "--journal", str(journal),
+                          "--output-format", "json")
+    assert json.loads(done.stdout)["heartbeat_age_sec"] >= 0
 
 
 def test_a_stale_timeout_too_short_for_heartbeats_is_refused(tmp_path: Path) -> None:

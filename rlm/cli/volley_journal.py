@@ -58,7 +58,7 @@ from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker, pid_alive
 from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.events import StaleRecovery, task_call_id
-from rlm.volley.output import OrderedWriter
+from rlm.volley.output import OrderedWriter, heartbeat_age
 from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySummary, VolleyTask
 
 __all__ = [
@@ -69,9 +69,9 @@ __all__ = [
     "api_key_for",
     "config_provider",
     "explicit",
-    "held_by_live_worker",
     "journal_option",
     "list_cmd",
+    "live_heartbeat_age",
     "open_journal",
     "pool_argv",
     "resume_options",
@@ -254,10 +254,13 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
     row = store.volley(volley_id)
     rows = store.tasks(volley_id)
     tasks: list[TaskResult] = []
+    now = store.now()
     for task in rows:
         done = result_from_row(task)
         if done is None:
-            waiting = "in progress" if task.status == "in_progress" else "not started"
+            waiting = "not started"
+            if task.status == "in_progress":
+                waiting = f"in progress ({_claim_note(task, now)})"
             done = TaskResult(
                 index=task.index,
                 prompt=str(task.spec.get("prompt", "")),
@@ -266,8 +269,10 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
             )
         tasks.append(done)
     status: VolleyStatus
+    age: float | None = None
     if row.counts["open"] or row.counts["in_progress"]:
-        status = "running" if held_by_live_worker(store, rows) else "interrupted"
+        age = live_heartbeat_age(store, rows)
+        status = "interrupted" if age is None else "running"
     else:
         status = "failed" if row.counts["failed"] else "succeeded"
     started = [t.started_at for t in rows if t.started_at is not None]
@@ -286,18 +291,30 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
         total_retries=sum(t.retries for t in tasks),
         rate_limited=0,
     )
-    return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks))
+    return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks),
+                        heartbeat_age_sec=None if age is None else round(age, 3))
 
 
-def held_by_live_worker(
+def _claim_note(task: TaskRow, now: float) -> str:
+    """Who holds an in-progress task, and how long ago it last heartbeat."""
+    held = f"held by {task.claimed_by}" if task.claimed_by is not None else "no holder"
+    if task.heartbeat_at is None:
+        return held
+    return f"heartbeat {heartbeat_age(max(0.0, now - task.heartbeat_at))} ago, {held}"
+
+
+def live_heartbeat_age(
     store: JournalStore, rows: Sequence[TaskRow], alive: Callable[[int], bool] = pid_alive
-) -> bool:
-    """Whether a live worker (in any process) holds a task of the volley: a claim whose
-    heartbeat is younger than the default stale timeout, and whose process, when it is on
+) -> float | None:
+    """Seconds since the youngest heartbeat of a live worker's claim on the volley; None
+    when no live worker (in any process) holds a task of it.  A claim is live when its
+    heartbeat is younger than the default stale timeout and its process, when it is on
     this host, exists.  (The workers table cannot say "none": ``live_workers`` counts at
     least one.)"""
-    since = store.now() - DEFAULT_STALE_TIMEOUT
+    now = store.now()
+    since = now - DEFAULT_STALE_TIMEOUT
     here = local_host()
+    youngest: float | None = None
     for task in rows:
         if task.status != "in_progress" or task.heartbeat_at is None:
             continue
@@ -305,8 +322,8 @@ def held_by_live_worker(
         if task.heartbeat_at >= since and not (
             owner is not None and owner.host == here and not alive(owner.pid)
         ):
-            return True
-    return False
+            youngest = task.heartbeat_at if youngest is None else max(youngest, task.heartbeat_at)
+    return None if youngest is None else max(0.0, now - youngest)
 
 
 def with_other_workers(store: JournalStore, result: VolleyResult) -> VolleyResult:

@@ -16,7 +16,7 @@ from typing import Literal
 from rlm._durations import format_duration
 from rlm.volley.records import TaskResult, VolleyResult
 
-__all__ = ["OrderedWriter", "OutputFormat", "format_summary", "task_label"]
+__all__ = ["OrderedWriter", "OutputFormat", "format_summary", "heartbeat_age", "task_label"]
 
 OutputFormat = Literal["text", "json", "jsonl"]
 
@@ -74,12 +74,19 @@ class OrderedWriter:
         self._write(f"{header}\n{body or ''}\n")
 
 
+def heartbeat_age(seconds: float) -> str:
+    """A heartbeat's age in whole seconds (``42s``, ``4m12s``), ``<1s`` when fresh."""
+    return "<1s" if seconds < 1 else format_duration(round(seconds))
+
+
 def format_summary(result: VolleyResult) -> str:
     """The text format's closing block."""
     s = result.summary
     cost = "unpriced" if s.total_cost is None else f"${s.total_cost:.4f}"
+    age = result.heartbeat_age_sec
+    beat = "" if age is None else f" (heartbeat {heartbeat_age(age)} ago)"
     lines = [
-        f"=== volley {result.volley_id}: {result.status} ===",
+        f"=== volley {result.volley_id}: {result.status}{beat} ===",
         f"tasks: {s.succeeded} succeeded, {s.failed} failed, {s.cancelled} cancelled "
         f"of {s.total_tasks} in {format_duration(s.duration_sec)}",
         f"tokens: {s.tokens_input:,} in ({s.tokens_cached:,} cached), {s.tokens_output:,} out; "

@@ -145,6 +145,10 @@ class VolleyResult:
     tasks: tuple[TaskResult, ...] = field(repr=False)
     error: str | None = None  # why the volley stopped early, when it did
     fixture: bool = False  # answers came from the built-in fixture model
+    # ``running`` (``rlm volley show``): seconds since the youngest heartbeat of a live
+    # worker's claim on the volley; a worker killed on another host ages it until the
+    # stale timeout reopens its tasks.  None for any other status.
+    heartbeat_age_sec: float | None = None
 
     @property
     def exit_code(self) -> int:
@@ -155,6 +159,7 @@ class VolleyResult:
         return {
             "volley_id": self.volley_id,
             "status": self.status,
+            "heartbeat_age_sec": self.heartbeat_age_sec,
             "error": self.error,
             "summary": self.summary.to_dict(),
             "tasks": [t.to_dict() for t in self.tasks],
