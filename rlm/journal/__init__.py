@@ -5,12 +5,23 @@ PostgreSQL database (``postgresql://...``, for workers on several machines),
 with one schema and the same semantics.  :func:`open_store` opens one;
 :class:`JournalStore` is the blocking store; :class:`ResponseCache` replays
 completions.
+
+The cache's names are imported on first use (PEP 562): they bring trio and the
+providers, which the journal's writer process (``_writer_main``) never needs,
+and it starts once per worker.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rlm.journal._open import default_journal_path, open_store
-from rlm.journal.cache import CacheMode, ResponseCache, parse_cache_mode, request_digest
 from rlm.journal.records import Owner, Recovered, Spend, TaskRow, Verdict, VolleyRow
 from rlm.journal.store import JournalStore
+
+if TYPE_CHECKING:
+    from rlm.journal.cache import CacheMode, ResponseCache, parse_cache_mode, request_digest
 
 __all__ = [
     "CacheMode",
@@ -27,3 +38,17 @@ __all__ = [
     "parse_cache_mode",
     "request_digest",
 ]
+
+_LAZY = {"CacheMode", "ResponseCache", "parse_cache_mode", "request_digest"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rlm.journal' has no attribute {name!r}")
+    value = getattr(importlib.import_module("rlm.journal.cache"), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -44,6 +44,7 @@ import trio
 
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
+from rlm.journal._writer import JournalWrites, StoreWrites
 from rlm.journal.records import Owner, Recovered, Spend, VerdictRow
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
@@ -156,6 +157,8 @@ class JournalWorker:
         self._group_s = group_interval
         self._group_since = -float("inf")  # when the last group commit started
         self._committer = False  # running() has started the committer
+        # Where claims and verdicts are written (see running()): the store, through run_sync.
+        self._writes: JournalWrites = StoreWrites(store, run_sync)
 
     def follow_spend(self, spent: Callable[[], Spend]) -> None:
         """Record the growth of ``spent()`` (the volley's ledger) from now on."""
@@ -238,15 +241,11 @@ class JournalWorker:
             size = max(1, min(size, room))
         tasks: list[VolleyTask]
         if self._known:
-            indices = await self._run_sync(
-                self.store.claim_indices, self.volley_id, self.owner, size
-            )
+            indices = await self._writes.claim_indices(self.volley_id, self.owner, size)
             self._held.update(indices)  # before anything can fail: _finish releases them
             tasks = [self._task(index) for index in indices]
         else:
-            specs = await self._run_sync(
-                self.store.claim_specs, self.volley_id, self.owner, size
-            )
+            specs = await self._writes.claim_specs(self.volley_id, self.owner, size)
             tasks = [VolleyTask.from_dict(spec) for spec in specs]
         self._claim_s = _decaying_max(self._claim_s, trio.current_time() - started)
         # Never below half the batch just claimed: it would be claimed after at once.
@@ -410,11 +409,14 @@ class JournalWorker:
             self._waiting, self._tell, self._queued = [], [], trio.Event()
             self._all_in = trio.Event()
             self._group_since = trio.current_time()
+            recorded = self._recorded
             spend = self._spend_delta(waiting)
             started = trio.current_time()
-            await self._run_sync(
-                self.store.finish_rows, self.volley_id, [_row(r) for r in waiting], spend
-            )
+            try:
+                await self._writes.finish_rows(self.volley_id, [_row(r) for r in waiting], spend)
+            except BaseException:
+                self._recorded = recorded  # not recorded: the next record counts it
+                raise
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
         for result, kept in zip(waiting, tell_all, strict=True):
             self._held.discard(result.index)
@@ -441,8 +443,15 @@ class JournalWorker:
     # -- the worker's life -------------------------------------------------------
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[JournalWorker]:
-        """Register, recover orphaned claims, heartbeat and sweep while the body runs."""
+    async def running(self, writes: JournalWrites | None = None) -> AsyncIterator[JournalWorker]:
+        """Register, recover orphaned claims, heartbeat and sweep while the body runs.
+
+        ``writes`` takes the claims and verdicts while running (a writer process:
+        ``rlm.journal._writer``; its caller keeps it open longer than this);
+        by default they go to the store through ``run_sync``.
+        """
+        if writes is not None:
+            self._writes = writes
         # Register and reopen orphaned claims in one transaction: the volley waits for it.
         recovered = await self._run_sync(
             self.store.join, self.volley_id, self.owner, self._alive, self.stale_timeout
@@ -468,13 +477,18 @@ class JournalWorker:
         """Commit queued verdicts, give back every claim still held, record the last
         spend, retire.  Verdicts still queued (the body was cancelled or failed) are
         committed, but their writers are gone: durable results nobody reported."""
-        await self._commit_queued(tell=False)
-        leftovers = sorted(self._held | {t.index for t in self._buffer})
-        self._held.clear()
-        self._buffer.clear()
-        await self._run_sync(
-            self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
-        )
+        try:
+            await self._commit_queued(tell=False)
+        finally:
+            # Even when that commit failed (a writer process gone): its verdicts'
+            # tasks are still held, and go back to open with the rest.
+            self._writes = StoreWrites(self.store, self._run_sync)
+            leftovers = sorted(self._held | {t.index for t in self._buffer})
+            self._held.clear()
+            self._buffer.clear()
+            await self._run_sync(
+                self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
+            )
 
     async def _heartbeat_loop(self) -> None:
         while True:
