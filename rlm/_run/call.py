@@ -149,8 +149,9 @@ class Call:
         self._carry = carry
         # A child's sandbox is reaped here, in its parent's nursery, after its answer went up.
         self._reaper = reaper
-        # The launcher stops serving as soon as this call returns (a run's root): the
-        # sandbox is killed at the end and reaped there with every other one, at once.
+        # The launcher serves this call alone (a run's root): when it ends, every sandbox
+        # of the run is killed at once and the zygote let go, so their deaths and its exit
+        # overlap the rest of the run's ending; the launcher reaps them all as it stops.
         self._launcher_reaps = launcher_reaps
         self._nursery: trio.Nursery | None = None  # this call's own, while it runs
         self.call_id = call_id
@@ -229,7 +230,8 @@ class Call:
         ``ends_run`` is set) goes to ``abort``; a child's other errors are its
         outcome, data for its parent.  On every exit path, cancellation
         included, the sandbox is killed and reaped before this returns (killed only,
-        when the launcher reaps it: see ``launcher_reaps``), and a call that did
+        with every other sandbox of the run, when the launcher reaps them: see
+        ``launcher_reaps``), and a call that did
         not conclude concludes as ``stopped``.
         """
         async with trio.open_nursery() as own:  # the sandbox's helper tasks
@@ -470,7 +472,7 @@ class Call:
             self.candidate = await self._slot.peek("answer")
         # A session keeps its sandbox for the next query.
         if self._carry is None and self._launcher_reaps:
-            self._slot.kill("closed")
+            self._parts.sandboxes.finish()
         elif self._carry is None and not self._reap_later():
             await self._slot.discard()
         if self.outcome is None:

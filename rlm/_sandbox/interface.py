@@ -62,6 +62,10 @@ class Launcher(Protocol):
     def kill_all(self) -> None:
         """Kill every sandbox it made, now (synchronous: for a second Ctrl-C)."""
 
+    def finish(self) -> None:
+        """The one call it serves (a run's root) has ended: end every sandbox now
+        (synchronous); ``serving``'s exit waits until all are gone."""
+
 
 #: Makes one run's launcher from the run's configuration; the run's event bus
 #: receives its sandbox events.  ``rlm._run.runtime.default_launcher`` is one.

@@ -138,6 +138,7 @@ class Zygote:
         self._children: set[int] = set()
         self._spare: int | None = None  # forked ahead by the zygote, not handed out yet
         self._broken = False
+        self._closing = False  # close_soon(): the zygote is on its way out
         # False: whoever started the process waits for its exit (EarlyZygote.close).
         self._wait_at_close = wait_at_close
 
@@ -152,7 +153,24 @@ class Zygote:
 
     @property
     def alive(self) -> bool:
-        return not self._broken and self._process.returncode is None
+        return not (self._broken or self._closing) and self._process.returncode is None
+
+    def close_soon(self) -> None:
+        """Let the zygote go now, without waiting: it kills and reaps every sandbox it
+        forked and exits while the host finishes the run (:meth:`aclose` then waits).
+
+        Synchronous, for the end of a run.  An exchange in flight finishes first (the
+        socket closes after it); from now on nothing is forked, and :meth:`reap` leaves
+        each sandbox to the zygote's way out instead of asking for it (its pid is still
+        counted, so :meth:`aclose` waits for the zygote rather than killing it).
+        """
+        self._closing = True
+        if not self._lock.locked():
+            self._close_control()
+
+    def _close_control(self) -> None:
+        self._broken = True
+        self._control.close()
 
     @classmethod
     async def start(cls) -> Zygote:
@@ -224,6 +242,8 @@ class Zygote:
 
     async def reap(self, pid: int) -> int | None:
         """Kill and reap a sandbox; its exit code (None if the zygote is gone)."""
+        if self._closing:
+            return -signal.SIGKILL  # killed, and reaped by the zygote on its way out
         self._children.discard(pid)
         with contextlib.suppress(SandboxCrashed):
             answer = await self._exchange({"t": "reap", "pid": pid}, [])
@@ -235,25 +255,33 @@ class Zygote:
         """One request and its answer.  Shielded (bounded): a half-done exchange would
         desynchronise the socket and leave an unknown sandbox behind."""
         async with self._lock:
-            if self._broken:
+            if self._broken or self._closing:
                 raise SandboxCrashed("the zygote is gone")
-            with trio.CancelScope(shield=True), trio.move_on_after(_EXCHANGE_TIMEOUT):
-                try:
-                    data = msgpack.packb(request, use_bin_type=True)
-                    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-                    await self._control.sendmsg([data], ancillary if fds else [])
-                    reply = await self._control.recv(4096)
-                except OSError as exc:
-                    self._broken = True
-                    raise SandboxCrashed(f"lost the zygote: {exc}") from exc
-                if not reply:
-                    self._broken = True
-                    raise SandboxCrashed("the zygote exited")
-                answer = msgpack.unpackb(reply, raw=False)
-                if isinstance(answer, dict):
-                    return answer
-            self._broken = True
-            raise SandboxCrashed("the zygote did not answer")
+            try:
+                return await self._exchange_locked(request, fds)
+            finally:
+                if self._closing and not self._broken:
+                    self._close_control()  # close_soon() came during the exchange
+
+    async def _exchange_locked(self, request: dict[str, object], fds: list[int]
+                               ) -> dict[str, object]:
+        with trio.CancelScope(shield=True), trio.move_on_after(_EXCHANGE_TIMEOUT):
+            try:
+                data = msgpack.packb(request, use_bin_type=True)
+                ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                await self._control.sendmsg([data], ancillary if fds else [])
+                reply = await self._control.recv(4096)
+            except OSError as exc:
+                self._broken = True
+                raise SandboxCrashed(f"lost the zygote: {exc}") from exc
+            if not reply:
+                self._broken = True
+                raise SandboxCrashed("the zygote exited")
+            answer = msgpack.unpackb(reply, raw=False)
+            if isinstance(answer, dict):
+                return answer
+        self._broken = True
+        raise SandboxCrashed("the zygote did not answer")
 
     async def aclose(self) -> None:
         """Close the socket (the zygote then kills and reaps its sandboxes and exits), reap

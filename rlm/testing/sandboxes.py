@@ -90,3 +90,6 @@ class LineLauncher:
     def kill_all(self) -> None:
         for box in self.opened:
             box.kill()
+
+    def finish(self) -> None:
+        self.kill_all()
