@@ -18,6 +18,7 @@ host, which stops its sandboxes itself.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -93,6 +94,9 @@ def _serve_zygote(control_fd: int) -> NoReturn:
         raise SystemExit("descriptors 0 and 1 are reserved for /dev/null")
     _quiet_standard_streams()
     configure_interpreter()
+    # Paused while the zygote loads what every sandbox shares; serve_zygote freezes that
+    # heap and turns the collector on again before it forks anything.
+    gc.disable()
     from rlm_sandbox.zygote import serve_zygote
 
     # Every sandbox it forked is reaped by now and nothing is buffered: an orderly

@@ -69,9 +69,12 @@ def serve_zygote(control_fd: int) -> int:
     # Everything loaded so far lives as long as the zygote: frozen, the collector never
     # walks it again, so a fork needs no collection first (one took 5-20 ms on a loaded
     # 2-core machine, on the path of every sandbox a call waits for) and a sandbox's own
-    # collections do not write to the pages it shares with the zygote.
-    gc.collect()
+    # collections do not write to the pages it shares with the zygote.  The collector
+    # was paused while all this loaded (``python -m rlm_sandbox --zygote``): it ran ~30
+    # times over the growing heap, a sixth of the zygote's start, and a last collection
+    # before freezing found ~140 unreachable objects, not worth its 4-10 ms.
     gc.freeze()
+    gc.enable()
     children: set[int] = set()
     control = socket.socket(fileno=control_fd)
     spare: list[_Spare] = []  # at most one, until the first spawn takes it
