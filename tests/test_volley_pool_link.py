@@ -50,9 +50,20 @@ async def test_a_pool_whose_first_worker_is_killed_leaves_no_worker_and_resumes_
     # The server answers 12 tasks, then holds every request: all three workers are
     # blocked on requests in flight when the first one is killed, on any machine.
     async with counting_server(0.01, answer_first=12) as (url, server):
-        created = await trio.to_thread.run_sync(functools.partial(
-            rlm_in_process, "volley", "create", "-f", str(tasks), "--journal", journal,
-            "--output-format", "json", *_send_flags(url, 6)))
+        created = await trio.to_thread.run_sync(
+            functools.partial(
+                rlm_in_process,
+                "volley",
+                "create",
+                "-f",
+                str(tasks),
+                "--journal",
+                journal,
+                "--output-format",
+                "json",
+                *_send_flags(url, 6),
+            )
+        )
         assert created.returncode == 0, created.stderr
         volley_id = json.loads(created.stdout)["volley_id"]
         pool = await trio.lowlevel.open_process(
@@ -61,10 +72,15 @@ async def test_a_pool_whose_first_worker_is_killed_leaves_no_worker_and_resumes_
         )
         siblings: set[int] = set()
         try:
-            await _until([pool], lambda: len(_holders(journal, volley_id)) == 3
-                         and Counter(_statuses(journal, volley_id).values())["done"] >= 12,
-                         "12 tasks were done and all three workers held claims",
-                         seen=lambda: f"(holders {_holders(journal, volley_id)})")
+            await _until(
+                [pool],
+                lambda: (
+                    len(_holders(journal, volley_id)) == 3
+                    and Counter(_statuses(journal, volley_id).values())["done"] >= 12
+                ),
+                "12 tasks were done and all three workers held claims",
+                seen=lambda: f"(holders {_holders(journal, volley_id)})",
+            )
             siblings = _holders(journal, volley_id) - {pool.pid}
             assert len(siblings) == 2
             done_before = {i for i, s in _statuses(journal, volley_id).items() if s == "done"}
@@ -83,9 +99,18 @@ async def test_a_pool_whose_first_worker_is_killed_leaves_no_worker_and_resumes_
         # What the killed workers held is taken up by the next worker, at once.
         resumed = await rlm("volley", "work", volley_id, "--journal", journal, "-q")
         assert resumed.returncode == 0, resumed.stderr.decode()
-    shown = await trio.to_thread.run_sync(functools.partial(
-        rlm_in_process, "volley", "show", volley_id, "--journal", journal,
-        "--output-format", "json"))
+    shown = await trio.to_thread.run_sync(
+        functools.partial(
+            rlm_in_process,
+            "volley",
+            "show",
+            volley_id,
+            "--journal",
+            journal,
+            "--output-format",
+            "json",
+        )
+    )
     out = json.loads(shown.stdout)
     assert [t["index"] for t in out["tasks"]] == list(range(1, 61))
     assert all(t["status"] == "succeeded" for t in out["tasks"]), out["summary"]
@@ -95,15 +120,27 @@ async def test_a_pool_whose_first_worker_is_killed_leaves_no_worker_and_resumes_
 
 
 def _worker_linked_to_this_process(
-    journal: Path, volley_id: str, parent: int, read_end: int
+    journal: Path, volley_id: str, parent: int, read_end: int, ref: str | None = None
 ) -> subprocess.Popen[bytes]:
     """`rlm volley work` started as a pool sibling whose "first worker" is ``parent``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
-    env[PARENT_ENV] = f"{parent}:{read_end}"
+    env[PARENT_ENV] = f"{parent}:{read_end}:{volley_id}"
     return subprocess.Popen(
-        [sys.executable, "-m", "rlm", "volley", "work", volley_id, "--journal", str(journal),
-         "-q"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, pass_fds=(read_end,),
+        [
+            sys.executable,
+            "-m",
+            "rlm",
+            "volley",
+            "work",
+            ref or volley_id,
+            "--journal",
+            str(journal),
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        pass_fds=(read_end,),
     )
 
 
@@ -125,8 +162,16 @@ def test_a_sibling_stops_when_its_parents_pipe_closes(tmp_path: Path) -> None:
     # The portable link alone: this process is the sibling's parent and stays alive
     # (no parent-death signal fires); closing the pipe's write end is its end.
     journal = tmp_path / "j.sqlite3"
-    volley_id = _create(journal, *[f"task {i}" for i in range(20)], "--provider", "fixture",
-                        "--fixture-latency", "1s", "--max-concurrent", "2")
+    volley_id = _create(
+        journal,
+        *[f"task {i}" for i in range(20)],
+        "--provider",
+        "fixture",
+        "--fixture-latency",
+        "1s",
+        "--max-concurrent",
+        "2",
+    )
     read_end, write_end = os.pipe()
     worker = _worker_linked_to_this_process(journal, volley_id, os.getpid(), read_end)
     os.close(read_end)
@@ -167,3 +212,23 @@ def test_a_sibling_whose_parent_died_before_it_linked_takes_no_task(tmp_path: Pa
     assert worker.returncode == 130, err
     assert err.decode().startswith(f"Error: the pool's first worker (pid {ghost.pid}) is gone")
     assert _counts(journal, volley_id) == {"open": 2, "in_progress": 0, "done": 0, "failed": 0}
+
+
+def test_a_sibling_works_on_the_pools_volley_not_on_what_last_names_by_now(
+    tmp_path: Path,
+) -> None:
+    # `rlm volley work last --pool 2` while someone creates another volley: the sibling
+    # starts a second later, and "last" must not send it to the new volley.
+    journal = tmp_path / "j.sqlite3"
+    pools = _create(journal, "a", "b", "--provider", "fixture")
+    newer = _create(journal, "c", "--provider", "fixture")
+    read_end, write_end = os.pipe()
+    try:
+        worker = _worker_linked_to_this_process(journal, pools, os.getpid(), read_end, "last")
+        _, err = worker.communicate(timeout=60)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert worker.returncode == 0, err
+    assert _counts(journal, pools)["done"] == 2
+    assert _counts(journal, newer)["open"] == 1

@@ -38,7 +38,7 @@ from rlm.errors import Interrupted
 
 __all__ = ["PARENT_ENV", "PoolParent", "link_to_parent", "supervise_siblings"]
 
-#: Set for a sibling only: ``"<parent pid>:<read end of the parent's pipe>"``.
+#: Set for a sibling only: ``"<parent pid>:<read end of the parent's pipe>:<volley id>"``.
 PARENT_ENV = "RLM_POOL_PARENT"
 
 #: How long a stopping worker may take to give its tasks back before it is killed.
@@ -50,8 +50,9 @@ _PR_SET_PDEATHSIG = 1
 # -- the first worker's side ------------------------------------------------------
 
 
-async def supervise_siblings(argv: Sequence[str], count: int) -> None:
-    """Run ``count`` sibling workers (``python -m rlm *argv``) until they exit.
+async def supervise_siblings(argv: Sequence[str], count: int, volley_id: str) -> None:
+    """Run ``count`` sibling workers (``python -m rlm *argv``) on ``volley_id`` until
+    they exit (told the id: ``last`` could name a volley created since).
 
     Cancelled (this worker stops early), each gets SIGTERM, so it gives its
     tasks back, and SIGKILL if it is still there after :data:`GRACE_S`.  On
@@ -62,14 +63,18 @@ async def supervise_siblings(argv: Sequence[str], count: int) -> None:
     siblings: list[subprocess.Popen[bytes]] = []
     try:
         try:
-            env = {**os.environ, PARENT_ENV: f"{os.getpid()}:{read_end}"}
+            env = {**os.environ, PARENT_ENV: f"{os.getpid()}:{read_end}:{volley_id}"}
             for _ in range(count):
                 # Forked from this (the main) thread, not trio's worker threads: see the
                 # module docstring.  A fork takes milliseconds, once per sibling at start.
-                siblings.append(subprocess.Popen(  # noqa: ASYNC220
-                    [sys.executable, "-m", "rlm", *argv], start_new_session=True,
-                    pass_fds=(read_end,), env=env,
-                ))
+                siblings.append(
+                    subprocess.Popen(  # noqa: ASYNC220
+                        [sys.executable, "-m", "rlm", *argv],
+                        start_new_session=True,
+                        pass_fds=(read_end,),
+                        env=env,
+                    )
+                )
         finally:
             os.close(read_end)
         async with trio.open_nursery() as nursery:
@@ -118,10 +123,12 @@ async def _exited(process: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class PoolParent:
-    """The first worker this sibling dies with: its pid and the pipe it holds open."""
+    """The first worker this sibling dies with: its pid, the pipe it holds open, and the
+    volley it works on."""
 
     pid: int
     pipe: int
+    volley_id: str
 
     async def watch(self, stop: Callable[[], None], kill: Callable[[], None]) -> None:
         """Wait for the parent's end; then ``stop()`` this worker, and ``kill()`` it
@@ -148,8 +155,8 @@ def link_to_parent(environ: dict[str, str] | None = None) -> PoolParent | None:
     value = env.pop(PARENT_ENV, None)
     if not value:
         return None
-    pid, _, fd = value.partition(":")
-    parent = PoolParent(int(pid), int(fd))
+    pid, fd, volley_id = value.split(":", 2)
+    parent = PoolParent(int(pid), int(fd), volley_id)
     _arm_parent_death_signal()
     if os.getppid() != parent.pid:  # it died before the signal was armed
         raise Interrupted(

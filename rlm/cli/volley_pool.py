@@ -125,7 +125,9 @@ def _work(
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     try:
         with JournalSession(flags, err, existing=True) as session:
-            stored = session.load(volley_ref, rerun_failed=False)
+            # A sibling works on the pool's volley, whatever ``last`` names by now.
+            ref = volley_ref if parent is None else parent.volley_id
+            stored = session.load(ref, rerun_failed=False)
             settings = dict(overrides)
             fixture = resumed_fixture(stored.settings, settings.pop("fixture_latency", None))
             provider = config_provider(settings, stored.settings)
@@ -193,7 +195,7 @@ async def _work_pool(
     """
     async with trio.open_nursery() as nursery:
         if siblings:
-            nursery.start_soon(supervise_siblings, argv, siblings)
+            nursery.start_soon(supervise_siblings, argv, siblings, run.volley_id)
         main = partial(
             volley_cmd._main, console=session.console, live=False, merger=None,
             on_event=lambda event: None,
