@@ -73,7 +73,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.command()
 @click.argument("tasks", nargs=-1, metavar="[TASK]...")
 @click.option("-f", "--file", "task_file", metavar="FILE",
-              help="Tasks: one per line, a JSON object {context, max_concurrent, tasks}, or JSONL.")
+              help="Tasks: one per line, a JSON object {context, max_concurrent, tasks}, a "
+                   "JSON list of tasks, or JSONL.")
 @click.option("--stdin", "from_stdin", is_flag=True, help="Read tasks from stdin, one per line.")
 @click.option("--context", "contexts", multiple=True, metavar="TEXT",
               help="Shared context sent before every task (repeatable).")
@@ -333,6 +334,9 @@ def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
     if task_file is not None:
         name = "stdin" if task_file == "-" else task_file
         parsed = parse_task_file(read_text(task_file, "utf-8", "task file"), name)
+        if not parsed.tasks and not items and not from_stdin:
+            raise UsageError(f"task file {name} holds no tasks (blank lines are skipped): "
+                             "one task per line, JSON or JSONL")
     stdin_tasks = parse_lines(sys.stdin.read()) if from_stdin else []
     return TaskFile([*items, *parsed.tasks, *stdin_tasks], parsed.context, parsed.max_concurrent)
 

@@ -8,6 +8,8 @@ that is literally one of those words needs ``rlm volley -- list``.
 
 from __future__ import annotations
 
+import inspect
+
 import click
 
 from rlm.cli.volley_cmd import volley
@@ -41,14 +43,19 @@ class VolleyGroup(click.Group):
     """A group whose first argument, unless it names a subcommand, belongs to ``default``."""
 
     def __init__(self, default: click.Command) -> None:
+        # A docstring's indentation, cleaned before the flush-left subcommands are added.
+        help_text = inspect.cleandoc(default.help or "") + "\n" + _SUBCOMMANDS
         super().__init__(
             "volley",
-            help=(default.help or "") + _SUBCOMMANDS,
+            help=help_text,
             short_help=default.short_help or "Run many independent tasks through one gate.",
             context_settings={"ignore_unknown_options": True},
         )
         self.default = default
         default.context_class = _DefaultContext
+        # `rlm volley --help` is the default command's help (its options are the ones
+        # people type): it lists the subcommands too, or nobody would find them.
+        default.help = help_text
         self.add_command(default, "run")
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

@@ -273,7 +273,12 @@ def stored_result(store: JournalStore, ref: str) -> VolleyResult:
     age: float | None = None
     if row.counts["open"] or row.counts["in_progress"]:
         age = live_heartbeat_age(store, rows)
-        status = "interrupted" if age is None else "running"
+        if age is not None:
+            status = "running"
+        elif all(t.status == "open" and not t.attempts for t in rows):
+            status = "created"  # not "interrupted": nothing ever ran
+        else:
+            status = "interrupted"
     else:
         status = "failed" if row.counts["failed"] else "succeeded"
     started = [t.started_at for t in rows if t.started_at is not None]

@@ -96,4 +96,6 @@ def format_summary(result: VolleyResult) -> str:
     ]
     if result.error:
         lines.append(f"stopped: {result.error}")
+    if result.status == "created":
+        lines.append(f"not started yet: `rlm volley work {result.volley_id}` runs it")
     return "\n".join(lines)

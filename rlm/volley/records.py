@@ -35,6 +35,7 @@ VolleyStatus = Literal[
     "credentials_refused",  # 401/403: nothing more was sent
     "interrupted",  # Ctrl-C / SIGTERM / interrupt()
     "running",  # not ended: `rlm volley show` of a volley a live worker holds tasks of
+    "created",  # `rlm volley show` of a volley no worker has taken a task of yet
 ]
 
 EXIT_CODES: dict[VolleyStatus, int] = {
@@ -44,6 +45,7 @@ EXIT_CODES: dict[VolleyStatus, int] = {
     "credentials_refused": 4,
     "interrupted": 130,
     "running": 0,  # only `rlm volley show` reports it, and show succeeded
+    "created": 0,  # the same
 }
 
 

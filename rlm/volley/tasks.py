@@ -5,10 +5,13 @@ A task file is one of:
 - plain text, one task per line;
 - a JSON object ``{"context": ..., "max_concurrent": ..., "tasks": [...]}``
   whose tasks are strings or objects ``{"prompt", "timeout", "model", "max_tokens"}``;
+- a JSON list of such tasks;
 - JSONL: one task object per line.
 
 Blank lines are skipped everywhere.  Every mistake is a UsageError naming the
-file and line, and an empty task list is one too.
+file and line, and an empty task list is one too.  A file named ``*.json`` or
+``*.jsonl`` must be JSON: read as lines of text, a typo in it would become
+tasks (paid for) instead of an error.
 """
 
 from __future__ import annotations
@@ -55,17 +58,34 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 def parse_task_file(text: str, name: str) -> TaskFile:
     """Parse a task file's text (its format is detected; see the module docstring)."""
     stripped = text.strip()
-    if stripped.startswith("{"):
+    json_named = name.lower().endswith(".json")
+    if stripped.startswith(("{", "[")):
         try:
-            whole = json.loads(stripped)
-        except json.JSONDecodeError:
+            whole = json.loads(text)  # not stripped: its error names the right line
+        except json.JSONDecodeError as exc:
+            if json_named and stripped.startswith("["):
+                raise UsageError(
+                    f"{name} is not valid JSON ({exc.msg}, line {exc.lineno} column "
+                    f"{exc.colno}); {_JSON_FORMS}"
+                ) from exc
             whole = None
+        if isinstance(whole, list):
+            return _json_file({"tasks": whole}, name)
         if isinstance(whole, dict) and "tasks" in whole:
             return _json_file(whole, name)
         if isinstance(whole, dict):  # a one-line JSONL file
             return TaskFile([_task_object(whole, f"{name}, line 1")])
-        return TaskFile(_jsonl(text, name))
+        if stripped.startswith("{"):
+            return TaskFile(_jsonl(text, name))
+    if stripped and (json_named or name.lower().endswith(".jsonl")):
+        raise UsageError(f"{name} is not JSON: {_JSON_FORMS}")
     return TaskFile(parse_lines(text))
+
+
+_JSON_FORMS = (
+    'a .json task file holds {"tasks": [...]} or a list of tasks, a .jsonl one a task object '
+    "per line (a file of any other name takes one task per line of text)"
+)
 
 
 def _json_file(data: dict[str, Any], name: str) -> TaskFile:
@@ -129,6 +149,8 @@ def _task_object(item: dict[str, Any], where: str) -> dict[str, Any]:
             f"{where}: unknown key(s) {', '.join(unknown)}; a task may have "
             f"{', '.join(_TASK_KEYS)}"
         )
+    if not isinstance(item.get("prompt"), str):
+        raise UsageError(f"{where}: a task object needs a 'prompt' string")
     return dict(item)
 
 

@@ -1,0 +1,106 @@
+"""`rlm volley` as someone new to it meets it: the help, task files, a volley just created.
+
+In-process CLI runs on the built-in fixture provider and a SQLite journal in a
+temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rlm.cli import main
+from rlm.volley.tasks import parse_task_file
+from tests.helpers import rlm_in_process
+
+
+def test_volley_help_lists_the_journal_subcommands() -> None:
+    shown = CliRunner().invoke(main, ["volley", "--help"], prog_name="rlm").output
+    for command in (
+        "rlm volley create",
+        "rlm volley work ID [--pool N]",
+        "rlm volley list",
+        "rlm volley show ID|last",
+    ):
+        assert f"\n    {command}" in shown, shown
+    # The docstring's own paragraphs keep their two-space indent beside them.
+    assert "\n  Every volley is recorded in a journal" in shown, shown
+
+
+def test_a_json_list_of_tasks_is_tasks() -> None:
+    parsed = parse_task_file('["What is x?", {"prompt": "And y?", "timeout": "5s"}]', "t.json")
+    assert parsed.tasks == [{"prompt": "What is x?"}, {"prompt": "And y?", "timeout": "5s"}]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        # Read as text these were one paid task each, "[1,2" and "tasks: a".
+        ("t.json", "[1,2\n", "t.json is not valid JSON (Expecting ',' delimiter, line 2"),
+        ("t.json", "tasks: a\n", "t.json is not JSON: a .json task file holds"),
+        ("t.jsonl", "a\nb\n", "t.jsonl is not JSON: a .json task file holds"),
+        ("t.json", "{}", "t.json, line 1: a task object needs a 'prompt' string"),
+        ("t.jsonl", '{"prompt": "a"}\n{"timeout": 5}\n', "t.jsonl, line 2: a task object needs"),
+    ],
+)
+def test_a_task_file_that_is_not_what_its_name_says_is_an_error(
+    name: str, text: str, said: str
+) -> None:
+    from rlm.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        parse_task_file(text, name)
+    assert str(raised.value).startswith(said), raised.value
+
+
+def test_text_that_starts_like_json_is_still_text() -> None:
+    parsed = parse_task_file("[INFO] summarise the log\nand the warnings\n", "t.txt")
+    assert [t["prompt"] for t in parsed.tasks] == ["[INFO] summarise the log", "and the warnings"]
+
+
+def test_an_empty_task_file_is_named(tmp_path: Path) -> None:
+    empty = tmp_path / "tasks.txt"
+    empty.write_text("\n  \n")
+    for verb in (["volley"], ["volley", "create"]):
+        done = rlm_in_process(
+            *verb,
+            "-f",
+            str(empty),
+            "--provider",
+            "fixture",
+            env={"RLM_JOURNAL": str(tmp_path / "j.sqlite3")},
+        )
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"Error: task file {empty} holds no tasks"), done.stderr
+    # With tasks given besides, an empty file is no mistake.
+    done = rlm_in_process(
+        "volley",
+        "create",
+        "a",
+        "-f",
+        str(empty),
+        "--provider",
+        "fixture",
+        env={"RLM_JOURNAL": str(tmp_path / "j.sqlite3")},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_show_of_a_volley_nobody_worked_on_says_created_not_interrupted(tmp_path: Path) -> None:
+    journal = str(tmp_path / "j.sqlite3")
+    created = rlm_in_process(
+        "volley", "create", "a", "b", "--provider", "fixture", "--journal", journal
+    )
+    volley_id = created.stdout.strip()
+    text = rlm_in_process("volley", "show", volley_id, "--journal", journal)
+    assert text.returncode == 0
+    assert text.stdout.splitlines()[0] == f"=== volley {volley_id}: created ==="
+    assert f"not started yet: `rlm volley work {volley_id}` runs it" in text.stdout
+    assert rlm_in_process("volley", "work", volley_id, "--journal", journal, "-q").returncode == 0
+    shown = rlm_in_process(
+        "volley", "show", volley_id, "--journal", journal, "--output-format", "json"
+    )
+    assert json.loads(shown.stdout)["status"] == "succeeded"
