@@ -19,7 +19,13 @@ import pytest
 import trio
 import trio.testing
 
-from rlm.errors import ProviderConnectionError
+from rlm.errors import (
+    AuthenticationError,
+    ProviderConnectionError,
+    ProviderStatusError,
+    RateLimitError,
+)
+from rlm.providers._direct import Reply
 from rlm.providers._http import make_http_client
 from rlm.providers.base import CompletionRequest
 from rlm.providers.openai import OpenAIProvider
@@ -33,8 +39,8 @@ _ANSWER = {
 REQUEST = CompletionRequest(messages=[{"role": "user", "content": "hi"}], model="m")
 
 
-def reply(body: bytes, *extra: bytes) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + b"".join(
+def reply(body: bytes, *extra: bytes, status: bytes = b"200 OK") -> bytes:
+    head = b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n" + b"".join(
         line + b"\r\n" for line in extra
     )
     return head + b"content-length: %d\r\n\r\n" % len(body) + body
@@ -67,8 +73,10 @@ class FakeConnection(httpcore2.AsyncNetworkStream):
 
 
 class FakeServer(httpcore2.AsyncNetworkBackend):
-    def __init__(self, body: bytes = json.dumps(_ANSWER).encode(), *extra: bytes) -> None:
-        self.reply = reply(body, *extra)
+    def __init__(
+        self, body: bytes = json.dumps(_ANSWER).encode(), *extra: bytes, status: bytes = b"200 OK"
+    ) -> None:
+        self.reply = reply(body, *extra, status=status)
         self.go = trio.Event()
         self.go.set()
         self.dialled: list[tuple[str, FakeConnection]] = []
@@ -196,6 +204,37 @@ async def test_the_direct_post_sends_what_httpx_sends(autojump_clock: object) ->
 async def test_a_compressed_answer_is_decoded(autojump_clock: object) -> None:
     server = FakeServer(gzip.compress(json.dumps(_ANSWER).encode()), b"content-encoding: gzip")
     assert (await provider(server).complete(REQUEST)).text == "42"
+
+
+async def test_the_reply_carries_what_the_provider_reads(autojump_clock: object) -> None:
+    """Headers by any case, a repeated one joined as httpx2 joins it, the rate limits."""
+    server = FakeServer(json.dumps(_ANSWER).encode(), b"X-RateLimit-Limit-Requests: 500",
+                        b"Vary: a", b"vary: b")
+    openai = provider(server)
+    response = await openai.post({"model": "m", "messages": []})
+    assert isinstance(response, Reply)
+    assert response.headers["vary"] == "a, b" and response.status_code == 200
+    completion = await openai.complete(REQUEST)
+    assert completion.metadata["ratelimit"] == {"requests_limit": 500.0, "source": "headers"}
+
+
+@pytest.mark.parametrize(
+    ("status", "extra", "error", "match"),
+    [
+        (b"429 Too Many Requests", b"Retry-After: 2", RateLimitError, "slow down"),
+        (b"401 Unauthorized", b"X-Request-Id: r1", AuthenticationError, "refused the key"),
+        (b"503 Service Unavailable", b"Retry-After-Ms: 1500", ProviderStatusError, "slow down"),
+    ],
+)
+async def test_error_statuses_on_the_direct_path_are_translated(
+    autojump_clock: object, status: bytes, extra: bytes, error: type[Exception], match: str
+) -> None:
+    body = json.dumps({"error": {"message": "slow down"}}).encode()
+    openai = provider(FakeServer(body, extra, status=status))
+    with pytest.raises(error, match=match) as caught:
+        await openai.complete(REQUEST)
+    if b"Retry" in extra:
+        assert caught.value.retry_after in (2.0, 1.5)  # type: ignore[attr-defined]
 
 
 async def test_a_client_of_another_kind_posts_through_httpx() -> None:

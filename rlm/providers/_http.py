@@ -15,6 +15,7 @@ import math
 import re
 import socket
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import httpcore2
@@ -29,7 +30,13 @@ from rlm.errors import (
     QuotaExceededError,
     RateLimitError,
 )
-from rlm.providers._direct import TIMEOUTS, TRANSPORT_ERRORS, DirectPost, PooledClient
+from rlm.providers._direct import (
+    TIMEOUTS,
+    TRANSPORT_ERRORS,
+    DirectPost,
+    HTTPReply,
+    PooledClient,
+)
 from rlm.providers._pool import ConnectionPool
 
 __all__ = [
@@ -152,7 +159,7 @@ class JSONProvider:
     async def aclose(self) -> None:
         """The shared client is closed by its owner, the runtime."""
 
-    async def post(self, body: dict[str, Any]) -> httpx2.Response:
+    async def post(self, body: dict[str, Any]) -> HTTPReply:
         return await post_json(
             self._client, self.url, body, self._headers, target=self._target, direct=self._direct
         )
@@ -166,10 +173,11 @@ async def post_json(
     *,
     target: httpx2.URL | None = None,
     direct: DirectPost | None = None,
-) -> httpx2.Response:
+) -> HTTPReply:
     """POST ``body`` once to ``target`` (``url`` parsed, when the caller has it), by
     ``direct`` when given; network failures become ProviderConnectionError, error
     statuses ProviderStatusError subclasses that name ``url``."""
+    response: HTTPReply
     try:
         if direct is not None:
             response = await direct(body)
@@ -223,7 +231,7 @@ def _unknown_host(exc: BaseException) -> bool:
     return "Name or service not known" in str(exc) or "nodename nor servname" in str(exc)
 
 
-def bad_reply(url: str, response: httpx2.Response) -> ProviderResponseError:
+def bad_reply(url: str, response: HTTPReply) -> ProviderResponseError:
     """The error for a reply that is not the JSON shape the provider speaks."""
     kind = response.headers.get("content-type", "no content-type")
     return ProviderResponseError(
@@ -235,7 +243,7 @@ def bad_reply(url: str, response: httpx2.Response) -> ProviderResponseError:
 
 def status_error(
     url: str,
-    response: httpx2.Response,
+    response: HTTPReply,
     *,
     status: int | None = None,
     detail: str | None = None,
@@ -312,7 +320,7 @@ def clean_text(text: str) -> str:
     return text
 
 
-def error_detail(response: httpx2.Response) -> str:
+def error_detail(response: HTTPReply) -> str:
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -325,7 +333,7 @@ def error_detail(response: httpx2.Response) -> str:
     return response.text[:200].strip()
 
 
-def _header_number(headers: httpx2.Headers, *names: str) -> float | None:
+def _header_number(headers: Mapping[str, str], *names: str) -> float | None:
     for name in names:
         raw = headers.get(name)
         if raw:
@@ -336,7 +344,7 @@ def _header_number(headers: httpx2.Headers, *names: str) -> float | None:
     return None
 
 
-def parse_rate_limit_headers(headers: httpx2.Headers) -> dict[str, float | str]:
+def parse_rate_limit_headers(headers: Mapping[str, str]) -> dict[str, float | str]:
     """Per-minute request and token limits announced by the provider, if any.
 
     Understands OpenAI-style ``x-ratelimit-limit-*`` and Anthropic-style
@@ -356,7 +364,7 @@ def parse_rate_limit_headers(headers: httpx2.Headers) -> dict[str, float | str]:
     return found
 
 
-def parse_retry_after(headers: httpx2.Headers) -> float | None:
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds form)."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx2
 
 from rlm.providers._anthropic_stream import AnthropicStreamReader
+from rlm.providers._direct import HTTPReply
 from rlm.providers._http import (
     BAD_SHAPE,
     bad_reply,
@@ -113,7 +114,7 @@ class AnthropicProvider(StreamingJSONProvider):
             body["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         return body
 
-    def _parse(self, response: httpx2.Response) -> Completion:
+    def _parse(self, response: HTTPReply) -> Completion:
         try:
             data = response.json()
             blocks = data["content"]
