@@ -126,3 +126,28 @@ async def test_a_pool_on_demand_fills_only_once_a_second_sandbox_is_asked_for() 
         for box in (first, second):
             await box.aclose()
     assert sandbox_descendants() == []
+
+
+async def test_a_pool_that_does_not_refill_forks_its_sandboxes_once() -> None:
+    # A run with child calls: the pool forks the first children's sandboxes while the
+    # root's first step is generated; those taken are not replaced, so the run does not
+    # end with sandboxes forked for nobody (later children fork theirs during their step).
+    bus = EventBus()
+    launcher = SandboxLauncher(events=bus, max_output_chars=100, pool_size=2,
+                               pool_refills=False)
+    async with trio.open_nursery() as nursery, launcher.serving():
+        await launcher.wait_pool_full()
+        pooled = [await launcher.open(nursery, context=f"p{i}", owner=OWNER) for i in range(2)]
+        forked = await launcher.open(nursery, context="f", owner=OWNER)
+        await trio.sleep(0.5)  # time enough to fork two, were the pool refilling
+        assert launcher.pooled == 0
+        with trio.fail_after(1):
+            await launcher.wait_pool_full()  # filled once: nothing more to wait for
+        outputs = [(await b.execute("print(context)", echo_bridge, limit=5)).output
+                   for b in (*pooled, forked)]
+        assert outputs == ["p0\n", "p1\n", "f\n"]
+        for box in (*pooled, forked):
+            await box.aclose()
+    started = [e.pid for e in bus.events if isinstance(e, SandboxStarted)]
+    assert len(set(started)) == 3
+    assert sandbox_descendants() == []

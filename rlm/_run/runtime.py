@@ -309,7 +309,8 @@ def default_launcher(
     """Real sandbox processes, as ``config`` asks for them (from ``early_zygote`` if given),
     with the host tools' names, and JSON answers from FINAL_VAR when the run wants
     structured data.  Without child calls the warm pool fills only once a second sandbox
-    is asked for (a volley's tasks), not for a run whose root is the only call."""
+    is asked for (a volley's tasks), not for a run whose root is the only call; with
+    them it is filled once, for the first child calls, and not refilled."""
     return SandboxLauncher(
         events=events,
         max_output_chars=config.max_output_chars,
@@ -319,8 +320,11 @@ def default_launcher(
         tools=tools,
         answer_json=answer_json,
         # Without child calls (depth 1) a run opens its root's sandbox only; with them, the
-        # pool forks theirs while the root's first step is generated.
+        # pool forks the first ones while the root's first step is generated, once: a child
+        # forks its own while its first step is generated as quickly, and two sandboxes
+        # refilled for nobody would be two more deaths at the end of every run.
         pool_on_demand=config.max_depth <= 1,
+        pool_refills=config.max_depth <= 1,
     )
 
 

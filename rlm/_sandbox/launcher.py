@@ -60,7 +60,10 @@ class SandboxLauncher:
     ``ceiling`` bytes together (default: half the machine's memory,
     :mod:`rlm._sandbox.memory`).  With ``pool_on_demand`` the warm pool
     starts filling only once a second sandbox is asked for (or someone waits
-    for a full pool): a run at depth 1 only ever opens its root's.
+    for a full pool): a run at depth 1 only ever opens its root's.  Without
+    ``pool_refills`` the pool is filled once and a sandbox taken from it is not
+    replaced: the calls after the first few fork theirs while their first step is
+    generated, and the run does not end with unused sandboxes to kill and reap.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class SandboxLauncher:
         answer_json: bool = False,
         ceiling: int | None = None,
         pool_on_demand: bool = False,
+        pool_refills: bool = True,
     ) -> None:
         self._events = events
         self._memory = MemoryCeiling(
@@ -87,6 +91,7 @@ class SandboxLauncher:
         self._max_output_chars = max_output_chars
         self._required = parse_layers(require_isolation)
         self._pool_size = pool_size
+        self._pool_refills = pool_refills
         self._memory_bytes = memory_bytes
         self._use_zygote = use_zygote
         self._early_zygote = early_zygote
@@ -216,8 +221,9 @@ class SandboxLauncher:
     def _take_pooled(self) -> Sandbox | None:
         while self._pool:
             box = self._pool.popleft()
-            self._pool_wanted.set()
-            self._pool_full = trio.Event()
+            if self._pool_refills:
+                self._pool_wanted.set()
+                self._pool_full = trio.Event()
             if box.alive:
                 return box
             # Died while waiting: never handed out; closed with the rest at the end.
@@ -304,6 +310,8 @@ class SandboxLauncher:
                         await self._none_opening.wait()
                     self._pool.append(await self._spawn(nursery, pooled=True))
                 self._pool_full.set()
+                if not self._pool_refills:
+                    return  # filled once: a sandbox taken is not replaced
                 self._pool_wanted = trio.Event()
                 await self._pool_wanted.wait()
         except SandboxError:
