@@ -20,7 +20,6 @@ from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget, root
 from rlm._run.schema import SchemaError, normalise_schema
 from rlm._run.tools import HostTool, ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
-from rlm._session import AsyncSession, Session, read_saved_session
 from rlm._status import RunStatus
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import SessionTotals
@@ -44,7 +43,8 @@ from rlm.providers.fixture import (
 from rlm.providers.open import open_providers
 
 if TYPE_CHECKING:
-    # Volleys and streaming load when a method uses them: a plain run never does.
+    # Sessions, volleys and streaming load when a method uses them: a plain run never does.
+    from rlm._session import AsyncSession, Session
     from rlm.journal import ResponseCache
     from rlm.volley.api import VolleyStream
     from rlm.volley.engine import Volley
@@ -175,10 +175,14 @@ class RLM:
                 chat.completion("What is the magic number?")
                 chat.completion("How many chunks did you search?")
         """
+        from rlm._session import Session
+
         return Session(self, context, **options)
 
     def asession(self, context: Context = "", **options: Any) -> AsyncSession:
         """Like :meth:`session`, inside a running trio loop: ``async with model.asession(c)``."""
+        from rlm._session import AsyncSession
+
         return AsyncSession(self, context, **options)
 
     @classmethod
@@ -196,6 +200,8 @@ class RLM:
         ``session_options`` are :meth:`session`'s (they are not saved).
         ``trace_path`` is not saved: given again, the traces number on after the saved
         session's queries."""
+        from rlm._session import Session, read_saved_session
+
         saved = read_saved_session(path, context)
         stored = dict(saved.settings)
         pace = stored.pop("fixture", None)

@@ -99,6 +99,9 @@ def test_a_fixture_run_loads_no_test_code(tmp_path: Path, quiet: list[str]) -> N
     # seccomp): that runs in the zygote and its forks.
     assert "rlm_sandbox.protocol" in modules
     assert loaded(modules, ("rlm_sandbox.isolation", "rlm_sandbox.seccomp")) == []
+    # Sessions, --stream's display, --require-isolation's check and the stdin probe of a
+    # run given no path load when those are used.
+    assert loaded(modules, ("rlm._session", "rlm.cli._live", "rlm.cli.doctor_cmd", "termios")) == []
 
 
 def test_progress_on_a_terminal_still_goes_through_rich(tmp_path: Path) -> None:

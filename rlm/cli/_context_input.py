@@ -15,7 +15,6 @@ import os
 import select
 import stat
 import sys
-import termios
 from pathlib import Path
 
 from rlm._run.context import Context
@@ -117,6 +116,8 @@ def _stdin_has_data() -> bool:
             readable, _, _ = select.select([fd], [], [], 0.05)  # a writer just starting
             if not readable:
                 return False
+            import termios  # a C extension this check alone needs (a run without a path)
+
             waiting = bytearray(4)
             fcntl.ioctl(fd, termios.FIONREAD, waiting)
             return int.from_bytes(waiting, sys.byteorder) > 0

@@ -22,6 +22,9 @@ from rlm.cli._terminal import answer_for_stdout, plural, say
 from rlm.errors import RLMError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rlm._events import Event
     from rlm._result import RunResult
 
 __all__ = ["run"]
@@ -303,9 +306,7 @@ def run(
     from rlm.cli._console import collect_from_here
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
-    from rlm.cli._live import JSONLines, LiveDisplay
     from rlm.cli._signals import run_with_signals
-    from rlm.cli.doctor_cmd import require_isolation
 
     if as_json and output_format not in (None, "json"):
         raise click.UsageError(
@@ -344,11 +345,13 @@ def run(
             if problem:
                 fail(problem, 4, as_json=fmt != "text")
         if settings["require_isolation"]:
+            from rlm.cli.doctor_cmd import require_isolation  # only when asked for
+
             require_isolation(settings["require_isolation"])
         paths = context_paths(context_files, more_paths)
         context = read_context(paths, encoding, glob_pattern)
         warn_if_empty(paths, context)
-        on_event = (JSONLines() if events_out else LiveDisplay()) if stream else None
+        on_event = _live_output(events_out) if stream else None
         keeper.attach(model)
         collect_from_here()
         result = run_with_signals(model, query, context, on_event)
@@ -371,6 +374,12 @@ def run(
     keeper.close(result)
     _report(result, as_json=object_out, quiet=quiet, events=events_out)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
+
+
+def _live_output(events_out: bool) -> Callable[[Event], None]:
+    from rlm.cli._live import JSONLines, LiveDisplay  # --stream only
+
+    return JSONLines() if events_out else LiveDisplay()
 
 
 def _progress_printer() -> Any:
