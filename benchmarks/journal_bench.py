@@ -23,13 +23,16 @@ thread has a core of its own.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -39,7 +42,7 @@ from rlm._config import RunConfig
 from rlm.journal import open_store
 from rlm.journal._writer import writes_for
 from rlm.journal.volleys import record_volley, stored_settings
-from rlm.journal.worker import JournalWorker
+from rlm.journal.worker import JournalWorker, fewer_collections
 from rlm.volley.engine import Volley
 from rlm.volley.records import VolleyTask, new_volley_id
 
@@ -60,8 +63,26 @@ _STARTS: list[float] = []
 
 #: tasks per wall second, tasks per CPU second (all threads and the writer process), and
 #: per task: the event loop's thread CPU, its idle time, the other threads' CPU (a journal
-#: in a thread), and the writer process's CPU (seconds)
-Rates = tuple[float, float, float, float, float, float]
+#: in a thread), the writer process's CPU, and the collector's time (seconds)
+Rates = tuple[float, float, float, float, float, float, float]
+
+
+class _Collector:
+    """Time the cyclic garbage collector spends (gc.callbacks), on every thread."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._since = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._since = time.perf_counter()
+        else:
+            self.spent += time.perf_counter() - self._since
+
+
+_COLLECTOR = _Collector()
 
 
 class _Idle(trio.abc.Instrument):
@@ -88,6 +109,7 @@ class _Meter:
         self.wall, self.cpu = time.perf_counter(), time.process_time()
         self.loop = time.thread_time()
         self.writer_cpu = _process_cpu(writer)
+        self.collecting = _COLLECTOR.spent
 
     def rates(self) -> Rates:
         n = self.n
@@ -100,6 +122,7 @@ class _Meter:
             self.idle.idle / n,
             (cpu - loop) / n,
             writer / n,
+            (_COLLECTOR.spent - self.collecting) / n,
         )
 
 
@@ -130,6 +153,7 @@ async def _journaled(n: int, spec: str, thread: bool = False) -> Rates:
         worker.know(tasks)  # as `rlm volley` does: claims read indices, not specs
         run = Volley(_config(), tasks, volley_id=volley_id, source=worker, sink=worker)
         worker.capacity = lambda: run.concurrency  # as the CLI does: it holds what it runs soon
+        worker.follow_ledger(run.ledger)  # as the CLI does: it records the ledger's growth
         # As the CLI does: a SQLite journal's claims and verdicts go to a writer process
         # (--thread: to a thread of this process, as before). Its start (once per worker,
         # a fixed cost, not a per-task one) is timed apart.
@@ -150,6 +174,14 @@ async def _journaled(n: int, spec: str, thread: bool = False) -> Rates:
         store.close()
 
 
+def _round(fn: Callable[..., Awaitable[Rates]], *args: Any) -> Rates:
+    """One measured run, under the collector's setting ``rlm volley`` runs every volley with
+    (the same for every row: the cost measured is the journal's, not the setting's)."""
+    gc.collect()
+    with fewer_collections():
+        return trio.run(fn, *args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000)
@@ -165,14 +197,14 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for round_no in range(args.rounds):
-            rates["memory"].append(trio.run(_plain, args.tasks))
+            rates["memory"].append(_round(_plain, args.tasks))
             path = str(Path(tmp) / f"j{round_no}.sqlite3")
-            rates["sqlite"].append(trio.run(_journaled, args.tasks, path))
+            rates["sqlite"].append(_round(_journaled, args.tasks, path))
             if args.thread:
                 path = str(Path(tmp) / f"t{round_no}.sqlite3")
-                rates["sqlite-thread"].append(trio.run(_journaled, args.tasks, path, True))
+                rates["sqlite-thread"].append(_round(_journaled, args.tasks, path, True))
             if args.postgresql:
-                rates["postgresql"].append(trio.run(_journaled, args.tasks, args.postgresql))
+                rates["postgresql"].append(_round(_journaled, args.tasks, args.postgresql))
     load_after = os.getloadavg()[0]
     print(
         f"{args.tasks:,} zero-latency tasks, C=32, {args.rounds} interleaved rounds"
@@ -199,7 +231,8 @@ def main() -> None:
               f" {statistics.median(_STARTS) * 1e3:.0f} ms, median; before the clock starts)")
     path = statistics.median(r[2] + r[3] for r in rates["memory"])
     print("event loop per task, medians: its thread's CPU + its idle wait = its critical path;")
-    print("  and the CPU per task of the other threads and of the writer process")
+    print("  the CPU per task of the other threads and of the writer process; the collector's")
+    print("  time per task (part of the loop's CPU)")
     for name, values in rates.items():
         if not values:
             continue
@@ -207,11 +240,12 @@ def main() -> None:
         idle = statistics.median(r[3] for r in values)
         other = statistics.median(r[4] for r in values)
         writer = statistics.median(r[5] for r in values)
+        collecting = statistics.median(r[6] for r in values)
         note = "" if name == "memory" else f"  journal cost {1 - path / (loop + idle):+.1%}"
         print(
             f"  {name:<13} {loop * 1e6:4.0f} us CPU + {idle * 1e6:3.0f} us idle"
             f" = {(loop + idle) * 1e6:4.0f} us{note}; other threads {other * 1e6:3.0f} us,"
-            f" writer {writer * 1e6:3.0f} us CPU"
+            f" writer {writer * 1e6:3.0f} us CPU; collector {collecting * 1e6:4.1f} us"
         )
 
 

@@ -6,6 +6,7 @@ exact under the autojump clock); store calls run inline, never in threads.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import trio
 
 from rlm.journal import JournalStore, Owner, Recovered, Spend, open_store
 from rlm.journal._threads import inline_run_sync
-from rlm.journal.worker import JournalWorker
+from rlm.journal.worker import JournalWorker, fewer_collections
 from rlm.volley.records import TaskResult, VolleyTask
 
 
@@ -230,3 +231,13 @@ async def test_a_worker_that_knows_the_tasks_claims_only_their_indices(
     assert got == tasks
     assert "claim_specs" not in calls and calls.count("claim_indices") == 4  # 2+2+1, none
     assert [r.status for r in store.tasks("v")] == ["done"] * 5
+
+
+def test_fewer_collections_raises_the_young_threshold_and_restores_it_on_every_path() -> None:
+    before = gc.get_threshold()
+    with fewer_collections(5000):
+        assert gc.get_threshold() == (5000, *before[1:])
+    assert gc.get_threshold() == before
+    with pytest.raises(KeyError), fewer_collections(6000):
+        raise KeyError("the volley failed")
+    assert gc.get_threshold() == before

@@ -55,7 +55,12 @@ from rlm.journal.volleys import (
     stored_fixture,
     stored_settings,
 )
-from rlm.journal.worker import DEFAULT_STALE_TIMEOUT, JournalWorker, pid_alive
+from rlm.journal.worker import (
+    DEFAULT_STALE_TIMEOUT,
+    JournalWorker,
+    fewer_collections,
+    pid_alive,
+)
 from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley, VolleyOptions
 from rlm.volley.events import StaleRecovery, task_call_id
@@ -478,14 +483,7 @@ class JournalSession:
             spent_before.calls, spent_before.input_tokens, spent_before.output_tokens,
             spent_before.cost,
         )
-        worker.follow_spend(
-            lambda: Spend(
-                ledger.spent.cost,
-                ledger.spent.calls,
-                ledger.spent.input_tokens,
-                ledger.spent.output_tokens,
-            )
-        )
+        worker.follow_ledger(ledger)
         worker.on_workers = run.share_limits
         worker.capacity = lambda: run.concurrency  # so it holds only what its share runs soon
         printed = worker.on_recovered
@@ -497,18 +495,20 @@ class JournalSession:
         worker.on_recovered = recovered
         try:
             # A SQLite journal's claims and verdicts go to a writer process of their own
-            # (off the event loop's GIL: rlm/journal/_writer.py).
-            async with (
-                writes_for(self.store) as writes,
-                worker.running(writes),
-                trio.open_nursery() as nursery,
-            ):
-                await self._count_live(run, worker.volley_id)  # the share before a claim
-                nursery.start_soon(self._share_limits, run, worker.volley_id)
-                try:
-                    return await main(run)
-                finally:
-                    nursery.cancel_scope.cancel()
+            # (off the event loop's GIL: rlm/journal/_writer.py), and the collector runs
+            # less often while results wait for their group commit (fewer_collections).
+            with fewer_collections():
+                async with (
+                    writes_for(self.store) as writes,
+                    worker.running(writes),
+                    trio.open_nursery() as nursery,
+                ):
+                    await self._count_live(run, worker.volley_id)  # the share before a claim
+                    nursery.start_soon(self._share_limits, run, worker.volley_id)
+                    try:
+                        return await main(run)
+                    finally:
+                        nursery.cancel_scope.cancel()
         finally:
             self._say_recoveries()
 

@@ -36,12 +36,14 @@ thread by default; inline in virtual-time tests).
 from __future__ import annotations
 
 import errno
+import gc
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 
 import trio
 
+from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
 from rlm.journal._writer import JournalWrites, StoreWrites
@@ -49,7 +51,7 @@ from rlm.journal.records import Owner, Recovered, Spend, VerdictRow
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
 
-__all__ = ["JournalWorker", "pid_alive"]
+__all__ = ["JournalWorker", "fewer_collections", "pid_alive"]
 
 #: The default for ``--stale-timeout``: ten minutes without a heartbeat.
 DEFAULT_STALE_TIMEOUT = 600.0
@@ -83,6 +85,34 @@ def _row(result: TaskResult) -> VerdictRow:
         result.cost,
         result.error,
     )
+
+
+#: The young generation's collection threshold while a journaled volley runs (see
+#: :func:`fewer_collections`); CPython's default is 700.
+_YOUNG_THRESHOLD = 10_000
+
+
+@contextmanager
+def fewer_collections(young: int = _YOUNG_THRESHOLD) -> Iterator[None]:
+    """Collect the young generation every ``young`` net allocations instead of 700, while
+    the body runs (a whole volley: the process's own setting, so only its owner, the
+    ``rlm volley`` command, sets it).
+
+    Why: a journaled volley keeps every result alive until its group is committed
+    (up to ~100 ms plus the commit: hundreds of results and their verdict rows at
+    a fast pace), so with the default threshold most young collections find those
+    alive, promote them, and bring on collections of the older generations: on the
+    10,000-task bench 250 young, 22 middle and 2 full collections took ~30 us a task
+    of the event loop's time, against ~2.5 us without a journal (60, 5 and 0).
+    At 10,000 it made 2 and took ~1.5 us a task.  What it costs: up to that many
+    unreachable objects in reference cycles wait longer to be freed (a few MB).
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(young, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def pid_alive(pid: int) -> bool:
@@ -164,6 +194,15 @@ class JournalWorker:
         """Record the growth of ``spent()`` (the volley's ledger) from now on."""
         self._spent = spent
         self._recorded = spent()
+
+    def follow_ledger(self, ledger: Budget) -> None:
+        """:meth:`follow_spend` of a budget ledger's spending."""
+
+        def spent() -> Spend:
+            totals = ledger.spent
+            return Spend(totals.cost, totals.calls, totals.input_tokens, totals.output_tokens)
+
+        self.follow_spend(spent)
 
     # -- TaskSource / ResultSink ----------------------------------------------
 
