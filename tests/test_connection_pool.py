@@ -27,6 +27,7 @@ from rlm.errors import (
 )
 from rlm.providers._direct import Reply
 from rlm.providers._http import make_http_client
+from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import CompletionRequest
 from rlm.providers.openai import OpenAIProvider
 from tests.helpers import serving
@@ -293,3 +294,26 @@ def test_loading_the_transport_loads_what_a_run_opens_its_providers_with() -> No
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("kind", [OpenAIProvider, AnthropicProvider])
+async def test_both_providers_stream_and_post_on_the_pool_over_loopback(
+    kind: type[OpenAIProvider] | type[AnthropicProvider],
+) -> None:
+    """A stream (through httpx2's client), a stream cut short (its connection is closed,
+    not reused) and a whole answer (the direct POST) share the run's pool."""
+    from tests.test_provider_streaming import ROOT, SUB, Pieces
+
+    async with serving(chunk_chars=5, cut_streams=1) as (url, server):
+        client = make_http_client(max_connections=2, request_timeout=10, tls=False)
+        provider = kind(client, url, "k")
+        with pytest.raises(ProviderConnectionError) as caught:
+            await provider.stream(ROOT, Pieces())
+        assert caught.value.retryable
+        whole = Pieces()
+        streamed = await provider.stream(ROOT, whole)
+        assert streamed.text == whole.text and len(whole.pieces) > 1
+        assert (await provider.complete(SUB)).text == "31337"
+        assert client.pool.in_flight == 0 and client.pool.connections <= 2
+        assert server.stats.streams == 2 and server.stats.total_requests == 3
+        await client.aclose()
