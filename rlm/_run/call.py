@@ -472,7 +472,11 @@ class Call:
             self.candidate = await self._slot.peek("answer")
         # A session keeps its sandbox for the next query.
         if self._carry is None and self._launcher_reaps:
-            self._parts.sandboxes.finish()
+            finish = getattr(self._parts.sandboxes, "finish", None)  # optional (Launcher)
+            if finish is not None:
+                finish()
+            else:
+                self._slot.kill("closed")
         elif self._carry is None and not self._reap_later():
             await self._slot.discard()
         if self.outcome is None:

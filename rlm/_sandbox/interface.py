@@ -47,7 +47,14 @@ class ReplSandbox(Protocol):
 
 
 class Launcher(Protocol):
-    """Where a run's calls get their sandboxes."""
+    """Where a run's calls get their sandboxes.
+
+    It may also have ``finish() -> None``: the one call it serves (a run's root)
+    has ended, so it ends every sandbox now (synchronous) and ``serving``'s exit
+    waits until all are gone (``SandboxLauncher`` has it).  Optional, so a launcher
+    written before it existed still works: without it, the root's own sandbox is
+    killed and ``serving``'s exit reaps the rest, as before.
+    """
 
     def serving(self) -> AbstractAsyncContextManager[object]:
         """Be ready for the body's duration; on exit every sandbox it made is gone."""
@@ -61,10 +68,6 @@ class Launcher(Protocol):
 
     def kill_all(self) -> None:
         """Kill every sandbox it made, now (synchronous: for a second Ctrl-C)."""
-
-    def finish(self) -> None:
-        """The one call it serves (a run's root) has ended: end every sandbox now
-        (synchronous); ``serving``'s exit waits until all are gone."""
 
 
 #: Makes one run's launcher from the run's configuration; the run's event bus
