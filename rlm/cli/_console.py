@@ -26,12 +26,14 @@ import atexit
 import contextlib
 import gc
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from rlm._sandbox.early import EarlyZygote
+if TYPE_CHECKING:  # imported inside console_main, where a Ctrl-C is handled
+    from rlm._sandbox.early import EarlyZygote
 
 __all__ = ["collect_from_here", "console_main", "starts_a_run"]
 
@@ -46,24 +48,37 @@ def starts_a_run(args: Sequence[str]) -> bool:
 
 
 def console_main() -> NoReturn:
-    """Run the ``rlm`` command line, then end the process at once with its exit code."""
-    early = None
-    if starts_a_run(sys.argv[1:]):
-        # reap_at_close: the answer is printed while the zygote exits; closing reaps it.
-        early = EarlyZygote.begin(reap_at_close=True)
-        # Importing the runtime allocates tens of thousands of long-lived objects, and
-        # the collector kept walking them (~60 collections, 30-65 ms of a tiny run on
-        # this 2-core machine): it is off until the run starts (run_cmd settles it).
-        gc.disable()
+    """Run the ``rlm`` command line, then end the process at once with its exit code.
+
+    A Ctrl-C before the command's own handling of it began (while click, the
+    command or the runtime is imported) ends it as one does later: ``Error:
+    interrupted``, exit 130, no traceback, the zygote gone.
+    """
+    early: EarlyZygote | None = None
     try:
+        if starts_a_run(sys.argv[1:]):
+            from rlm._sandbox.early import EarlyZygote
+
+            # reap_at_close: the answer is printed while the zygote exits; closing reaps it.
+            early = EarlyZygote.begin(reap_at_close=True)
+            # Importing the runtime allocates tens of thousands of long-lived objects, and
+            # the collector kept walking them (~60 collections, 30-65 ms of a tiny run on
+            # this 2-core machine): it is off until the run starts (run_cmd settles it).
+            gc.disable()
         from rlm.cli._group import main
 
         main(obj=early)
     except SystemExit as exc:
         code = exc.code
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one cannot cut this short
+        _flush_stderr("Error: interrupted\n")
+        code = 130
     else:  # pragma: no cover - RLMGroup.main always ends with sys.exit
         code = 0
     finally:
+        # The command has ended: a Ctrl-C now cannot leave the zygote behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if early is not None:
             early.close()
     exit_now(code)
@@ -107,8 +122,10 @@ def exit_now(code: object) -> NoReturn:
     os._exit(code)
 
 
-def _flush_stderr() -> None:
-    """stderr is a side channel: closed or broken, it never changes the exit code."""
+def _flush_stderr(text: str = "") -> None:
+    """Write ``text`` to stderr and flush it: a side channel, which closed or broken
+    never changes the exit code."""
     with contextlib.suppress(OSError, ValueError):
         if sys.stderr is not None:
+            sys.stderr.write(text)
             sys.stderr.flush()

@@ -90,7 +90,10 @@ class RLMGroup(click.Group):
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except click.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):  # click's own Ctrl-C handling
+                say("Error: interrupted")
+                sys.exit(130)
             say("Aborted!")
             sys.exit(1)
         except (KeyboardInterrupt, EOFError):
