@@ -11,16 +11,18 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from dataclasses import field, fields
+from dataclasses import asdict, field, fields
 from typing import Any, Literal, get_args, get_origin
 
 from rlm._records import frozen_record
 from rlm._sandbox.isolation import parse_layers
+from rlm._url_userinfo import redact_url, redacted
 from rlm.errors import SettingError
 
 __all__ = [
     "DEFAULTS", "DEFAULT_MAX_HISTORY_CHARS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY",
     "DEFAULT_TIMEOUT", "PROVIDERS", "ProviderName", "RunConfig", "TraceContent",
+    "public_settings",
 ]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
@@ -174,6 +176,11 @@ class RunConfig:
         for name, url in (("base_url", self.base_url), ("sub_base_url", self.sub_base_url)):
             if url and not url.startswith(("http://", "https://")):
                 raise SettingError(f"<{name}> must start with http:// or https://, got {url!r}")
+            if redacted(url):  # read back from a journal or a saved session
+                raise SettingError(
+                    f"<{name}> was stored as {url}: the user:password it had are never "
+                    f"written down; pass <{name}> again with them"
+                )
         if not self.model:
             raise SettingError(
                 "no model: pass <model=M>, or use <provider=fixture> for the built-in fixture model"
@@ -183,6 +190,16 @@ class RunConfig:
 
 #: Every setting at its default: what the CLI's flags and ``RLM(...)`` start from.
 DEFAULTS = RunConfig()
+
+
+def public_settings(config: RunConfig) -> dict[str, Any]:
+    """``config`` as plain data that may be shown or stored (a trace, a journal, a saved
+    session): never the API key, and the base URLs without their ``user:password``."""
+    public = {k: v for k, v in asdict(config).items() if k != "api_key"}
+    for name in ("base_url", "sub_base_url"):
+        if public[name]:
+            public[name] = redact_url(public[name])
+    return public
 
 
 def _positive(name: str, value: int) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rlm._config import DEFAULT_MAX_HISTORY_CHARS, RunConfig
+from rlm._config import DEFAULT_MAX_HISTORY_CHARS, RunConfig, public_settings
 from rlm._events import EventBus
 from rlm._records import frozen_record
 from rlm._result import RunResult
@@ -197,11 +197,7 @@ class AsyncSession:
             data, skipped = "{}", list[str]()
             if carry.slot.started:
                 data, skipped = await carry.slot.export_variables()
-            settings = {
-                k: v
-                for k, v in dataclasses.asdict(self._model.config).items()
-                if k != "api_key"
-            }
+            settings = public_settings(self._model.config)
             if self._model.fixture is not None:  # the fixture model's pace, not a run setting
                 settings["fixture"] = dataclasses.asdict(self._model.fixture)
             document = {

@@ -125,7 +125,8 @@ class ProviderError(RLMError):
 class ProviderConnectionError(ProviderError):
     """The endpoint could not be reached, reset the connection, or timed out.
 
-    Retryable, except when the host name does not exist (no retry can fix that).
+    Retryable, except when the host name does not exist or the server's certificate
+    is not trusted (no retry can fix either).
     """
 
     def __init__(self, message: str, *, url: str = "", retryable: bool = True) -> None:

@@ -23,6 +23,7 @@ import click
 import trio
 
 from rlm.cli import volley_cmd
+from rlm.cli._flags import usage_message
 from rlm.cli._pool_link import PoolParent, link_to_parent, supervise_siblings
 from rlm.cli._profile_option import profile_option
 from rlm.cli._progress import stderr_console
@@ -56,7 +57,10 @@ SEND_FLAGS = (
 
 
 def _fail(exc: RLMError) -> None:
-    click.echo(f"Error: {exc}", err=True)
+    # A setting is named as this command's flag (--base-url), not as Python spells it.
+    context = click.get_current_context(silent=True)
+    message = str(exc) if context is None else usage_message(exc, context.command)
+    click.echo(f"Error: {message}", err=True)
     sys.exit(exc.exit_code)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlm._config import RunConfig
+from rlm._config import RunConfig, public_settings
 from rlm.journal.records import Spend, TaskRow, VolleyRow
 from rlm.journal.store import JournalStore
 from rlm.providers.fixture import FixtureOptions, pop_legacy_options
@@ -40,8 +40,7 @@ def stored_settings(
     config: RunConfig, options: Mapping[str, Any], fixture: FixtureOptions | None = None
 ) -> dict[str, Any]:
     """What a journal keeps of a volley's configuration (no key), and the fixture's pace."""
-    public = {k: v for k, v in dataclasses.asdict(config).items() if k not in _SECRET}
-    stored = {"config": public, "options": dict(options)}
+    stored = {"config": public_settings(config), "options": dict(options)}
     if fixture is not None:
         stored["fixture"] = dataclasses.asdict(fixture)
     return stored
@@ -69,7 +68,8 @@ def run_config(
     if isinstance(stored.get("require_isolation"), list):
         stored["require_isolation"] = tuple(stored["require_isolation"])
     merged = {**stored, **{k: v for k, v in overrides.items() if k in names}}
-    return RunConfig(**merged, api_key=api_key).validate()
+    # A base URL stored without its credentials is refused until it is given again.
+    return RunConfig(**merged, api_key=api_key).validate().validate_endpoint()
 
 
 def record_volley(

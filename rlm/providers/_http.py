@@ -16,12 +16,13 @@ import re
 import socket
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import httpcore2
 import httpx2
 
 from rlm._spelling import setting
+from rlm._url_userinfo import redact_url
 from rlm.errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -54,7 +55,7 @@ __all__ = [
     "parse_retry_after",
     "post_json",
     "status_error",
-    "unknown_host_error",
+    "unreachable_error",
 ]
 
 #: What parsing a reply of the wrong shape raises (turned into ``bad_reply``).
@@ -67,6 +68,7 @@ BAD_SHAPE = (
     AttributeError,
 )
 
+_E = TypeVar("_E", bound=BaseException)
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 # OpenAI: 429 insufficient_quota; Anthropic: 400 "credit balance is too low".
 _OUT_OF_CREDIT = re.compile(r"insufficient_quota|credit balance is too low", re.IGNORECASE)
@@ -144,11 +146,17 @@ class JSONProvider:
 
     def __init__(self, client: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
         self._client = client
-        self.url = url
         # Parsed once: httpx2 parses a string URL on every request (~50 us here, of
         # ~1 ms that a request costs this process).
         self._target = httpx2.URL(url)
         self._headers = {"Content-Type": "application/json", **headers}
+        if self._target.userinfo:
+            # user:password in the URL is Basic auth, as httpx2's client.post makes it
+            # (replacing a bearer key); requests go to the URL without them, and
+            # errors name it as http://***@host/... (rlm._url_userinfo).
+            self._headers["Authorization"] = _basic_authorization(self._target)
+            self._target = self._target.copy_with(username=None, password=None)
+        self.url = redact_url(url)
         # On the run's own client, below httpx2's client layer (rlm.providers._direct).
         self._direct = (
             DirectPost(client, self._target, self._headers)
@@ -163,6 +171,14 @@ class JSONProvider:
         return await post_json(
             self._client, self.url, body, self._headers, target=self._target, direct=self._direct
         )
+
+
+def _basic_authorization(url: httpx2.URL) -> str:
+    """The Authorization header httpx2 sends for ``url``'s user:password."""
+    request = httpx2.Request("POST", url)
+    return next(httpx2.BasicAuth(url.username, url.password).sync_auth_flow(request)).headers[
+        "Authorization"
+    ]
 
 
 async def post_json(
@@ -186,10 +202,14 @@ async def post_json(
     except (httpx2.TimeoutException, *TIMEOUTS) as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except (httpx2.TransportError, *TRANSPORT_ERRORS) as exc:
-        raise unknown_host_error(url, exc) or ProviderConnectionError(
-            f"cannot reach {url}: {exc or type(exc).__name__} (is the server running, and "
+        raise unreachable_error(url, exc) or ProviderConnectionError(
+            f"cannot reach {url}: {reason(exc)} (is the server running, and "
             f"is {setting('base_url')} right?)",
             url=url,
+        ) from exc
+    except httpx2.DecodingError as exc:  # a compressed body that does not decompress
+        raise ProviderResponseError(
+            f"{url} sent a body that cannot be decoded: {reason(exc)}", url=url
         ) from exc
     if response.status_code >= 400:
         raise status_error(url, response, key_sent=key_sent(headers))
@@ -201,16 +221,42 @@ def key_sent(headers: dict[str, str]) -> bool:
     return any(name in headers for name in ("Authorization", "x-api-key"))
 
 
-def unknown_host_error(url: str, exc: BaseException) -> ProviderConnectionError | None:
-    """A not-retryable error when ``exc`` says the host name does not exist, else None."""
-    if not _unknown_host(exc):
-        return None
-    return ProviderConnectionError(
-        f"cannot reach {url}: the host name {httpx2.URL(url).host!r} does not resolve; "
-        f"check {setting('base_url')}",
-        url=url,
-        retryable=False,
-    )
+def reason(exc: BaseException) -> str:
+    """What ``exc`` says, or its type's name when it says nothing (many httpx2 errors)."""
+    return str(exc) or type(exc).__name__
+
+
+def unreachable_error(url: str, exc: BaseException) -> ProviderConnectionError | None:
+    """A not-retryable error when ``exc`` says no retry can help, else None: the host
+    name does not exist, or the server's certificate is not trusted."""
+    if _unknown_host(exc):
+        return ProviderConnectionError(
+            f"cannot reach {url}: the host name {httpx2.URL(url).host!r} does not resolve; "
+            f"check {setting('base_url')}",
+            url=url,
+            retryable=False,
+        )
+    refused = _cause(exc, ssl.SSLCertVerificationError)
+    if refused is not None:
+        return ProviderConnectionError(
+            f"cannot reach {url}: certificate verify failed ({refused.verify_message or refused}); "
+            "set SSL_CERT_FILE to a CA bundle that trusts it",
+            url=url,
+            retryable=False,
+        )
+    return None
+
+
+def _cause(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` in ``exc``'s cause (or context) chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 # getaddrinfo's "this name does not exist" (EAI_NONAME, and EAI_NODATA where
 # defined); EAI_AGAIN, a resolver that did not answer in time, stays retryable.
 _UNKNOWN_HOST_ERRNOS = frozenset(
@@ -221,13 +267,9 @@ _UNKNOWN_HOST_ERRNOS = frozenset(
 
 def _unknown_host(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a DNS answer that the name does not exist."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, socket.gaierror) and current.errno in _UNKNOWN_HOST_ERRNOS:
-            return True
-        current = current.__cause__ or current.__context__
+    found = _cause(exc, socket.gaierror)
+    if found is not None and found.errno in _UNKNOWN_HOST_ERRNOS:
+        return True
     return "Name or service not known" in str(exc) or "nodename nor servname" in str(exc)
 
 

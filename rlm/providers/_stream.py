@@ -30,8 +30,9 @@ from rlm.providers._http import (
     JSONProvider,
     clean_text,
     key_sent,
+    reason,
     status_error,
-    unknown_host_error,
+    unreachable_error,
 )
 from rlm.providers.base import Completion, TextSink
 
@@ -110,6 +111,7 @@ class StreamingJSONProvider(JSONProvider):
             on_text=on_text,
             idle_timeout=self.stream_idle_timeout,
             whole=whole,
+            target=self._target,
         )
 
 
@@ -123,8 +125,10 @@ async def stream_completion(
     on_text: TextSink,
     idle_timeout: float,
     whole: Callable[[httpx2.Response], Completion],
+    target: httpx2.URL | None = None,
 ) -> Completion:
-    """POST ``body`` once and read the answer as it streams.
+    """POST ``body`` once (to ``target``, ``url`` parsed, when the caller has it) and
+    read the answer as it streams.
 
     A server that ignores the stream request and answers with one JSON body is
     read with ``whole``, and its text is passed on as a single piece.
@@ -137,7 +141,7 @@ async def stream_completion(
     try:
         async with client.stream(
             "POST",
-            url,
+            target or url,
             json=body,
             headers={**headers, "Accept": "text/event-stream"},
             timeout=timeout,
@@ -183,7 +187,11 @@ async def stream_completion(
         raise ProviderResponseError(f"{url} sent a bad event stream: {exc}", url=url) from exc
     except httpx2.TransportError as exc:
         what = "dropped the stream" if received else "could not be read"
-        raise (None if received else unknown_host_error(url, exc)) or ProviderConnectionError(
-            f"{url} {what} ({exc or type(exc).__name__}; {received} chars received, discarded)",
+        raise (None if received else unreachable_error(url, exc)) or ProviderConnectionError(
+            f"{url} {what} ({reason(exc)}; {received} chars received, discarded)",
             url=url,
+        ) from exc
+    except httpx2.DecodingError as exc:  # a compressed body that does not decompress
+        raise ProviderResponseError(
+            f"{url} sent a body that cannot be decoded: {reason(exc)}", url=url
         ) from exc

@@ -11,6 +11,7 @@ from __future__ import annotations
 import httpx2
 
 from rlm._config import RunConfig
+from rlm._url_userinfo import redact_url
 from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 
 __all__ = ["HOSTED_APIS", "default_base_url", "key_variables", "missing_key_message"]
@@ -51,5 +52,5 @@ def missing_key_message(config: RunConfig) -> str | None:
     for url in (base, config.sub_base_url or base):
         if url and httpx2.URL(url).host in HOSTED_APIS:
             first, vendor = key_variables(config.provider)
-            return f"no API key for {url}: set {first} (or {vendor}) in the environment"
+            return f"no API key for {redact_url(url)}: set {first} (or {vendor}) in the environment"
     return None

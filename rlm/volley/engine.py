@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import trio
 
-from rlm._config import RunConfig
+from rlm._config import RunConfig, public_settings
 from rlm._events import Event, EventBus, StreamSink
 from rlm._run.runtime import default_launcher, load_prices, make_budget
 from rlm._run.tools import ToolBox
@@ -385,8 +385,7 @@ class Volley:
 
     def settings(self) -> dict[str, Any]:
         """The volley's settings as recorded (never the API key)."""
-        public = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "api_key"}
-        return {**public, **dataclasses.asdict(self.options)}
+        return {**public_settings(self.config), **dataclasses.asdict(self.options)}
 
 
 def _checked_budget(config: RunConfig, prices: PriceTable, tasks: Sequence[VolleyTask]) -> Budget:

@@ -1,0 +1,66 @@
+"""A raw HTTP/1.1 server on loopback for tests that must control every byte of an answer
+and see every byte of the request's head (one request per connection)."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+
+import trio
+
+__all__ = ["Answer", "header", "raw_server", "reply"]
+
+Answer = Callable[[bytes], bytes]  # the request's head -> the whole response
+
+
+def reply(status: str, body: bytes, *extra: bytes) -> bytes:
+    head = [b"HTTP/1.1 " + status.encode(), b"content-type: application/json",
+            b"content-length: %d" % len(body), b"connection: close", *extra]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+@asynccontextmanager
+async def raw_server(
+    answer: Answer, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A one-request-per-connection server on loopback; yields its port and the heads seen."""
+    heads: list[bytes] = []
+
+    async def handle(stream: trio.abc.Stream) -> None:
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                data += chunk
+            heads.append(data.partition(b"\r\n\r\n")[0])
+            await stream.send_all(answer(heads[-1]))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client hung up (a refused certificate)
+        finally:
+            await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        if tls is None:
+            listeners = await nursery.start(partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+        else:
+            listeners = await nursery.start(
+                partial(trio.serve_ssl_over_tcp, handle, 0, tls, host="127.0.0.1")
+            )
+            port = listeners[0].transport_listener.socket.getsockname()[1]
+        yield port, heads
+        nursery.cancel_scope.cancel()
+
+
+def header(head: bytes, name: bytes) -> bytes | None:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip()
+    return None
+
+

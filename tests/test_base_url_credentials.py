@@ -1,0 +1,101 @@
+"""user:password in a base URL (HTTP Basic, rlm/_url_userinfo.py) is used to send and shown
+nowhere: not in a trace, a journal, or an error; a stored URL lost them, so a volley
+resumed from its journal asks for the URL again instead of sending without them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from rlm import RLM, SettingError
+from rlm._config import RunConfig, public_settings
+from rlm._url_userinfo import redact_url
+from tests.helpers import serving
+
+RLM_BIN = str(Path(sys.executable).with_name("rlm"))
+SECRET = "s3cret"
+
+
+def with_credentials(url: str) -> str:
+    return url.replace("http://", f"http://alice:{SECRET}@", 1)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://alice:s3cret@host:8000/v1", "http://***@host:8000/v1"),
+        ("https://tok@host/v1?a=b@c", "https://***@host/v1?a=b@c"),
+        ("http://a:p@ss@host/v1", "http://***@host/v1"),
+        ("http://host:8000/v1", "http://host:8000/v1"),
+        ("http://host/v1/x@y", "http://host/v1/x@y"),
+    ],
+)
+def test_redact_url_takes_out_only_the_userinfo(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_public_settings_never_hold_the_key_or_url_credentials() -> None:
+    config = RunConfig(base_url="http://alice:s3cret@h/v1", sub_base_url="http://b:pw@h2/v1",
+                       api_key="sk-secret", model="m")
+    public = public_settings(config)
+    assert "api_key" not in public
+    assert (public["base_url"], public["sub_base_url"]) == ("http://***@h/v1", "http://***@h2/v1")
+
+
+def test_a_redacted_base_url_is_refused_with_what_to_do() -> None:
+    with pytest.raises(SettingError) as caught:
+        RunConfig(base_url="http://***@h/v1", model="m").validate_endpoint()
+    assert "pass base_url again with them" in str(caught.value)
+
+
+async def test_a_run_sends_the_credentials_and_its_trace_never_holds_them(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    async with serving() as (url, server):
+        model = RLM(base_url=with_credentials(url), model="fixture", trace_path=str(trace))
+        result = await model.acompletion("What is the magic number?", "The magic number is 7.")
+    assert result.status == "answered" and server.stats.total_requests > 0
+    text = trace.read_text()
+    assert SECRET not in text and SECRET not in repr(result.trace)
+    assert redact_url(with_credentials(url)) in text
+
+
+def journal_bytes(folder: Path) -> bytes:
+    """The journal's files (the database and its write-ahead log, if any), as stored."""
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.name.startswith("j."))
+
+
+async def rlm(*args: str) -> trio.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    return await trio.run_process([RLM_BIN, *args], env=env, capture_stdout=True,
+                                  capture_stderr=True, check=False)
+
+
+async def test_a_volley_journal_keeps_no_credentials_and_work_asks_for_the_url_again(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "j.sqlite3"
+    async with serving() as (url, server):
+        secret_url = with_credentials(url)
+        created = await rlm("volley", "create", "--journal", str(journal), "a", "b",
+                            "--base-url", secret_url, "--model", "fixture")
+        assert created.returncode == 0, created.stderr.decode()
+        volley_id = created.stdout.decode().strip()
+        stored = journal_bytes(tmp_path)
+        assert SECRET.encode() not in stored and b"***@127.0.0.1" in stored
+
+        refused = await rlm("volley", "work", volley_id, "--journal", str(journal), "-q")
+        assert refused.returncode == 2
+        message = refused.stderr.decode()
+        assert "--base-url" in message and "again" in message and SECRET not in message
+        assert server.stats.total_requests == 0
+
+        worked = await rlm("volley", "work", volley_id, "--journal", str(journal), "-q",
+                           "--base-url", secret_url)
+        assert worked.returncode == 0, worked.stderr.decode()
+        assert server.stats.total_requests == 2
