@@ -39,6 +39,7 @@ async def open_providers(
     import trio
 
     from rlm.providers._one_write import OneWriteBackend
+    from rlm.providers._proxy import proxied_client
     from rlm.providers._warm import WarmConnections
     from rlm.providers.anthropic import AnthropicProvider
     from rlm.providers.keys import default_base_url
@@ -49,7 +50,13 @@ async def open_providers(
     urls = [base_url, config.sub_base_url or base_url]
     # Pre-opened connections, each sending a request in one write (see the modules).
     warm = WarmConnections(OneWriteBackend())
-    async with make_http_client(
+    # Through a proxy the environment names (HTTP_PROXY...), httpx2's standard client.
+    proxied = proxied_client(
+        urls,
+        max_connections=config.max_concurrent,
+        request_timeout=config.request_timeout,
+    )
+    async with proxied or make_http_client(
         max_connections=config.max_concurrent,
         request_timeout=config.request_timeout,
         tls=any(url.startswith("https://") for url in urls),
@@ -58,7 +65,7 @@ async def open_providers(
         try:
             # While the root's first step is generated, open the connections the sub
             # lane's first wave will want (one per permit; no request is sent).
-            origin = _origin(urls[1])
+            origin = None if proxied else _origin(urls[1])
             if origin is not None:
                 sub_permits = config.max_concurrent - config.root_permits
                 nursery.start_soon(warm.open, *origin, sub_permits)
