@@ -14,7 +14,7 @@ import trio
 from rlm import RLM, SettingError
 from rlm._config import RunConfig, public_settings
 from rlm._url_userinfo import redact_url
-from tests.helpers import serving
+from tests.helpers import rlm_in_process, serving
 
 RLM_BIN = str(Path(sys.executable).with_name("rlm"))
 SECRET = "s3cret"
@@ -99,3 +99,10 @@ async def test_a_volley_journal_keeps_no_credentials_and_work_asks_for_the_url_a
                            "--base-url", secret_url)
         assert worked.returncode == 0, worked.stderr.decode()
         assert server.stats.total_requests == 2
+
+
+def test_config_show_names_the_base_url_without_its_credentials() -> None:
+    for args in (("config", "show"), ("config", "show", "--json")):
+        done = rlm_in_process(*args, env={"RLM_BASE_URL": "http://alice:s3cret@h/v1"})
+        assert done.returncode == 0, done.stderr
+        assert SECRET not in done.stdout and "http://***@h/v1" in done.stdout

@@ -9,6 +9,7 @@ import click
 from click.core import ParameterSource
 
 from rlm._profiles import PROJECT_FILE, user_config_file
+from rlm._url_userinfo import redact_url
 from rlm.cli._profile_option import current_profile, profile_option
 from rlm.providers.keys import default_base_url
 
@@ -76,6 +77,9 @@ def show(as_json: bool) -> None:
         }
     for name, value in profile.values.items():  # settings only a config file can set
         settings.setdefault(name, {"value": value, "source": profile.sources.get(name, "")})
+    for name in ("base_url", "sub_base_url"):  # shown as everywhere: without user:password
+        if settings.get(name, {}).get("value"):
+            settings[name]["value"] = redact_url(str(settings[name]["value"]))
     files = [str(path) for path in profile.files]
     if as_json:
         click.echo(
