@@ -24,7 +24,7 @@ import trio
 
 from rlm.errors import JournalError
 from rlm.journal import JournalStore, Owner, Spend, open_store
-from rlm.journal._writer import writer_process, writes_for
+from rlm.journal._writer import supervised, writer_process, writes_for
 from rlm.journal.worker import JournalWorker
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -145,6 +145,35 @@ async def test_a_worker_whose_writer_dies_fails_reports_nothing_and_gives_its_ta
     assert told == []  # never reported: it was not committed
     assert {t.status for t in store.tasks("v")} == {"open"}  # given back, through the store
     assert store.volley("v").counts["open"] == 10
+
+
+def _impostor(code: str) -> subprocess.Popen[bytes]:
+    """A process in the writer's place that does what ``code`` says instead."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+async def test_a_writer_that_exits_says_how_and_its_last_words() -> None:
+    code = "import sys; sys.stderr.write('cannot go on: disk on fire\\n'); sys.exit(3)"
+    with trio.fail_after(_HANG):
+        async with supervised(_impostor(code), "j.sqlite3") as writer:
+            with pytest.raises(JournalError) as caught:
+                await writer.ready()
+    message = str(caught.value)
+    assert "exited with code 3" in message and "disk on fire" in message
+
+
+async def test_garbage_on_the_writers_stdout_kills_it_and_fails_what_waits() -> None:
+    # 0xc1 is never used in msgpack; the impostor then waits on its stdin for ever.
+    code = "import os, sys; os.write(1, b'\\xc1 garbage'); sys.stdin.read()"
+    popen = _impostor(code)
+    with trio.fail_after(_HANG):
+        async with supervised(popen, "j.sqlite3") as writer:
+            with pytest.raises(JournalError, match="not an answer"):
+                await writer.claim_indices("v", _OWNER, 1)
+    assert popen.returncode == -signal.SIGKILL
 
 
 _PARENT = textwrap.dedent(

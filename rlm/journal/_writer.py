@@ -47,7 +47,14 @@ from rlm.journal._threads import RunSync
 from rlm.journal.records import Owner, Spend, VerdictRow
 from rlm.journal.store import JournalStore
 
-__all__ = ["JournalWrites", "StoreWrites", "WriterProcess", "writer_process", "writes_for"]
+__all__ = [
+    "JournalWrites",
+    "StoreWrites",
+    "WriterProcess",
+    "supervised",
+    "writer_process",
+    "writes_for",
+]
 
 #: How long a closed writer may take to finish what it was asked before it is killed.
 _CLOSE_GRACE_S = 10.0
@@ -117,6 +124,7 @@ class WriterProcess:
         self._gone: str | None = None  # why no request can be answered any more
         self._exited = trio.Event()
         self._stderr_tail = b""
+        self._stderr_closed = trio.Event()
 
     async def ready(self) -> None:
         """Wait until the writer has opened the journal (JournalError if it cannot)."""
@@ -148,11 +156,13 @@ class WriterProcess:
         when the answer comes or the process is found gone, never later.
         """
         await self.ready()
-        if self._gone is not None:
-            raise JournalError(self._gone)
         reply = _Reply()
         with trio.CancelScope(shield=True):
             async with self._sending:
+                # Checked with no checkpoint before the append: once the reader has found
+                # the process gone and failed what waited, nothing is added to wait.
+                if self._gone is not None:
+                    raise JournalError(self._gone)
                 self._waiting.append(reply)  # under the lock: answers come in this order
                 # If the process is gone, the reader fails every waiting reply, this one too.
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -180,13 +190,19 @@ class WriterProcess:
             garbage = f"its answers could not be read ({exc})"
             self._kill()
         await self._wait_exit()
+        await self._stderr_closed.wait()  # its last words are all read (it has exited)
         self._gone = self._death_note(garbage)
         while self._waiting:
             self._waiting.popleft().settle(False, self._gone)
 
     async def _read_stderr(self) -> None:
-        while data := await self._stderr.receive_some(1 << 16):
-            self._stderr_tail = (self._stderr_tail + data)[-_STDERR_TAIL:]
+        try:
+            while data := await self._stderr.receive_some(1 << 16):
+                self._stderr_tail = (self._stderr_tail + data)[-_STDERR_TAIL:]
+        except trio.BrokenResourceError:  # unreadable: the message goes without its last words
+            return
+        finally:
+            self._stderr_closed.set()
 
     def _death_note(self, garbage: str | None) -> str:
         code = self._popen.returncode
@@ -277,7 +293,15 @@ async def writer_process(path: str) -> AsyncIterator[WriterProcess]:
     It starts at once and opens the journal while the caller goes on; the first
     request waits for it (:meth:`WriterProcess.ready` waits explicitly).
     """
-    writer = WriterProcess(_spawn(path), path)
+    async with supervised(_spawn(path), path) as writer:
+        yield writer
+
+
+@asynccontextmanager
+async def supervised(popen: subprocess.Popen[bytes], where: str) -> AsyncIterator[WriterProcess]:
+    """Talk to the started writer ``popen`` (of journal ``where``) while the context
+    runs; end it (EOF, then a kill after the grace period) and reap it on exit."""
+    writer = WriterProcess(popen, where)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer._read_replies)
         nursery.start_soon(writer._read_stderr)
