@@ -99,6 +99,22 @@ async def test_lone_surrogates_in_a_reply_are_replaced() -> None:
     assert done.text.startswith("a") and done.text.endswith("b")
 
 
+async def test_lone_surrogates_anywhere_in_a_reply_or_an_error_are_replaced() -> None:
+    """A JSON escape such as \\ud800 decodes to text no trace, journal or terminal
+    can write: every string a provider hands on is cleaned where it enters."""
+    answer = (
+        b'{"id":"c\\ud800","model":"m\\ud800","system_fingerprint":"f\\udfff",'
+        b'"choices":[{"message":{"content":"ok"},"finish_reason":"stop\\ud800"}]}'
+    )
+    done = await provider(lambda req: httpx2.Response(200, content=answer)).complete(request())
+    assert (done.model, done.finish_reason) == ("m?", "stop?")
+    assert (done.metadata["id"], done.metadata["system_fingerprint"]) == ("c?", "f?")
+    refusal = b'{"error": {"message": "bad input \\ud800 here"}}'
+    with pytest.raises(ProviderStatusError) as caught:
+        await provider(lambda req: httpx2.Response(400, content=refusal)).complete(request())
+    assert str(caught.value).endswith("answered HTTP 400: bad input ? here")
+
+
 @pytest.mark.parametrize(
     ("status", "body", "error"),
     [

@@ -22,6 +22,7 @@ import httpcore2
 import httpx2
 
 from rlm._spelling import setting
+from rlm._text import clean_text
 from rlm._url_userinfo import redact_url
 from rlm.errors import (
     AuthenticationError,
@@ -319,6 +320,9 @@ def classify_status(
     Also used for errors that arrive inside a stream, where there is no
     response body to read, only the error event's text.
     """
+    # A provider's message may hold lone surrogates (JSON escapes): every trace,
+    # journal and terminal it reaches must be able to write it.
+    message = clean_text(message)
     if status in (401, 403):
         advice = (
             "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
@@ -351,15 +355,6 @@ def count_tokens(value: object) -> int:
     if not math.isfinite(value) or value < 0:
         return 0
     return int(value)
-
-
-def clean_text(text: str) -> str:
-    """Replace lone surrogates (valid JSON escapes, invalid text) so the text can travel on."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
-    return text
 
 
 def error_detail(response: HTTPReply) -> str:

@@ -7,6 +7,7 @@ from dataclasses import field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 from rlm._records import frozen_record
+from rlm._text import clean_text, clean_value
 
 __all__ = [
     "Completion",
@@ -72,6 +73,16 @@ class Completion:
     output_tokens: int = 0
     finish_reason: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Every provider's strings come from JSON, which may hold lone surrogates
+        # (valid escapes, invalid text): cleaned here, no trace or journal fails on one.
+        object.__setattr__(self, "text", clean_text(self.text))
+        object.__setattr__(self, "model", clean_text(self.model))
+        if self.finish_reason is not None:
+            object.__setattr__(self, "finish_reason", clean_text(self.finish_reason))
+        if self.metadata:
+            object.__setattr__(self, "metadata", clean_value(self.metadata))
 
 
 class Provider(Protocol):
