@@ -16,15 +16,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from rlm.errors import JournalError
 from rlm.journal import JournalStore, Owner, Spend, open_store
-from rlm.journal._writer import supervised, writer_process, writes_for
+from rlm.journal._writer import WriterProcess, supervised, writer_process, writes_for
 from rlm.journal.worker import JournalWorker
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -124,7 +125,97 @@ async def test_a_killed_writer_fails_the_request_it_was_on_and_every_later_one(
     blocker.close()
 
 
-async def test_a_worker_whose_writer_dies_fails_reports_nothing_and_gives_its_tasks_back(
+async def test_a_request_waiting_to_be_sent_when_the_writer_dies_fails_never_hangs(
+    journal: tuple[str, JournalStore],
+) -> None:
+    """A request that found the writer alive, then waited for the send lock while the
+    writer died and the reader failed every request queued, is failed too: it must not
+    be queued after that (its wait is shielded: nothing else would ever end it)."""
+    path, _ = journal
+    outcome: list[str] = []
+    ended = trio.Event()
+
+    async def claim(writer: WriterProcess) -> None:
+        try:
+            outcome.append(f"answered {await writer.claim_indices('v', _OWNER, 1)}")
+        except JournalError as exc:
+            outcome.append(str(exc))
+        ended.set()
+
+    with trio.fail_after(_HANG):
+        async with writer_process(path) as writer, trio.open_nursery() as nursery:
+            await writer.ready()
+            # Held here as a request being sent holds it (a dead writer cannot be made
+            # to keep a pipe full: its end closes with it).
+            async with writer._sending:
+                nursery.start_soon(claim, writer)
+                await trio.testing.wait_all_tasks_blocked()  # the claim waits for the lock
+                os.kill(writer.pid, signal.SIGKILL)
+                await writer._exited.wait()
+                await trio.testing.wait_all_tasks_blocked()  # the reader has ended
+                assert writer._gone is not None  # it failed what was queued
+            with trio.move_on_after(10):
+                await ended.wait()
+            if not outcome:  # it hangs, shielded: end it so the test fails, not hangs
+                while writer._waiting:
+                    writer._waiting.popleft().settle(False, "hung after the writer died")
+                await trio.testing.wait_all_tasks_blocked()
+    assert "writer process" in outcome[0] and "killed by signal 9" in outcome[0]
+
+
+async def test_a_request_cut_off_mid_send_by_the_writer_dying_fails(
+    journal: tuple[str, JournalStore],
+) -> None:
+    path, _ = journal
+    blocker = sqlite3.connect(path, isolation_level=None)
+    failed: list[str] = []
+
+    async def ask(request: Callable[[], Awaitable[object]]) -> None:
+        with pytest.raises(JournalError) as caught:
+            await request()
+        failed.append(str(caught.value))
+
+    big = [(1, "done", "x" * (4 << 20), {}, None, None)]  # far more than a pipe holds
+    with trio.fail_after(_HANG):
+        async with writer_process(path) as writer:
+            await writer.ready()
+            blocker.execute("BEGIN IMMEDIATE")  # the writer waits for it: it reads no more
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ask, lambda: writer.claim_indices("v", _OWNER, 1))
+                await trio.sleep(0.2)  # let the claim reach the writer
+                nursery.start_soon(ask, lambda: writer.finish_rows("v", big, Spend()))
+                await trio.sleep(0.2)  # its send fills the pipe and waits
+                os.kill(writer.pid, signal.SIGKILL)
+            with pytest.raises(JournalError, match="killed by signal 9"):
+                await writer.claim_indices("v", _OWNER, 1)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert len(failed) == 2 and all("writer process" in f for f in failed)
+
+
+async def test_a_verdict_that_cannot_be_encoded_is_refused_and_later_answers_stay_in_order(
+    journal: tuple[str, JournalStore],
+) -> None:
+    path, store = journal
+    with trio.fail_after(_HANG):
+        async with writer_process(path) as writer:
+            assert await writer.claim_indices("v", _OWNER, 2) == [1, 2]
+            bad = [(1, "done", "ok", {}, None, None), (2, "failed", None, {}, None, "\ud800")]
+            with pytest.raises(JournalError, match="the error of task 2's verdict"):
+                await writer.finish_rows("v", bad, Spend())
+            # Nothing of it was sent or queued: each later request gets its own answer.
+            with trio.move_on_after(10) as waited:
+                assert await writer.claim_indices("v", _OWNER, 1) == [3]
+                ok = [(2, "done", "fine", {}, None, None)]
+                assert await writer.finish_rows("v", ok, Spend()) == 1
+            if waited.cancelled_caught:  # hung, shielded: end it so the test fails
+                os.kill(writer.pid, signal.SIGKILL)
+    assert not waited.cancelled_caught, "a later request got no answer"
+    tasks = {t.index: t for t in store.tasks("v")}
+    assert (tasks[1].status, tasks[2].status, tasks[2].output) == ("in_progress", "done", "fine")
+
+
+async def test_a_worker_whose_writer_dies_commits_its_queued_verdicts_and_gives_the_rest_back(
     journal: tuple[str, JournalStore],
 ) -> None:
     path, store = journal
@@ -134,17 +225,50 @@ async def test_a_worker_whose_writer_dies_fails_reports_nothing_and_gives_its_ta
             worker = JournalWorker(store, "v", owner=_OWNER, group_interval=0.05)
             with pytest.raises(BaseExceptionGroup) as caught:  # from the worker's nursery
                 async with worker.running(writer):
-                    first = await worker.claim()
-                    assert first is not None
+                    first, second = await worker.claim(), await worker.claim()
+                    assert first is not None and second is not None
                     os.kill(writer.pid, signal.SIGKILL)
-                    result = TaskResult(first.index, first.prompt, "succeeded", output="x")
-                    worker.keep(result, lambda r: told.append(r.index))
+                    for task in (first, second):
+                        result = TaskResult(task.index, task.prompt, "succeeded", output="x")
+                        worker.keep(result, lambda r: told.append(r.index))
                     await trio.sleep_forever()  # the committer's failure ends the body
     errors, _ = caught.value.split(JournalError)
     assert errors is not None and "writer process" in str(errors.exceptions[0])
-    assert told == []  # never reported: it was not committed
-    assert {t.status for t in store.tasks("v")} == {"open"}  # given back, through the store
-    assert store.volley("v").counts["open"] == 10
+    assert told == []  # never reported: the runner that waited for them has ended
+    # Finished and paid for: committed through the worker's own connection, not reopened.
+    tasks = {t.index: t for t in store.tasks("v")}
+    assert {i for i, t in tasks.items() if t.status == "done"} == {first.index, second.index}
+    assert tasks[first.index].output == "x"
+    assert store.volley("v").counts["open"] == 8  # the rest given back
+    # A resume runs only the others.
+    resumed = JournalWorker(store, "v", owner=Owner("h", os.getpid(), "w2"))
+    async with resumed.running():
+        claimed = []
+        while (task := await resumed.claim()) is not None:
+            claimed.append(task.index)
+    assert sorted(claimed) == [i for i in range(1, 11) if i not in (first.index, second.index)]
+
+
+async def test_text_that_cannot_be_encoded_reaches_the_journal_cleaned(
+    journal: tuple[str, JournalStore],
+) -> None:
+    """Model code's answer or an error may hold lone surrogates: a verdict is still kept."""
+    path, store = journal
+    with trio.fail_after(_HANG):
+        async with writer_process(path) as writer:
+            worker = JournalWorker(store, "v", owner=_OWNER, group_interval=0.05)
+            async with worker.running(writer):
+                first, second = await worker.claim(), await worker.claim()
+                assert first is not None and second is not None
+                await worker.accept(
+                    TaskResult(first.index, first.prompt, "succeeded", output="a\ud800b")
+                )
+                await worker.accept(
+                    TaskResult(second.index, second.prompt, "failed", error="e\udfff")
+                )
+    tasks = {t.index: t for t in store.tasks("v")}
+    assert (tasks[first.index].status, tasks[first.index].output) == ("done", "a?b")
+    assert (tasks[second.index].status, tasks[second.index].error) == ("failed", "e?")
 
 
 def _impostor(code: str) -> subprocess.Popen[bytes]:

@@ -26,7 +26,6 @@ end, and a crash of it fails every request waiting on it with a
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -153,9 +152,14 @@ class WriterProcess:
         Shielded: once sent, a request is carried out, so its caller must learn
         the outcome (a claim's tasks are held, a group's verdicts are kept)
         even when cancelled, as with a store call in a thread.  The wait ends
-        when the answer comes or the process is found gone, never later.
+        when the answer comes or the process is found gone, never later: a
+        reply is queued only while the process is not known gone, with no
+        checkpoint between that check and the queueing (the reader fails what
+        is queued in the same step as it marks the process gone), and a
+        request that could not be sent whole fails at once.
         """
         await self.ready()
+        request = _pack(method, args)  # before queueing: a request that cannot go leaves no trace
         reply = _Reply()
         with trio.CancelScope(shield=True):
             async with self._sending:
@@ -164,13 +168,26 @@ class WriterProcess:
                 if self._gone is not None:
                     raise JournalError(self._gone)
                 self._waiting.append(reply)  # under the lock: answers come in this order
-                # If the process is gone, the reader fails every waiting reply, this one too.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await self._stdin.send_all(msgpack.packb([method, args], use_bin_type=True))
+                try:
+                    await self._stdin.send_all(request)
+                except trio.BrokenResourceError as exc:
+                    self._not_sent(reply, exc)
             await reply.came.wait()
         if not reply.ok:
             raise JournalError(str(reply.value))
         return reply.value
+
+    def _not_sent(self, reply: _Reply, exc: Exception) -> None:
+        """Fail a request that could not be sent whole (unless the reader already did).
+
+        The process stopped reading its requests (it died): it answers nothing
+        more, and what it was sent may end in part of a request, so it is ended
+        (the reader then fails what else waits).
+        """
+        self._kill()
+        if not reply.came.is_set():  # still queued: only an answer or the reader settles it
+            self._waiting.remove(reply)
+            reply.settle(False, self._death_note(f"its request could not be sent ({exc})"))
 
     async def _read_replies(self) -> None:
         """Hand each answer to its request; when the process ends, fail what still waits."""
@@ -191,9 +208,10 @@ class WriterProcess:
             self._kill()
         await self._wait_exit()
         await self._stderr_closed.wait()  # its last words are all read (it has exited)
-        self._gone = self._death_note(garbage)
+        note = self._death_note(garbage)
+        self._gone = self._gone or note  # closed first: later requests are told that
         while self._waiting:
-            self._waiting.popleft().settle(False, self._gone)
+            self._waiting.popleft().settle(False, note)
 
     async def _read_stderr(self) -> None:
         try:
@@ -245,6 +263,8 @@ class WriterProcess:
         exits), then a kill if it has not exited within the grace period."""
         with trio.CancelScope(shield=True):
             async with self._sending:
+                # Under the lock: a request asked from now on is refused, never sent.
+                self._gone = self._gone or f"journal {self._where}: its writer process was closed"
                 await self._stdin.aclose()
             with trio.move_on_after(_CLOSE_GRACE_S):
                 await self._exited.wait()
@@ -257,6 +277,33 @@ def _stream(pipe: Any) -> trio.lowlevel.FdStream:
     stream = trio.lowlevel.FdStream(os.dup(pipe.fileno()))
     pipe.close()
     return stream
+
+
+#: The fields of a :data:`~rlm.journal.records.VerdictRow`, to name one that cannot be sent.
+_ROW_FIELDS = ("index", "status", "output", "usage", "cost", "error")
+
+
+def _pack(method: str, args: tuple[Any, ...]) -> bytes:
+    """A request as the writer reads it; a JournalError naming what cannot be encoded."""
+    try:
+        request: bytes = msgpack.packb([method, args], use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:  # UnicodeEncodeError is a ValueError
+        raise JournalError(
+            f"cannot write {_unpackable(method, args)} to the journal: {exc}"
+        ) from exc
+    return request
+
+
+def _unpackable(method: str, args: tuple[Any, ...]) -> str:
+    """Which part of a request msgpack cannot encode (a verdict's field, by name)."""
+    rows = args[1] if method == "finish_rows" else ()
+    for row in rows:
+        for name, value in zip(_ROW_FIELDS, row, strict=False):
+            try:
+                msgpack.packb(value, use_bin_type=True)
+            except (TypeError, ValueError, OverflowError):
+                return f"the {name} of task {row[0]!r}'s verdict"
+    return f"a {method} request"
 
 
 def _owner(owner: Owner) -> tuple[str, int, str]:

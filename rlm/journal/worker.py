@@ -43,6 +43,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import trio
 
+from rlm._text import clean_text
 from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
@@ -74,7 +75,8 @@ def _row(result: TaskResult) -> VerdictRow:
     return (
         result.index,
         "done" if result.status == "succeeded" else "failed",
-        result.output,
+        # Any text may reach a verdict (model code's answers, errors): it must encode.
+        None if result.output is None else clean_text(result.output),
         {
             "duration_sec": round(result.duration_sec, 6),
             "tokens_input": result.tokens_input,
@@ -83,7 +85,7 @@ def _row(result: TaskResult) -> VerdictRow:
             "retries": result.retries,
         },
         result.cost,
-        result.error,
+        None if result.error is None else clean_text(result.error),
     )
 
 
@@ -455,6 +457,8 @@ class JournalWorker:
                 await self._writes.finish_rows(self.volley_id, [_row(r) for r in waiting], spend)
             except BaseException:
                 self._recorded = recorded  # not recorded: the next record counts it
+                # Queued again, first: _finish commits them through the store.
+                self._waiting, self._tell = waiting + self._waiting, tell_all + self._tell
                 raise
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
         for result, kept in zip(waiting, tell_all, strict=True):
@@ -518,16 +522,25 @@ class JournalWorker:
         committed, but their writers are gone: durable results nobody reported."""
         try:
             await self._commit_queued(tell=False)
+        except JournalError:
+            if isinstance(self._writes, StoreWrites):
+                raise
+            # A writer process failed them (it died): they are queued again, and
+            # committed below through this process's own store connection.
         finally:
-            # Even when that commit failed (a writer process gone): its verdicts'
-            # tasks are still held, and go back to open with the rest.
+            # Verdicts are paid for: a resume must not run them again.  Committed here
+            # even when the writer process is gone; then the tasks still held go back
+            # to open.
             self._writes = StoreWrites(self.store, self._run_sync)
-            leftovers = sorted(self._held | {t.index for t in self._buffer})
-            self._held.clear()
-            self._buffer.clear()
-            await self._run_sync(
-                self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
-            )
+            try:
+                await self._commit_queued(tell=False)
+            finally:
+                leftovers = sorted(self._held | {t.index for t in self._buffer})
+                self._held.clear()
+                self._buffer.clear()
+                await self._run_sync(
+                    self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
+                )
 
     async def _heartbeat_loop(self) -> None:
         while True:
