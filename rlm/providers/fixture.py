@@ -24,6 +24,7 @@ Model names: ``fixture`` / ``fixture-batched`` (batched fan-out),
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -81,11 +82,15 @@ class FixtureModel:
     chunks: int
 
 
+@functools.lru_cache(maxsize=64)
 def parse_fixture_model(model: str, default_chunks: int = 16) -> FixtureModel:
     """Parse ``fixture[-batched|-sequential][:N]``.
 
     Names that do not mention ``sequential`` are batched, so any model name
     works.  Raises ``ValueError`` when the ``:N`` suffix is not a positive int.
+    Remembered per name (the record is immutable): it is asked once or twice per
+    request, ~2.5 us each, on the loop a benchmark measures (in-process) or on the
+    same cores (the fixture server).
     """
     name, colon, suffix = model.strip().rpartition(":")
     if not colon:
