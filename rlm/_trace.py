@@ -69,7 +69,13 @@ class TraceWriter:
         self._blank = content == "meta"
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
         try:
-            self._file: IO[str] | None = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115
+            # A lone surrogate (from a source not cleaned where it enters) cannot be UTF-8:
+            # backslashreplace writes it as the JSON escape \udXXX, which reads back the same
+            # (json escapes every backslash, so the escape is never doubled), and a trace
+            # never ends a run.
+            self._file: IO[str] | None = open(  # noqa: SIM115
+                self._tmp, "w", encoding="utf-8", errors="backslashreplace"
+            )
         except OSError as exc:
             raise UsageError(f"cannot write trace file {self.path}: {exc.strerror}") from exc
 

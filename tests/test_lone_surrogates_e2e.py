@@ -18,6 +18,8 @@ import pytest
 import trio
 
 from rlm import RLM
+from rlm._events import CodeExecuted
+from rlm._trace import TraceWriter
 from rlm.errors import ProviderStatusError
 
 _REFUSAL = b'{"error": {"message": "bad input \\ud800 here", "type": "invalid_request_error"}}'
@@ -88,3 +90,17 @@ async def test_an_answer_holding_lone_surrogates_is_answered_and_traced(tmp_path
             result = await _model(url, trace).acompletion("q", "hello")
     assert (result.status, result.answer) == ("answered", "x ? y"), result.error
     assert _events(trace)[-1] == "run_finished"
+
+
+def test_a_trace_writes_a_lone_surrogate_from_any_source_and_reads_it_back(
+    tmp_path: Path,
+) -> None:
+    # A source not cleaned where it enters (a tool, a future provider) must never end a run
+    # through its trace: the surrogate is written as a JSON escape and reads back the same.
+    trace = tmp_path / "trace.jsonl"
+    writer = TraceWriter(trace)
+    writer(CodeExecuted(iteration=1, block=1, ok=True, output="a \ud800 \\\udfff b",
+                        output_chars=9, error=None, final=False, duration_s=0.0))
+    writer.close()
+    (record,) = [json.loads(line) for line in trace.read_text("utf-8").splitlines()]
+    assert record["output"] == "a \ud800 \\\udfff b"
