@@ -71,6 +71,24 @@ def test_commands_that_read_a_journal_never_create_one(tmp_path: Path) -> None:
         assert not missing.exists()
 
 
+def test_an_unknown_volley_id_is_a_usage_error_that_says_how_to_list_them(
+    tmp_path: Path,
+) -> None:
+    # A mistyped id is the user's mistake (exit 2), not a journal failure (exit 1).
+    journal = tmp_path / "j.sqlite3"
+    _create(journal, "a", "--provider", "fixture")
+    rlm_bin = str(Path(sys.executable).with_name("rlm"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    for args in (["volley", "show", "nosuch"], ["volley", "work", "nosuch"],
+                 ["volley", "--resume", "nosuch"]):
+        done = subprocess.run([rlm_bin, *args, "--journal", str(journal)], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("Error: no volley 'nosuch' in journal"), done.stderr
+        assert f"rlm volley list --journal {journal}" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_an_empty_journal_path_says_it_is_empty(tmp_path: Path) -> None:
     # Path("") is the working directory: "--journal . is a directory" named neither.
     for args in (["volley", "list"], ["volley", "create", "a", "--provider", "fixture"]):

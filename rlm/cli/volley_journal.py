@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import json
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import closing
@@ -175,6 +176,30 @@ def open_journal(path: str | None, *, existing: bool = False) -> JournalStore:
     return open_store(path)
 
 
+def resolve_volley(store: JournalStore, ref: str, journal_path: str | None) -> str:
+    """The volley id ``ref`` names (an id or ``last``); UsageError when the journal has none.
+
+    A mistyped id is the user's mistake (exit 2, with how to list the volleys); a
+    journal that cannot be read stays a JournalError.
+    """
+    try:
+        return store.resolve(ref)
+    except JournalError:
+        known = {row.volley_id for row in store.volleys()}  # raises when unreadable
+        if ref in known or (ref == "last" and known):
+            raise
+    if ref == "last":
+        raise UsageError(
+            f"journal {store.where} holds no volley yet; a volley run or `rlm volley create` "
+            "makes one"
+        )
+    where = "" if journal_path is None else f" --journal {shlex.quote(store.where)}"
+    raise UsageError(
+        f"no volley {ref!r} in journal {store.where}; list its volleys with "
+        f"`rlm volley list{where}`"
+    )
+
+
 def stale_recovery_event(recovered: Recovered) -> StaleRecovery:
     """The run's event for one recovery (the journal_log row and the stderr line say the same)."""
     return StaleRecovery(
@@ -247,16 +272,18 @@ def show_cmd(volley_ref: str, journal_path: str | None, output_format: str) -> N
     """Print volley ID (or the latest) from the journal, every task in task order."""
     try:
         with closing(open_journal(journal_path, existing=True)) as store:
-            result = stored_result(store, volley_ref)
+            result = stored_result(store, volley_ref, journal_path)
     except RLMError as exc:
         _fail(exc)
     writer = OrderedWriter(output_format, len(result.tasks), click.echo)  # type: ignore[arg-type]
     writer.finish(result)
 
 
-def stored_result(store: JournalStore, ref: str) -> VolleyResult:
+def stored_result(
+    store: JournalStore, ref: str, journal_path: str | None = None
+) -> VolleyResult:
     """The volley as the journal has it, in the ``--output-format json`` shape."""
-    volley_id = store.resolve(ref)
+    volley_id = resolve_volley(store, ref, journal_path)
     row = store.volley(volley_id)
     rows = store.tasks(volley_id)
     tasks: list[TaskResult] = []
@@ -445,7 +472,8 @@ class JournalSession:
                       context)
 
     def load(self, ref: str, *, rerun_failed: bool) -> StoredVolley:
-        return load_volley(self.store, ref, rerun_failed=rerun_failed)
+        volley_id = resolve_volley(self.store, ref, self.flags.path)
+        return load_volley(self.store, volley_id, rerun_failed=rerun_failed)
 
     def worker(self, volley_id: str) -> JournalWorker:
         return JournalWorker(
