@@ -14,6 +14,7 @@ import trio
 from rlm import RLM, SettingError
 from rlm._config import RunConfig, public_settings
 from rlm._url_userinfo import redact_url
+from rlm.errors import AuthenticationError
 from tests.helpers import rlm_in_process, serving
 
 RLM_BIN = str(Path(sys.executable).with_name("rlm"))
@@ -63,6 +64,18 @@ async def test_a_run_sends_the_credentials_and_its_trace_never_holds_them(
     text = trace.read_text()
     assert SECRET not in text and SECRET not in repr(result.trace)
     assert redact_url(with_credentials(url)) in text
+
+
+async def test_refused_url_credentials_are_named_as_such_never_shown() -> None:
+    # The server wants a bearer key; the URL's user:password went as Basic auth instead.
+    async with serving(api_key="sk-wanted") as (url, _):
+        model = RLM(base_url=with_credentials(url), model="fixture", max_retries=0)
+        with pytest.raises(AuthenticationError) as caught:
+            await model.acompletion("What is the magic number?", "The magic number is 7.")
+    message = str(caught.value)
+    assert "refused the user:password in the base URL" in message, message
+    assert "refused the key" not in message
+    assert SECRET not in message and "alice" not in message
 
 
 def journal_bytes(folder: Path) -> bytes:

@@ -23,7 +23,7 @@ import httpx2
 
 from rlm._spelling import setting
 from rlm._text import clean_text
-from rlm._url_userinfo import redact_url
+from rlm._url_userinfo import redact_url, redacted
 from rlm.errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -324,12 +324,18 @@ def classify_status(
     # journal and terminal it reaches must be able to write it.
     message = clean_text(message)
     if status in (401, 403):
-        advice = (
-            "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
-            "ANTHROPIC_API_KEY) and that it is valid for this endpoint"
-            if key_sent
-            else "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
-        )
+        if redacted(url):  # its user:password went as Basic auth, in place of any key
+            advice = (
+                "The provider refused the user:password in the base URL (shown as ***@): "
+                "check them, or take them out to send RLM_API_KEY instead"
+            )
+        elif key_sent:
+            advice = (
+                "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
+                "ANTHROPIC_API_KEY) and that it is valid for this endpoint"
+            )
+        else:
+            advice = "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
         return AuthenticationError(f"{message}. {advice}", url=url, status=status)
     if status == 402 or (status in (400, 429) and _OUT_OF_CREDIT.search(body)):
         return QuotaExceededError(
