@@ -7,6 +7,9 @@ temporary directory.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +107,20 @@ def test_show_of_a_volley_nobody_worked_on_says_created_not_interrupted(tmp_path
         "volley", "show", volley_id, "--journal", journal, "--output-format", "json"
     )
     assert json.loads(shown.stdout)["status"] == "succeeded"
+
+
+def test_flags_after_a_double_dash_are_named_as_tasks(tmp_path: Path) -> None:
+    # `--` ends the flags: what follows is tasks, so the error must not just say
+    # "use --provider fixture" to someone who typed it after `--`.
+    rlm_bin = str(Path(sys.executable).with_name("rlm"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    for verb in (["volley"], ["volley", "create"]):
+        done = subprocess.run(
+            [rlm_bin, *verb, "--journal", str(tmp_path / "j.sqlite3"), "--", "list",
+             "--provider", "fixture"],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("Error: no model"), done.stderr
+        assert "--provider came after `--`, so it was taken as one of the tasks" in done.stderr
+        assert "Traceback" not in done.stderr

@@ -34,9 +34,33 @@ def flag_namer(command: click.Command) -> SettingNamer:
 
 def usage_message(exc: Exception, command: click.Command) -> str:
     """The message of ``exc`` for this command's user."""
-    if isinstance(exc, SettingError):
-        return exc.spelled(flag_namer(command))
-    return str(exc)
+    message = exc.spelled(flag_namer(command)) if isinstance(exc, SettingError) else str(exc)
+    if taken := _flag_taken_as_argument(command):
+        # Only `--` lets a flag through as an argument (`rlm volley -- list --provider x`):
+        # a message that says "use --provider" must not leave the user puzzled.
+        flag, argument = taken
+        message += (
+            f" ({flag} came after `--`, so it was taken as {argument}, not as a flag: "
+            "put flags before `--`)"
+        )
+    return message
+
+
+def _flag_taken_as_argument(command: click.Command) -> tuple[str, str] | None:
+    """The first argument of the running ``command`` spelled as one of its flags, and
+    how it was taken (``one of the tasks``), or None."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.command is not command:
+        return None
+    flags = {f for p in command.params if isinstance(p, click.Option) for f in p.opts}
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            value = ctx.params.get(param.name or "")
+            for word in value if isinstance(value, tuple) else (value,):
+                if isinstance(word, str) and word.split("=", 1)[0] in flags:
+                    many = param.nargs != 1
+                    return word, f"one of the {param.name}" if many else f"the {param.name}"
+    return None
 
 
 def model_or_blank(provider: str, model: str | None) -> str:
