@@ -52,6 +52,41 @@ A = Owner("host-a", 11, "wa")
 B = Owner("host-b", 22, "wb")
 
 
+def test_a_dead_worker_of_this_host_is_not_live_and_its_row_goes(
+    store: JournalStore, clock: FakeClock
+) -> None:
+    store.create_volley("v1", {}, _tasks(3))
+    here = local_host()
+    dead, survivor = Owner(here, 101, "dead"), Owner(here, 102, "survivor")
+    for owner in (dead, survivor, A):
+        store.register_worker("v1", owner)
+    gone = {101, A.pid}  # A's pid on this host means nothing: A is another host's
+
+    def alive(pid: int) -> bool:
+        return pid not in gone
+
+    assert store.live_workers("v1", 60, alive) == 2  # survivor and A
+    assert store.live_workers("v1", 60, lambda pid: True) == 2  # the dead one's row is gone
+    clock.now += 90
+    store.heartbeat(survivor, "v1")
+    assert store.live_workers("v1", 60, alive) == 1  # A counted until its heartbeat went stale
+
+
+def test_a_verdict_group_sent_again_adds_its_spend_once(store: JournalStore) -> None:
+    """A worker retries a group whose writer died before answering: no row and no
+    spend twice; a new group of the same worker adds its own."""
+    store.create_volley("v1", {}, _tasks(3))
+    store.register_worker("v1", A)
+    store.claim("v1", A, 3)
+    rows = [(1, "done", "x", {}, 0.25, None), (2, "done", "y", {}, 0.25, None)]
+    assert store.finish_rows("v1", rows, Spend(0.5, 2, 3, 4), (A.worker, 1)) == 2
+    assert store.finish_rows("v1", rows, Spend(0.5, 2, 3, 4), (A.worker, 1)) == 0
+    assert store.spent("v1") == Spend(0.5, 2, 3, 4)
+    third = [(3, "failed", None, {}, None, "e")]
+    assert store.finish_rows("v1", third, Spend(0.0, 1, 0, 0), (A.worker, 2)) == 1
+    assert store.spent("v1") == Spend(0.5, 3, 3, 4)
+
+
 def test_claims_take_open_tasks_in_order_and_never_twice(store: JournalStore) -> None:
     store.create_volley("v1", {"model": "fixture"}, _tasks(5))
     first = store.claim("v1", A, 2)

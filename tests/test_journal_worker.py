@@ -15,6 +15,7 @@ import trio
 
 from rlm.journal import JournalStore, Owner, Recovered, Spend, open_store
 from rlm.journal._threads import inline_run_sync
+from rlm.journal.records import local_host
 from rlm.journal.worker import JournalWorker, fewer_collections
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -141,6 +142,24 @@ async def test_live_workers_are_counted(
             )
     assert 3 in seen
     assert store.live_workers("v", 2.0) == 1  # all retired: at least one is assumed
+
+
+async def test_a_killed_sibling_on_this_host_stops_counting_at_the_next_heartbeat(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    """Its share goes back to the survivor now, not once its heartbeat is stale."""
+    _create(store, 1)
+    here = local_host()
+    killed = Owner(here, 101, "killed")  # a pool sibling, kill -9'd: its row stays
+    store.register_worker("v", killed)
+    seen: list[int] = []
+    worker = JournalWorker(
+        store, "v", owner=Owner(here, 102, "survivor"), run_sync=inline_run_sync,
+        stale_timeout=60.0, on_workers=seen.append, alive=lambda pid: pid != 101,
+    )
+    async with worker.running():
+        await trio.sleep(16.0)  # one heartbeat (every stale_timeout / 4), far from stale
+    assert seen == [1]
 
 
 async def test_concurrent_claimers_share_one_transaction_per_batch(

@@ -249,6 +249,57 @@ async def test_a_worker_whose_writer_dies_commits_its_queued_verdicts_and_gives_
     assert sorted(claimed) == [i for i in range(1, 11) if i not in (first.index, second.index)]
 
 
+#: A writer that commits a verdict group and is killed before it answers (claims it
+#: answers as the real one does).
+_COMMITS_THEN_DIES = textwrap.dedent(
+    """
+    import os, signal, msgpack
+    from rlm.journal._backends import SQLiteBackend
+    from rlm.journal._writer_main import _methods
+    from rlm.journal.store import JournalStore
+
+    methods = _methods(JournalStore(SQLiteBackend(JOURNAL)))
+    os.write(1, msgpack.packb([True, None]))
+    requests = msgpack.Unpacker(raw=False)
+    while chunk := os.read(0, 1 << 16):
+        requests.feed(chunk)
+        for method, args in requests:
+            result = methods[method](*args)
+            if method == "finish_rows":
+                os.kill(os.getpid(), signal.SIGKILL)  # committed, never answered
+            os.write(1, msgpack.packb([True, result]))
+    """
+)
+
+
+async def test_a_group_committed_by_a_writer_killed_before_answering_is_paid_for_once(
+    journal: tuple[str, JournalStore],
+) -> None:
+    """The worker sends the group again through its own connection: no row changes
+    (the tasks are done), and the group's spend is not added a second time."""
+    path, store = journal
+    popen = _impostor(_COMMITS_THEN_DIES.replace("JOURNAL", repr(path)))
+    with trio.fail_after(_HANG):
+        async with supervised(popen, path) as writer:
+            worker = JournalWorker(store, "v", owner=_OWNER, group_interval=0.05)
+            with pytest.raises(BaseExceptionGroup) as caught:
+                async with worker.running(writer):
+                    first, second = await worker.claim(), await worker.claim()
+                    assert first is not None and second is not None
+                    for task in (first, second):
+                        result = TaskResult(
+                            task.index, task.prompt, "succeeded", output="x", cost=0.25,
+                            tokens_input=10, tokens_output=5,
+                        )
+                        worker.keep(result, lambda r: None)
+                    await trio.sleep_forever()  # the committer's failure ends the body
+    assert caught.value.split(JournalError)[0] is not None
+    assert popen.returncode == -signal.SIGKILL
+    volley = store.volley("v")
+    assert volley.counts["done"] == 2 and volley.counts["open"] == 8
+    assert volley.spent == Spend(0.5, 2, 20, 10)  # once, not twice
+
+
 async def test_text_that_cannot_be_encoded_reaches_the_journal_cleaned(
     journal: tuple[str, JournalStore],
 ) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "TABLES"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The tables an rlm journal has; a database holding other tables but not
 #: ``meta`` is somebody else's and is refused.
@@ -106,4 +106,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX IF EXISTS tasks_by_worker",
         "CREATE INDEX open_tasks ON tasks (volley_id, idx) WHERE status = 'open'",
     ),
+    # The last verdict group of a worker whose spend the volley has: a group retried
+    # after its writer process committed it and died before answering writes no rows
+    # again, and must not add its spend again either (JournalStore.finish_rows).
+    4: ("ALTER TABLE workers ADD COLUMN last_group BIGINT NOT NULL DEFAULT 0",),
 }

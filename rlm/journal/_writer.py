@@ -73,7 +73,11 @@ class JournalWrites(Protocol):
     ) -> list[dict[str, Any]]: ...
 
     async def finish_rows(
-        self, volley_id: str, rows: Sequence[VerdictRow], spend: Spend
+        self,
+        volley_id: str,
+        rows: Sequence[VerdictRow],
+        spend: Spend,
+        group: tuple[str, int] | None = None,
     ) -> int: ...
 
 
@@ -90,8 +94,14 @@ class StoreWrites:
     async def claim_specs(self, volley_id: str, owner: Owner, limit: int) -> list[dict[str, Any]]:
         return await self._run_sync(self._store.claim_specs, volley_id, owner, limit)
 
-    async def finish_rows(self, volley_id: str, rows: Sequence[VerdictRow], spend: Spend) -> int:
-        return await self._run_sync(self._store.finish_rows, volley_id, rows, spend)
+    async def finish_rows(
+        self,
+        volley_id: str,
+        rows: Sequence[VerdictRow],
+        spend: Spend,
+        group: tuple[str, int] | None = None,
+    ) -> int:
+        return await self._run_sync(self._store.finish_rows, volley_id, rows, spend, group)
 
 
 class _Reply:
@@ -141,9 +151,15 @@ class WriterProcess:
         )
         return result
 
-    async def finish_rows(self, volley_id: str, rows: Sequence[VerdictRow], spend: Spend) -> int:
+    async def finish_rows(
+        self,
+        volley_id: str,
+        rows: Sequence[VerdictRow],
+        spend: Spend,
+        group: tuple[str, int] | None = None,
+    ) -> int:
         spent = (spend.cost, spend.calls, spend.input_tokens, spend.output_tokens)
-        result: int = await self._ask("finish_rows", volley_id, rows, spent)
+        result: int = await self._ask("finish_rows", volley_id, rows, spent, group)
         return result
 
     async def _ask(self, method: str, *args: Any) -> Any:

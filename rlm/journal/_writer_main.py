@@ -53,7 +53,9 @@ def _methods(store: JournalStore) -> dict[str, Callable[..., Any]]:
     return {
         "claim_indices": lambda vid, owner, limit: store.claim_indices(vid, Owner(*owner), limit),
         "claim_specs": lambda vid, owner, limit: store.claim_specs(vid, Owner(*owner), limit),
-        "finish_rows": lambda vid, rows, spend: store.finish_rows(vid, rows, Spend(*spend)),
+        "finish_rows": lambda vid, rows, spend, group: store.finish_rows(
+            vid, rows, Spend(*spend), None if group is None else (group[0], group[1])
+        ),
     }
 
 

@@ -7,6 +7,7 @@ records read on their own and the store holds only its transactions.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import uuid
@@ -24,6 +25,7 @@ __all__ = [
     "VerdictRow",
     "VolleyRow",
     "local_host",
+    "pid_alive",
 ]
 
 TaskState = Literal["open", "in_progress", "done", "failed"]
@@ -55,6 +57,15 @@ def local_host(
             pid_namespace = _INIT_PID_NAMESPACE
     name = f"{hostname}~{boot_id[:8]}" if boot_id else hostname
     return name if pid_namespace == _INIT_PID_NAMESPACE else f"{name}~pidns{pid_namespace}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM  # exists, owned by someone else
+    return True
 
 
 def _read_text(path: str) -> str:

@@ -41,6 +41,7 @@ from rlm.journal.records import (
     VerdictRow,
     VolleyRow,
     local_host,
+    pid_alive,
 )
 
 __all__ = ["JournalStore"]
@@ -351,9 +352,21 @@ class JournalStore:
         ]
         return self.finish_rows(volley_id, rows, total)
 
-    def finish_rows(self, volley_id: str, rows: Sequence[VerdictRow], spend: Spend) -> int:
+    def finish_rows(
+        self,
+        volley_id: str,
+        rows: Sequence[VerdictRow],
+        spend: Spend,
+        group: tuple[str, int] | None = None,
+    ) -> int:
         """:meth:`finish` for verdicts as plain rows, ``spend`` what they cost in all
-        (a worker's hot path: no object per verdict)."""
+        (a worker's hot path: no object per verdict).
+
+        ``group`` (the worker's name and the group's number, growing) makes a retry
+        idempotent: a group whose commit the worker could not learn of (its writer
+        process died before answering) is sent again under the same number, and
+        its spend is added only if that number is new to the worker's row.
+        """
         now = self.now()
         first: dict[int, VerdictRow] = {}
         for row in rows:  # the first verdict on a task wins, within a group too
@@ -376,7 +389,8 @@ class JournalStore:
                 "AND tasks.status IN ('open', 'in_progress')",
                 (doc, now, volley_id),
             )
-            _add_spend(tx, volley_id, spend)
+            if group is None or _first_commit(tx, group):
+                _add_spend(tx, volley_id, spend)
             return written
 
         return self._tx(work)
@@ -450,17 +464,31 @@ class JournalStore:
 
         return self._tx(work)
 
-    def live_workers(self, volley_id: str, timeout_s: float) -> int:
-        """Workers on the volley that heartbeat within ``timeout_s`` (at least 1)."""
+    def live_workers(
+        self, volley_id: str, timeout_s: float, alive: Callable[[int], bool] = pid_alive
+    ) -> int:
+        """Workers on the volley that heartbeat within ``timeout_s`` (at least 1).
+
+        A worker of this host whose process is gone (``kill -9``) is not one: its
+        row is removed now, so the survivors' share of the per-journal limits
+        grows back at once instead of after the stale timeout.  Another host's
+        worker counts until its heartbeat is stale (its pid means nothing here).
+        """
         since = self.now() - timeout_s
-        rows = self._tx(
-            lambda tx: tx.rows(
-                "SELECT COUNT(*) FROM workers WHERE volley_id = ? AND heartbeat_at >= ?",
+        here = local_host()
+
+        def work(tx: Tx) -> int:
+            rows = tx.rows(
+                "SELECT worker, host, pid FROM workers WHERE volley_id = ? AND heartbeat_at >= ?",
                 (volley_id, since),
             )
-        )
+            dead = [(w,) for w, host, pid in rows if host == here and not alive(int(pid))]
+            if dead:
+                tx.many("DELETE FROM workers WHERE worker = ?", dead)
+            return len(rows) - len(dead)
+
         # Asked only by a registered worker: with its own heartbeat late it is still one live.
-        return max(1, int(rows[0][0]))
+        return max(1, self._tx(work))
 
     # -- recovery -----------------------------------------------------------
 
@@ -569,6 +597,19 @@ def _register(tx: Tx, volley_id: str, owner: Owner, now: float) -> None:
         "VALUES (?, ?, ?, ?, ?, ?)",
         (owner.worker, volley_id, owner.host, owner.pid, now, now),
     )
+
+
+def _first_commit(tx: Tx, group: tuple[str, int]) -> bool:
+    """Record verdict group ``group`` as its worker's last; False when it was already
+    (a retry of a group committed before).  A worker with no row (retired, or never
+    registered) cannot tell: its spend is added."""
+    worker, number = group
+    if tx.run(
+        "UPDATE workers SET last_group = ? WHERE worker = ? AND last_group < ?",
+        (number, worker, number),
+    ):
+        return True
+    return not tx.rows("SELECT 1 FROM workers WHERE worker = ?", (worker,))
 
 
 def _retire(tx: Tx, owner: Owner) -> None:

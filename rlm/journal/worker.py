@@ -35,9 +35,7 @@ thread by default; inline in virtual-time tests).
 
 from __future__ import annotations
 
-import errno
 import gc
-import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
@@ -48,7 +46,7 @@ from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
 from rlm.journal._writer import JournalWrites, StoreWrites
-from rlm.journal.records import Owner, Recovered, Spend, VerdictRow
+from rlm.journal.records import Owner, Recovered, Spend, VerdictRow, pid_alive
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -117,15 +115,6 @@ def fewer_collections(young: int = _YOUNG_THRESHOLD) -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM  # exists, owned by someone else
-    return True
-
-
 class JournalWorker:
     """One worker on one volley of a journal; see the module docstring."""
 
@@ -189,6 +178,9 @@ class JournalWorker:
         self._group_s = group_interval
         self._group_since = -float("inf")  # when the last group commit started
         self._committer = False  # running() has started the committer
+        self._groups = 0  # verdict groups sent (each numbered: see finish_rows)
+        # Groups whose commit failed or went unanswered: (number, verdicts, spend).
+        self._unsure: list[tuple[tuple[str, int], list[TaskResult], Spend]] = []
         # Where claims and verdicts are written (see running()): the store, through run_sync.
         self._writes: JournalWrites = StoreWrites(store, run_sync)
 
@@ -450,15 +442,19 @@ class JournalWorker:
             self._waiting, self._tell, self._queued = [], [], trio.Event()
             self._all_in = trio.Event()
             self._group_since = trio.current_time()
-            recorded = self._recorded
             spend = self._spend_delta(waiting)
+            self._groups += 1
+            group = (self.owner.worker, self._groups)
             started = trio.current_time()
             try:
-                await self._writes.finish_rows(self.volley_id, [_row(r) for r in waiting], spend)
+                await self._writes.finish_rows(
+                    self.volley_id, [_row(r) for r in waiting], spend, group
+                )
             except BaseException:
-                self._recorded = recorded  # not recorded: the next record counts it
-                # Queued again, first: _finish commits them through the store.
-                self._waiting, self._tell = waiting + self._waiting, tell_all + self._tell
+                # Its writer may have committed it before failing (killed before it
+                # answered): _finish sends it again as it was, under the same number,
+                # so its spend is added once (JournalStore.finish_rows).
+                self._unsure.append((group, waiting, spend))
                 raise
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
         for result, kept in zip(waiting, tell_all, strict=True):
@@ -525,14 +521,15 @@ class JournalWorker:
         except JournalError:
             if isinstance(self._writes, StoreWrites):
                 raise
-            # A writer process failed them (it died): they are queued again, and
-            # committed below through this process's own store connection.
+            # A writer process failed them (it died): they are sent again below, as
+            # they were, through this process's own store connection.
         finally:
             # Verdicts are paid for: a resume must not run them again.  Committed here
             # even when the writer process is gone; then the tasks still held go back
             # to open.
             self._writes = StoreWrites(self.store, self._run_sync)
             try:
+                await self._commit_unsure()
                 await self._commit_queued(tell=False)
             finally:
                 leftovers = sorted(self._held | {t.index for t in self._buffer})
@@ -542,11 +539,26 @@ class JournalWorker:
                     self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
                 )
 
+    async def _commit_unsure(self) -> None:
+        """Send again, as they were, the groups whose commit is unknown: rows already
+        written are not written again, and a group's spend is added once.  What
+        fails here stays held, and is given back."""
+        unsure, self._unsure = self._unsure, []
+        for group, results, spend in unsure:
+            await self._writes.finish_rows(
+                self.volley_id, [_row(r) for r in results], spend, group
+            )
+            for result in results:
+                self._held.discard(result.index)
+                self.accepted += 1
+
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(self.stale_timeout / 4)
             await self._run_sync(self.store.heartbeat, self.owner, self.volley_id)
-            live = await self._run_sync(self.store.live_workers, self.volley_id, self.stale_timeout)
+            live = await self._run_sync(
+                self.store.live_workers, self.volley_id, self.stale_timeout, self._alive
+            )
             self.on_workers(live)
 
     async def _sweep_loop(self) -> None:
