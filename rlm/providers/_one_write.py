@@ -16,7 +16,6 @@ the connection is gone.  What is held is dropped when the stream closes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
 
 import httpcore2
 
@@ -32,28 +31,8 @@ class OneWriteBackend(WrappedBackend):
     """Dials through ``inner`` (httpcore's trio backend by default) and hands out
     streams that send each request in one write."""
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        return OneWriteStream(await super().connect_tcp(
-            host, port, timeout=timeout, local_address=local_address,
-            socket_options=socket_options,
-        ))
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
-        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
-    ) -> httpcore2.AsyncNetworkStream:
-        return OneWriteStream(await super().connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options
-        ))
+    def wrap(self, stream: httpcore2.AsyncNetworkStream) -> httpcore2.AsyncNetworkStream:
+        return OneWriteStream(stream)
 
 
 class OneWriteStream(WrappedStream):

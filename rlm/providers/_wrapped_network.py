@@ -24,6 +24,10 @@ class WrappedBackend(httpcore2.AsyncNetworkBackend):
     def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
         self._inner = inner if inner is not None else httpcore2.TrioBackend()
 
+    def wrap(self, stream: httpcore2.AsyncNetworkStream) -> httpcore2.AsyncNetworkStream:
+        """What a dialled stream is handed out as (itself, unless a subclass wraps it)."""
+        return stream
+
     async def connect_tcp(
         self,
         host: str,
@@ -32,10 +36,10 @@ class WrappedBackend(httpcore2.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        return await self._inner.connect_tcp(
+        return self.wrap(await self._inner.connect_tcp(
             host, port, timeout=timeout, local_address=local_address,
             socket_options=socket_options,
-        )
+        ))
 
     async def connect_unix_socket(
         self,
@@ -43,9 +47,9 @@ class WrappedBackend(httpcore2.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 (httpcore's backend interface)
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        return await self._inner.connect_unix_socket(
+        return self.wrap(await self._inner.connect_unix_socket(
             path, timeout=timeout, socket_options=socket_options
-        )
+        ))
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
