@@ -74,7 +74,7 @@ def _create(store: JournalStore, tasks: list[VolleyTask]) -> None:
 
 def _worker_volley(
     store: JournalStore, tasks: list[VolleyTask], name: str, latency: float | Sleepy, *,
-    max_concurrent: int = 16, alive: Callable[[int], bool] = lambda pid: True,
+    max_concurrent: int = 16, alive: Callable[[int, int | None], bool] = lambda pid, started: True,
 ) -> tuple[JournalWorker, Volley, Transactions]:
     """A worker as `rlm volley work` makes one: it holds what its share runs soon."""
     calls = Transactions()
@@ -152,7 +152,7 @@ async def test_a_running_worker_reopens_a_dead_neighbours_claims_without_waiting
     tasks = _tasks(20)
     _create(store, tasks)
     dead: set[int] = set()
-    worker, run, _ = _worker_volley(store, tasks, "b", 1.0, alive=lambda pid: pid not in dead)
+    worker, run, _ = _worker_volley(store, tasks, "b", 1.0, alive=lambda pid, _: pid not in dead)
     recovered: list[Recovered] = []
     worker.on_recovered = recovered.append
     victim = Owner(local_host(), 4242, "a")

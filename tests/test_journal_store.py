@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sqlite3
 import threading
@@ -13,7 +14,7 @@ import pytest
 from rlm.errors import JournalError
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from rlm.journal.records import Owner, Spend, Verdict, local_host
+from rlm.journal.records import Owner, Spend, Verdict, local_host, pid_alive, process_started
 from rlm.journal.store import JournalStore
 
 
@@ -62,14 +63,66 @@ def test_a_dead_worker_of_this_host_is_not_live_and_its_row_goes(
         store.register_worker("v1", owner)
     gone = {101, A.pid}  # A's pid on this host means nothing: A is another host's
 
-    def alive(pid: int) -> bool:
+    def alive(pid: int, started: int | None) -> bool:
         return pid not in gone
 
     assert store.live_workers("v1", 60, alive) == 2  # survivor and A
-    assert store.live_workers("v1", 60, lambda pid: True) == 2  # the dead one's row is gone
+    assert store.live_workers("v1", 60, lambda pid, _: True) == 2  # the dead one's row is gone
     clock.now += 90
     store.heartbeat(survivor, "v1")
     assert store.live_workers("v1", 60, alive) == 1  # A counted until its heartbeat went stale
+
+
+def _reused(worker: str) -> Owner:
+    """A worker of this host whose pid is this process's, but which started at another
+    time: its process is gone and the pid was reused (by this test's process)."""
+    me = os.getpid()
+    started = process_started(me)
+    if started is None:
+        pytest.skip("no /proc/PID/stat here: a process's start time cannot be read")
+    return Owner(local_host(), me, worker, started=started + 1)
+
+
+def test_pid_alive_tells_a_reused_pid_by_its_start_time() -> None:
+    me = os.getpid()
+    started = process_started(me)
+    if started is None:
+        pytest.skip("no /proc/PID/stat here: a process's start time cannot be read")
+    assert pid_alive(me) and pid_alive(me, started)
+    assert not pid_alive(me, started + 1)
+
+
+def test_a_claim_whose_pid_was_reused_is_reopened_at_once(store: JournalStore) -> None:
+    """The holder's pid runs, but it is another process (its start time differs from
+    the one its worker registered): the claim is reopened, the worker's row goes.  A
+    live holder (the recorded start time matches) keeps its claim."""
+    store.create_volley("v1", {}, _tasks(3))
+    reused, live = _reused("reused"), Owner.here("live")
+    for owner in (reused, live):
+        store.register_worker("v1", owner)
+    store.claim("v1", reused, 2)
+    store.claim("v1", live, 1)
+    assert store.live_workers("v1", 60) == 1  # the live one; the reused one holds claims
+    recovered = store.recover_dead_local("v1", pid_alive)
+    assert sorted(r.index for r in recovered) == [1, 2]
+    assert {r.owner.worker for r in recovered if r.owner} == {"reused"}
+    assert store.volley("v1").counts == {"open": 2, "in_progress": 1, "done": 0, "failed": 0}
+    assert store.recover_dead_local("v1", pid_alive) == []
+    # The reused worker's row went with its claims; the live one's stays.
+    store.claim("v1", live, 2)
+    assert store.recover_dead_local("v1", pid_alive) == []
+    assert store.live_workers("v1", 60) == 1
+
+
+def test_a_reused_pid_holding_no_claim_is_not_live_and_its_row_goes(
+    store: JournalStore,
+) -> None:
+    store.create_volley("v1", {}, _tasks(1))
+    store.register_worker("v1", _reused("reused"))
+    store.register_worker("v1", Owner.here("live"))
+    assert store.live_workers("v1", 60) == 1
+    # Its row is gone: a count that takes every pid for alive finds only the live one.
+    assert store.live_workers("v1", 60, lambda pid, started: True) == 1
 
 
 def test_a_verdict_group_sent_again_adds_its_spend_once(store: JournalStore) -> None:
@@ -215,9 +268,9 @@ def test_dead_local_claims_are_recovered_at_once(store: JournalStore) -> None:
     store.create_volley("v1", {}, _tasks(3))
     store.claim("v1", here, 2)
     store.claim("v1", A, 1)  # another host: left to the stale timeout
-    recovered = store.recover_dead_local("v1", alive=lambda pid: False)
+    recovered = store.recover_dead_local("v1", alive=lambda pid, started: False)
     assert sorted(r.index for r in recovered) == [1, 2]
-    assert store.recover_dead_local("v1", alive=lambda pid: True) == []
+    assert store.recover_dead_local("v1", alive=lambda pid, started: True) == []
 
 
 
@@ -232,12 +285,12 @@ def test_join_registers_and_reopens_orphans_and_leave_gives_back_and_retires(
     store.claim("v1", A, 1)  # another host's, silent for 90 s: stale
     clock.now += 90
     store.claim("v1", B, 1)  # another host's, fresh: kept
-    joined = store.join("v1", Owner.here("new"), lambda pid: False, 60)
+    joined = store.join("v1", Owner.here("new"), lambda pid, started: False, 60)
     assert sorted((r.index, r.reason.startswith("its worker")) for r in joined) == [
         (1, True), (2, True), (3, False)
     ]
     assert store.volley("v1").counts == {"open": 4, "in_progress": 1, "done": 0, "failed": 0}
-    assert store.join("v1", B, lambda pid: True, 60) == []
+    assert store.join("v1", B, lambda pid, started: True, 60) == []
     assert store.live_workers("v1", 60) == 2
     assert store.leave("v1", B, [4, 5], Spend(0.25, 2, 3, 4)) == 1  # 5 was never B's
     assert store.live_workers("v1", 60) == 1  # B retired
@@ -362,6 +415,36 @@ def _schema_version(path: Path) -> str:
         return str(conn.execute("SELECT value FROM meta").fetchone()[0])
 
 
+def test_a_version_4_workers_row_has_no_start_time_and_its_pid_alone_decides(
+    tmp_path: Path,
+) -> None:
+    """A worker registered before version 5 recorded no start time: after the
+    migration its claims are judged by its pid alone, as before."""
+    path = tmp_path / "v4.sqlite3"
+    _journal_at(path, 4)
+    here = local_host()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
+        conn.execute(
+            "INSERT INTO tasks (volley_id, idx, spec, status, heartbeat_at, claimed_host, "
+            "claimed_pid, claimed_worker) VALUES ('v', 1, '{}', 'in_progress', 1, ?, ?, 'old')",
+            (here, os.getpid()),
+        )
+        conn.execute(
+            "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
+            "VALUES ('old', 'v', ?, ?, 1, 1)",
+            (here, os.getpid()),
+        )
+    store = open_store(str(path))
+    try:
+        assert store.recover_dead_local("v", pid_alive) == []  # this pid runs: kept
+        assert store.tasks("v")[0].claimed_by == Owner(here, os.getpid(), "old")
+        assert store.tasks("v")[0].claimed_by.started is None  # type: ignore[union-attr]
+    finally:
+        store.close()
+    assert _schema_version(path) == str(SCHEMA_VERSION)
+
+
 def test_a_version_1_journal_is_migrated_forward(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
     _journal_at(path, 1)
@@ -445,4 +528,4 @@ def test_the_local_host_name_tells_apart_machines_and_containers_that_share_a_ho
     assert Owner.here().host == local_host()
     store.create_volley("v1", {}, _tasks(2))
     store.claim("v1", Owner(socket.gethostname(), 11, "same-name"), 1)  # not local_host()
-    assert store.recover_dead_local("v1", alive=lambda pid: False) == []
+    assert store.recover_dead_local("v1", alive=lambda pid, started: False) == []

@@ -155,7 +155,7 @@ async def test_a_killed_sibling_on_this_host_stops_counting_at_the_next_heartbea
     seen: list[int] = []
     worker = JournalWorker(
         store, "v", owner=Owner(here, 102, "survivor"), run_sync=inline_run_sync,
-        stale_timeout=60.0, on_workers=seen.append, alive=lambda pid: pid != 101,
+        stale_timeout=60.0, on_workers=seen.append, alive=lambda pid, started: pid != 101,
     )
     async with worker.running():
         await trio.sleep(16.0)  # one heartbeat (every stale_timeout / 4), far from stale

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlm.journal import Owner, open_store
-from rlm.journal.records import local_host
+from rlm.journal.records import local_host, process_started
 from rlm.volley.records import VolleyResult
 from tests.helpers import pid_alive, rlm_in_process
 
@@ -99,7 +99,7 @@ def test_an_empty_journal_path_says_it_is_empty(tmp_path: Path) -> None:
 
 def test_show_says_running_while_a_live_worker_holds_a_task(tmp_path: Path) -> None:
     journal = tmp_path / "j.sqlite3"
-    volley_id = _create(journal, "a", "b", "c", "--provider", "fixture")
+    volley_id = _create(journal, "a", "b", "c", "d", "--provider", "fixture")
 
     def status() -> str:
         done = rlm_in_process("volley", "show", volley_id, "--journal", str(journal),
@@ -119,6 +119,12 @@ def test_show_says_running_while_a_live_worker_holds_a_task(tmp_path: Path) -> N
     store = open_store(str(journal))
     try:
         store.claim(volley_id, Owner(here, int(gone.stdout), "dead"))
+        assert status() == "interrupted"
+        # This process's pid, but the worker that registered it started at another
+        # time: the pid was reused, the worker is gone.
+        reused = Owner(here, os.getpid(), "reused", started=(process_started(os.getpid()) or 0) + 1)
+        store.register_worker(volley_id, reused)
+        store.claim(volley_id, reused)
         assert status() == "interrupted"
         store.claim(volley_id, Owner(here, os.getpid(), "live"))  # this process: alive
         assert status() == "running"

@@ -47,7 +47,7 @@ from rlm.journal import (
     open_store,
 )
 from rlm.journal._writer import writes_for
-from rlm.journal.records import local_host
+from rlm.journal.records import Alive, local_host
 from rlm.journal.volleys import (
     StoredVolley,
     load_volley,
@@ -342,13 +342,13 @@ def _claim_note(task: TaskRow, now: float) -> str:
 
 
 def live_heartbeat_age(
-    store: JournalStore, rows: Sequence[TaskRow], alive: Callable[[int], bool] = pid_alive
+    store: JournalStore, rows: Sequence[TaskRow], alive: Alive = pid_alive
 ) -> float | None:
     """Seconds since the youngest heartbeat of a live worker's claim on the volley; None
     when no live worker (in any process) holds a task of it.  A claim is live when its
     heartbeat is younger than the default stale timeout and its process, when it is on
-    this host, exists.  (The workers table cannot say "none": ``live_workers`` counts at
-    least one.)"""
+    this host, still runs (the same process: its start time, when recorded, matches).
+    (The workers table cannot say "none": ``live_workers`` counts at least one.)"""
     now = store.now()
     since = now - DEFAULT_STALE_TIMEOUT
     here = local_host()
@@ -358,7 +358,7 @@ def live_heartbeat_age(
             continue
         owner = task.claimed_by
         if task.heartbeat_at >= since and not (
-            owner is not None and owner.host == here and not alive(owner.pid)
+            owner is not None and owner.host == here and not alive(owner.pid, owner.started)
         ):
             youngest = task.heartbeat_at if youngest is None else max(youngest, task.heartbeat_at)
     return None if youngest is None else max(0.0, now - youngest)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "TABLES"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The tables an rlm journal has; a database holding other tables but not
 #: ``meta`` is somebody else's and is refused.
@@ -110,4 +110,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # after its writer process committed it and died before answering writes no rows
     # again, and must not add its spend again either (JournalStore.finish_rows).
     4: ("ALTER TABLE workers ADD COLUMN last_group BIGINT NOT NULL DEFAULT 0",),
+    # When a worker's process started (clock ticks since boot, /proc/PID/stat), so a
+    # pid of this host reused by another process is not taken for the worker: its
+    # claims are reopened at once (pid_alive).  NULL where unknown (no /proc, or a
+    # worker registered before version 5): the pid alone decides, as before.
+    5: ("ALTER TABLE workers ADD COLUMN pid_start BIGINT",),
 }

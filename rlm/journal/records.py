@@ -11,11 +11,12 @@ import errno
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "Alive",
     "Owner",
     "Recovered",
     "Spend",
@@ -26,6 +27,7 @@ __all__ = [
     "VolleyRow",
     "local_host",
     "pid_alive",
+    "process_started",
 ]
 
 TaskState = Literal["open", "in_progress", "done", "failed"]
@@ -59,13 +61,55 @@ def local_host(
     return name if pid_namespace == _INIT_PID_NAMESPACE else f"{name}~pidns{pid_namespace}"
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host."""
+#: Whether a process of this host still runs: ``alive(pid, started)``, ``started`` the
+#: start time recorded when it registered (:func:`process_started`; None: unknown).
+Alive = Callable[[int, int | None], bool]
+
+
+def pid_alive(pid: int, started: int | None = None) -> bool:
+    """Whether the process ``pid`` of this host still runs, and is the one that started
+    at ``started`` (clock ticks since boot, :func:`process_started`) when that is given.
+
+    A pid is reused once its process is gone: a worker killed long ago may have its
+    pid taken by an unrelated process, whose existence says nothing about the worker.
+    Its start time does: the boot is named by the host id (``local_host``), and within
+    a boot a pid and a start time name one process.  A zombie (killed, not yet reaped)
+    never runs again: it is gone.  Where ``/proc`` cannot tell (not Linux), a process
+    with this pid counts, as it always did.
+    """
     try:
         os.kill(pid, 0)
     except OSError as exc:
-        return exc.errno == errno.EPERM  # exists, owned by someone else
-    return True
+        if exc.errno != errno.EPERM:  # EPERM: it exists, owned by someone else
+            return False
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    state, start = stat
+    return state not in ("Z", "X") and (started is None or start == started)
+
+
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field
+    22); None where there is no ``/proc`` or no such process."""
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """The state and start time of process ``pid`` from ``/proc/PID/stat``, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # Field 2, the command name in parentheses, may hold spaces and ")": the fields
+    # after it start after the last ")".  Field 3 is the state, field 22 the start time.
+    fields = text[text.rfind(b")") + 1 :].split()
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
 
 
 def _read_text(path: str) -> str:
@@ -78,15 +122,22 @@ def _read_text(path: str) -> str:
 
 @dataclass(frozen=True)
 class Owner:
-    """Who holds a claim: a host, a process on it, and a worker inside that process."""
+    """Who holds a claim: a host, a process on it, and a worker inside that process.
+
+    ``started`` is when that process started (:func:`process_started`), recorded with
+    the worker's registration so that a reused pid is not taken for the worker; it is
+    not part of the claim's identity (None when unknown: another host's, an old row).
+    """
 
     host: str
     pid: int
     worker: str
+    started: int | None = field(default=None, compare=False)
 
     @classmethod
     def here(cls, worker: str | None = None) -> Owner:
-        return cls(local_host(), os.getpid(), worker or uuid.uuid4().hex[:12])
+        pid = os.getpid()
+        return cls(local_host(), pid, worker or uuid.uuid4().hex[:12], process_started(pid))
 
     def __str__(self) -> str:
         return f"{self.host}/{self.pid}/{self.worker}"

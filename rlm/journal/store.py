@@ -32,6 +32,7 @@ from rlm.errors import JournalError
 from rlm.journal._backends import Backend, Tx
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
 from rlm.journal.records import (
+    Alive,
     Owner,
     Recovered,
     Spend,
@@ -52,6 +53,11 @@ _NOTHING_SPENT = Spend()
 _TASK_COLUMNS = (
     "idx, spec, status, started_at, finished_at, heartbeat_at, claimed_host, claimed_pid, "
     "claimed_worker, attempts, output, usage, cost, error"
+)
+#: The start time of a claim's holder's process, as its worker registered it (NULL:
+#: unknown, or the worker's row is gone).
+_HOLDER_STARTED = (
+    "(SELECT pid_start FROM workers WHERE workers.worker = tasks.claimed_worker)"
 )
 _UNCLAIM = (
     "status = 'open', started_at = NULL, heartbeat_at = NULL, "
@@ -241,10 +247,12 @@ class JournalStore:
         return [str(text) for (text,) in rows]
 
     def tasks(self, volley_id: str) -> list[TaskRow]:
-        """Every task of a volley, in task order."""
+        """Every task of a volley, in task order (a holder's process start time included,
+        as its worker registered it: ``Owner.started``)."""
         rows = self._tx(
             lambda tx: tx.rows(
-                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE volley_id = ? ORDER BY idx",
+                f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
+                "ORDER BY idx",
                 (volley_id,),
             )
         )
@@ -436,7 +444,7 @@ class JournalStore:
         self._tx(lambda tx: _retire(tx, owner))
 
     def join(
-        self, volley_id: str, owner: Owner, alive: Callable[[int], bool], timeout_s: float
+        self, volley_id: str, owner: Owner, alive: Alive, timeout_s: float
     ) -> list[Recovered]:
         """A worker's start in one transaction: :meth:`register_worker`, then
         :meth:`recover_dead_local` and :meth:`recover_stale` (what they reopened)."""
@@ -464,27 +472,36 @@ class JournalStore:
 
         return self._tx(work)
 
-    def live_workers(
-        self, volley_id: str, timeout_s: float, alive: Callable[[int], bool] = pid_alive
-    ) -> int:
+    def live_workers(self, volley_id: str, timeout_s: float, alive: Alive = pid_alive) -> int:
         """Workers on the volley that heartbeat within ``timeout_s`` (at least 1).
 
-        A worker of this host whose process is gone (``kill -9``) is not one: its
-        row is removed now, so the survivors' share of the per-journal limits
-        grows back at once instead of after the stale timeout.  Another host's
-        worker counts until its heartbeat is stale (its pid means nothing here).
+        A worker of this host whose process is gone (``kill -9``, or its pid now
+        another process's) is not one, so the survivors' share of the per-journal
+        limits grows back at once instead of after the stale timeout; its row is
+        removed now unless it still holds claims (then it stays, so the process's
+        start time is there when they are reopened: see :meth:`recover_dead_local`).
+        Another host's worker counts until its heartbeat is stale (its pid means
+        nothing here).
         """
         since = self.now() - timeout_s
         here = local_host()
 
         def work(tx: Tx) -> int:
             rows = tx.rows(
-                "SELECT worker, host, pid FROM workers WHERE volley_id = ? AND heartbeat_at >= ?",
+                "SELECT worker, host, pid, pid_start, (SELECT COUNT(*) FROM tasks "
+                "WHERE tasks.volley_id = workers.volley_id AND status = 'in_progress' "
+                "AND claimed_worker = workers.worker) FROM workers "
+                "WHERE volley_id = ? AND heartbeat_at >= ?",
                 (volley_id, since),
             )
-            dead = [(w,) for w, host, pid in rows if host == here and not alive(int(pid))]
-            if dead:
-                tx.many("DELETE FROM workers WHERE worker = ?", dead)
+            dead = [
+                (w, int(held))
+                for w, host, pid, start, held in rows
+                if host == here and not alive(int(pid), _int_or_none(start))
+            ]
+            gone = [(w,) for w, held in dead if not held]
+            if gone:
+                tx.many("DELETE FROM workers WHERE worker = ?", gone)
             return len(rows) - len(dead)
 
         # Asked only by a registered worker: with its own heartbeat late it is still one live.
@@ -497,11 +514,14 @@ class JournalStore:
         now = self.now()
         return self._tx(lambda tx: self._stale_in(tx, volley_id, timeout_s, now))
 
-    def recover_dead_local(self, volley_id: str, alive: Callable[[int], bool]) -> list[Recovered]:
+    def recover_dead_local(self, volley_id: str, alive: Alive) -> list[Recovered]:
         """Reopen claims held by processes of this host that no longer exist.
 
         Run when a worker starts, so a ``--resume`` right after a ``kill -9``
         does not wait out the stale timeout for tasks its own machine orphaned.
+        A holder's process is judged by its pid and, when its worker registered
+        it, its start time (a pid since reused by another process is gone); the
+        rows of the workers found gone are removed.
         """
         now = self.now()
         return self._tx(lambda tx: self._dead_local_in(tx, volley_id, alive, now))
@@ -521,19 +541,20 @@ class JournalStore:
             reason=f"no heartbeat for more than {timeout_s:g} s",
         )
 
-    def _dead_local_in(
-        self, tx: Tx, volley_id: str, alive: Callable[[int], bool], now: float
-    ) -> list[Recovered]:
-        return _reopen(
+    def _dead_local_in(self, tx: Tx, volley_id: str, alive: Alive, now: float) -> list[Recovered]:
+        found = _reopen(
             tx,
-            "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
-            "FROM tasks WHERE status = 'in_progress' AND volley_id = ? AND claimed_host = ? "
-            f"ORDER BY idx{self.backend.lock_clause}",
+            "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at, "
+            f"{_HOLDER_STARTED} FROM tasks WHERE status = 'in_progress' AND volley_id = ? "
+            f"AND claimed_host = ? ORDER BY idx{self.backend.lock_clause}",
             (volley_id, local_host()),
             now,
-            keep=lambda owner: owner is not None and alive(owner.pid),
+            keep=lambda owner: owner is not None and alive(owner.pid, owner.started),
             reason="its worker process on this host is gone",
         )
+        gone = sorted({r.owner.worker for r in found if r.owner is not None})
+        tx.many("DELETE FROM workers WHERE worker = ?", [(w,) for w in gone])
+        return found
 
     def reopen_failed(self, volley_id: str) -> int:
         """Put failed tasks back to ``open`` (a resume without ``--skip-failed``)."""
@@ -593,9 +614,9 @@ def context_digest(context: Sequence[str]) -> str | None:
 
 def _register(tx: Tx, volley_id: str, owner: Owner, now: float) -> None:
     tx.run(
-        "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (owner.worker, volley_id, owner.host, owner.pid, now, now),
+        "INSERT INTO workers (worker, volley_id, host, pid, pid_start, started_at, heartbeat_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (owner.worker, volley_id, owner.host, owner.pid, owner.started, now, now),
     )
 
 
@@ -639,8 +660,12 @@ def _reopen(
 ) -> list[Recovered]:
     """Reopen the claims ``select`` finds (unless ``keep``s its owner); each is logged."""
     found = []
-    for vid, idx, host, pid, worker, beat in tx.rows(select, params):
-        owner = Owner(host, int(pid), worker) if worker is not None else None
+    for vid, idx, host, pid, worker, beat, *started in tx.rows(select, params):
+        owner = (
+            Owner(host, int(pid), worker, _int_or_none(started[0]) if started else None)
+            if worker is not None
+            else None
+        )
         if keep(owner):
             continue
         changed = tx.run(
@@ -657,6 +682,10 @@ def _reopen(
         [(now, r.volley_id, r.index, f"{reason}; was {r.owner}") for r in found],
     )
     return found
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
@@ -679,7 +708,8 @@ def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
 
 def _task_row(volley_id: str, row: tuple[Any, ...]) -> TaskRow:
     (idx, spec, status, started, finished, beat, host, pid, worker, attempts) = row[:10]
-    output, usage, cost, error = row[10:]
+    output, usage, cost, error = row[10:14]
+    started = _int_or_none(row[14]) if len(row) > 14 else None
     return TaskRow(
         volley_id=volley_id,
         index=int(idx),
@@ -688,7 +718,7 @@ def _task_row(volley_id: str, row: tuple[Any, ...]) -> TaskRow:
         started_at=started,
         finished_at=finished,
         heartbeat_at=beat,
-        claimed_by=Owner(host, int(pid), worker) if worker is not None else None,
+        claimed_by=Owner(host, int(pid), worker, started) if worker is not None else None,
         attempts=int(attempts),
         output=output,
         usage=json.loads(usage) if usage else {},

@@ -46,7 +46,7 @@ from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
 from rlm.journal._writer import JournalWrites, StoreWrites
-from rlm.journal.records import Owner, Recovered, Spend, VerdictRow, pid_alive
+from rlm.journal.records import Alive, Owner, Recovered, Spend, VerdictRow, pid_alive
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -132,7 +132,7 @@ class JournalWorker:
         on_workers: Callable[[int], None] | None = None,
         group_interval: float = 0.1,
         capacity: Callable[[], int] | None = None,
-        alive: Callable[[int], bool] = pid_alive,
+        alive: Alive = pid_alive,
     ) -> None:
         self.store = store
         self.volley_id = volley_id
@@ -148,7 +148,7 @@ class JournalWorker:
         # known: it then holds no more than it can run soon, so other workers find the
         # rest open (see _room).  None: no such cap.
         self.capacity = capacity
-        self._alive = alive  # whether a process of this host exists (dead holders' claims)
+        self._alive = alive  # whether a process of this host runs (dead holders' claims)
         self._out = 0  # tasks handed out by claim, not yet handed back (keep, release)
         self._room_freed = trio.Event()  # set when _out drops
         # (time, verdicts committed) at the start of the last two pace windows
