@@ -32,6 +32,7 @@ from rlm.errors import (
     SandboxCrashed,
     SandboxError,
     SettingError,
+    UnknownVolleyError,
     UsageError,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "SandboxCrashed",
     "SandboxError",
     "SettingError",
+    "UnknownVolleyError",
     "Usage",
     "UsageError",
     "make_tool",

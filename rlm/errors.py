@@ -17,6 +17,8 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     │       ├── QuotaExceededError  exit 3  402, 429 insufficient_quota, 400 credit: no credit
     │       └── RateLimitError              429 (retryable)
     ├── JournalError                exit 1  the journal cannot be opened, is too new, or failed
+    │   └── UnknownVolleyError  exit 2  no volley with that id (``last``: none at all);
+    │                                   also a UsageError
     ├── SandboxError                exit 1  a sandbox process misbehaved
     │   ├── SandboxCrashed                  it exited or broke the frame protocol
     │   └── ExecutionTimeout                one execution passed --exec-timeout
@@ -50,6 +52,7 @@ __all__ = [
     "SandboxCrashed",
     "SandboxError",
     "SettingError",
+    "UnknownVolleyError",
     "UsageError",
 ]
 
@@ -176,9 +179,25 @@ class JournalError(RLMError):
     """The journal (SQLite file or PostgreSQL database) cannot be opened or used.
 
     Raised for a file that is not an rlm journal, a journal written by a newer
-    rlm, an unknown volley id, or a database error; the journal is never
-    replaced or altered to make an error go away.
+    rlm, an unknown volley id (:class:`UnknownVolleyError`), or a database
+    error; the journal is never replaced or altered to make an error go away.
     """
+
+
+class UnknownVolleyError(JournalError, UsageError):
+    """The journal holds no volley with this id (for ``last``: no volley at all).
+
+    A mistyped id is the user's mistake, so it is a :class:`UsageError` too (exit
+    2); it stays a :class:`JournalError` for code that catches those.  ``ref`` is
+    the id (or ``last``) asked for, ``journal`` where it was looked up.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, ref: str, journal: str) -> None:
+        super().__init__(message)
+        self.ref = ref
+        self.journal = journal
 
 
 class SandboxError(RLMError):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.errors import JournalError
+from rlm.errors import JournalError, UnknownVolleyError, UsageError
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from rlm.journal.records import Owner, Spend, Verdict, local_host, pid_alive, process_started
@@ -315,13 +315,20 @@ def test_reopen_failed_and_list(store: JournalStore, clock: FakeClock) -> None:
 
 
 def test_unknown_and_duplicate_volleys_are_clear_errors(store: JournalStore) -> None:
-    with pytest.raises(JournalError, match="holds no volley"):
+    with pytest.raises(UnknownVolleyError, match="holds no volley") as empty:
         store.resolve("last")
+    assert empty.value.ref == "last" and empty.value.journal == store.where
     store.create_volley("v1", {}, _tasks(1))
-    with pytest.raises(JournalError, match="already exists"):
+    with pytest.raises(JournalError, match="already exists") as exists:
         store.create_volley("v1", {}, _tasks(1))
-    with pytest.raises(JournalError, match="no volley 'nope'"):
-        store.resolve("nope")
+    assert not isinstance(exists.value, UnknownVolleyError)
+    for ask in (store.resolve, store.volley, store.spent):
+        with pytest.raises(UnknownVolleyError, match="no volley 'nope'") as unknown:
+            ask("nope")
+        # A library user can tell a mistyped id from a journal that failed: the
+        # type says it, a usage error (exit 2) and still a JournalError.
+        assert isinstance(unknown.value, UsageError) and isinstance(unknown.value, JournalError)
+        assert unknown.value.exit_code == 2 and unknown.value.ref == "nope"
     with pytest.raises(ValueError, match="API key"):
         store.create_volley("v2", {"api_key": "sk-x"}, _tasks(1))
 

@@ -89,6 +89,15 @@ def test_an_unknown_volley_id_is_a_usage_error_that_says_how_to_list_them(
         assert "Traceback" not in done.stderr
 
 
+def test_resume_last_on_an_empty_journal_is_a_usage_error(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    open_store(str(journal)).close()  # a journal with no volley
+    for args in (["volley", "--resume", "last"], ["volley", "show", "last"]):
+        done = rlm_in_process(*args, "--journal", str(journal))
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith(f"Error: journal {journal} holds no volley yet"), done.stderr
+
+
 def test_an_empty_journal_path_says_it_is_empty(tmp_path: Path) -> None:
     # Path("") is the working directory: "--journal . is a directory" named neither.
     for args in (["volley", "list"], ["volley", "create", "a", "--provider", "fixture"]):

@@ -37,7 +37,7 @@ from rlm._durations import format_duration, parse_duration
 from rlm.cli._profile_option import current_profile
 from rlm.cli._progress import stderr_console
 from rlm.cli._stale_lines import recovery_lines
-from rlm.errors import JournalError, RLMError, UsageError
+from rlm.errors import JournalError, RLMError, UnknownVolleyError, UsageError
 from rlm.journal import (
     JournalStore,
     Recovered,
@@ -177,27 +177,24 @@ def open_journal(path: str | None, *, existing: bool = False) -> JournalStore:
 
 
 def resolve_volley(store: JournalStore, ref: str, journal_path: str | None) -> str:
-    """The volley id ``ref`` names (an id or ``last``); UsageError when the journal has none.
-
-    A mistyped id is the user's mistake (exit 2, with how to list the volleys); a
-    journal that cannot be read stays a JournalError.
-    """
+    """The volley id ``ref`` names (an id or ``last``); UnknownVolleyError (a usage error,
+    exit 2, saying how to list the volleys) when the journal has none; a journal that
+    cannot be read stays a JournalError (exit 1)."""
     try:
         return store.resolve(ref)
-    except JournalError:
-        known = {row.volley_id for row in store.volleys()}  # raises when unreadable
-        if ref in known or (ref == "last" and known):
-            raise
-    if ref == "last":
-        raise UsageError(
-            f"journal {store.where} holds no volley yet; a volley run or `rlm volley create` "
-            "makes one"
-        )
-    where = "" if journal_path is None else f" --journal {shlex.quote(store.where)}"
-    raise UsageError(
-        f"no volley {ref!r} in journal {store.where}; list its volleys with "
-        f"`rlm volley list{where}`"
-    )
+    except UnknownVolleyError as exc:
+        if ref == "last":
+            message = (
+                f"journal {store.where} holds no volley yet; a volley run or "
+                "`rlm volley create` makes one"
+            )
+        else:
+            where = "" if journal_path is None else f" --journal {shlex.quote(store.where)}"
+            message = (
+                f"no volley {ref!r} in journal {store.where}; list its volleys with "
+                f"`rlm volley list{where}`"
+            )
+        raise UnknownVolleyError(message, ref=exc.ref, journal=exc.journal) from None
 
 
 def stale_recovery_event(recovered: Recovered) -> StaleRecovery:

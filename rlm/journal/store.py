@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from rlm.errors import JournalError
+from rlm.errors import JournalError, UnknownVolleyError
 from rlm.journal._backends import Backend, Tx
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
 from rlm.journal.records import (
@@ -190,7 +190,9 @@ class JournalStore:
                 )
             )
             if not rows:
-                raise JournalError(f"journal {self.where} holds no volley yet")
+                raise UnknownVolleyError(
+                    f"journal {self.where} holds no volley yet", ref=ref, journal=self.where
+                )
             return str(rows[0][0])
         self.volley(ref)
         return ref
@@ -198,8 +200,10 @@ class JournalStore:
     def volley(self, volley_id: str) -> VolleyRow:
         rows = self._tx(lambda tx: self._volley_rows(tx, volley_id))
         if not rows:
-            raise JournalError(
-                f"no volley {volley_id!r} in journal {self.where} (see `rlm volley list`)"
+            raise UnknownVolleyError(
+                f"no volley {volley_id!r} in journal {self.where} (see `rlm volley list`)",
+                ref=volley_id,
+                journal=self.where,
             )
         return rows[0]
 
