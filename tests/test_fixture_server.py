@@ -138,6 +138,24 @@ async def test_concurrent_requests_overlap() -> None:
         assert server.stats.max_in_flight == 8
 
 
+async def test_answers_built_ahead_of_their_deadline_keep_one_id_each_and_the_stats() -> None:
+    """Replies are built when requests arrive (only written at their deadline): requests in
+    flight together still get an id each, and are counted once they are answered."""
+    async with running(sub_latency=0.2) as (server, url), httpx2.AsyncClient() as client:
+        answers: list[httpx2.Response] = []
+
+        async def one() -> None:
+            answers.append(await post(client, url, SUB_BODY))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(one)
+            await trio.sleep(0.1)  # all four arrived, none answered yet
+            assert server.stats.sub_requests == 0 and server.stats.by_status == {}
+        assert len({answer.json()["id"] for answer in answers}) == 4
+        assert server.stats.sub_requests == 4 and server.stats.by_status == {200: 4}
+
+
 async def test_garbage_mode_returns_html() -> None:
     async with running(garbage=True) as (_, url), httpx2.AsyncClient() as client:
         response = await post(client, url, SUB_BODY)

@@ -1,13 +1,19 @@
 """When the fixture server's latency starts: at the request's arrival (virtual time,
-over an in-memory stream: no socket under the autojumping clock)."""
+over an in-memory stream: no socket under the autojumping clock; and over a real
+loopback socket, with the real clock)."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 
+import pytest
 import trio
 import trio.testing
 
+from rlm.testing.arrival import stamps_arrivals
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 BODY = json.dumps({
@@ -62,3 +68,38 @@ async def test_a_request_slower_than_the_latency_is_answered_once_whole(
 ) -> None:
     took, _ = await reply_after(1.5)
     assert took == 1.5
+
+
+@pytest.mark.skipif(not stamps_arrivals(), reason="sockets here cannot say when bytes arrived")
+async def test_over_a_socket_the_latency_counts_from_when_the_bytes_reached_the_host() -> None:
+    """A server busy when a request arrives (its thread blocked here) still answers it
+    its latency after the bytes came, not after it got round to reading them."""
+    slept: list[float] = []
+    sleeping = trio.Event()
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        sleeping.set()
+        await trio.sleep(seconds)
+
+    server = FixtureServer(FixtureServerOptions(sub_latency=0.5), sleep=sleep)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        go, sent = threading.Event(), threading.Event()
+
+        def client() -> None:
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                go.wait(5.0)
+                sock.sendall(HEAD + BODY)
+                sent.set()
+                sock.recv(65536)
+
+        nursery.start_soon(trio.to_thread.run_sync, client)
+        await trio.sleep(0.05)  # connected (and accepted)
+        go.set()
+        # The server's thread is busy (blocked) while the request arrives.
+        time.sleep(0.25)  # noqa: ASYNC251
+        assert sent.is_set()
+        await sleeping.wait()
+        nursery.cancel_scope.cancel()
+    assert slept[0] <= 0.5 - 0.2  # the 0.25 s it was busy counted as latency

@@ -18,6 +18,7 @@ closes every listener and connection.  Nothing is logged per request.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import math
@@ -39,6 +40,7 @@ from rlm.testing.anthropic_dialect import (
     anthropic_message,
     parse_anthropic,
 )
+from rlm.testing.arrival import ArrivalReader
 from rlm.testing.stream_reply import StreamReply, anthropic_stream_reply, stream_reply
 
 __all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
@@ -140,6 +142,11 @@ class _Reply:
     content_type: bytes = b"application/json"
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     close: bool = False
+    wire: bytes | None = None  # the whole response, already through h11: only to be sent
+
+
+#: Turns a reply into the bytes of the whole response on its connection (h11's state moves on).
+_Encode = Callable[[_Reply], bytes]
 
 
 #: A reply's status, content type, body length, extra headers and whether it closes.
@@ -178,6 +185,7 @@ class _Chat:
     dialect: Literal["openai", "anthropic"] = "openai"
     schema: dict[str, Any] | None = None
     arrived: float | None = None  # trio time of the request's first bytes
+    encode: _Encode | None = None  # how its connection turns a reply into bytes
 
 
 def _parse_chat(body: bytes, path: bytes) -> _Chat:
@@ -262,7 +270,7 @@ class FixtureServer:
         self.stats.connections += 1
         self.stats.open_connections += 1
         try:
-            await self._serve_connection(h11.Connection(h11.SERVER), stream)
+            await self._serve_connection(h11.Connection(h11.SERVER), stream, ArrivalReader(stream))
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             # The client went away or broke HTTP mid-exchange: only this connection ends.
             return
@@ -270,10 +278,12 @@ class FixtureServer:
             self.stats.open_connections -= 1
             await trio.aclose_forcefully(stream)
 
-    async def _serve_connection(self, conn: h11.Connection, stream: trio.SocketStream) -> None:
+    async def _serve_connection(
+        self, conn: h11.Connection, stream: trio.SocketStream, reader: ArrivalReader
+    ) -> None:
         while True:
             try:
-                request = await self._read_request(conn, stream)
+                request = await self._read_request(conn, stream, reader)
             except h11.RemoteProtocolError as exc:
                 bad = _error(400, str(exc), "invalid_request_error", close=True)
                 await self._send(conn, stream, bad)
@@ -285,7 +295,7 @@ class FixtureServer:
                 msg = f"request body is larger than {MAX_BODY_BYTES} bytes"
                 await self._send(conn, stream, _error(413, msg, "payload_too_large", close=True))
                 return
-            reply = await self._dispatch(head, body, arrived)
+            reply = await self._dispatch(head, body, arrived, functools.partial(self._encode, conn))
             if reply is None:  # fault injection: drop the connection without a response
                 return
             if isinstance(reply, StreamReply):
@@ -299,10 +309,10 @@ class FixtureServer:
             conn.start_next_cycle()
 
     async def _read_request(
-        self, conn: h11.Connection, stream: trio.SocketStream
+        self, conn: h11.Connection, stream: trio.SocketStream, reader: ArrivalReader
     ) -> tuple[h11.Request, bytes, float] | None:
-        """The next request, its body and when its first bytes arrived (trio time),
-        or ``None`` when the client closed."""
+        """The next request, its body and when its first bytes reached this host (trio
+        time, :mod:`rlm.testing.arrival`), or ``None`` when the client closed."""
         head: h11.Request | None = None
         body = bytearray()
         arrived: float | None = None
@@ -312,11 +322,11 @@ class FixtureServer:
                 if conn.they_are_waiting_for_100_continue:  # e.g. curl with a big body
                     go_on = h11.InformationalResponse(status_code=100, headers=[])
                     await stream.send_all(_sent(conn, go_on))
-                data = await stream.receive_some(65536)
+                data, came = await reader.receive(65536)
                 self.stats.reads += bool(data)
                 conn.receive_data(data)
                 if arrived is None:
-                    arrived = trio.current_time()
+                    arrived = came
             elif isinstance(event, h11.Request):
                 head = event
                 if arrived is None:  # it was read with the previous request's bytes
@@ -334,11 +344,12 @@ class FixtureServer:
         return head, bytes(body), arrived
 
     async def _send(self, conn: h11.Connection, stream: trio.SocketStream, reply: _Reply) -> None:
-        response = self._response_head(reply)
-        await stream.send_all(
-            _sent(conn, response) + _sent(conn, h11.Data(data=reply.body))
-            + _sent(conn, h11.EndOfMessage())
-        )
+        await stream.send_all(self._encode(conn, reply) if reply.wire is None else reply.wire)
+
+    def _encode(self, conn: h11.Connection, reply: _Reply) -> bytes:
+        """The whole response's bytes; ``conn`` then holds it as sent."""
+        return (_sent(conn, self._response_head(reply)) + _sent(conn, h11.Data(data=reply.body))
+                + _sent(conn, h11.EndOfMessage()))
 
     def _response_head(self, reply: _Reply) -> h11.Response:
         """The h11 event of ``reply``'s status line and headers, built once per distinct head.
@@ -388,13 +399,13 @@ class FixtureServer:
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     async def _dispatch(
-        self, head: h11.Request, body: bytes, arrived: float | None = None
+        self, head: h11.Request, body: bytes, arrived: float | None, encode: _Encode
     ) -> _Reply | StreamReply | None:
         path = head.target.split(b"?", 1)[0]
         if path == b"/stats" and head.method == b"GET":
             return _json_reply(200, self.stats.as_json())
         self.stats.total_requests += 1
-        reply = await self._route(head, path, body, arrived)
+        reply = await self._route(head, path, body, arrived, encode)
         if reply is None:
             self.stats.dropped += 1
         else:
@@ -402,7 +413,7 @@ class FixtureServer:
         return reply
 
     async def _route(
-        self, head: h11.Request, path: bytes, body: bytes, arrived: float | None = None
+        self, head: h11.Request, path: bytes, body: bytes, arrived: float | None, encode: _Encode
     ) -> _Reply | StreamReply | None:
         if path not in _CHAT_PATHS and path not in _MODEL_PATHS and path not in MESSAGES_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
@@ -423,6 +434,7 @@ class FixtureServer:
         except _BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
         chat.arrived = arrived
+        chat.encode = encode
         cap = self.options.max_concurrent
         if cap is not None and self.stats.in_flight >= cap:
             return _rate_limited(f"more than {cap} requests in flight", self.options.retry_after)
@@ -464,65 +476,91 @@ class FixtureServer:
         draw = self._random.random()
         if draw < opts.rate_429:
             return _rate_limited("Rate limit reached (fixture fault injection).", opts.retry_after)
+        draw -= opts.rate_429
+        fault = ("500" if draw < opts.fail_500
+                 else "529" if draw - opts.fail_500 < opts.fail_529
+                 else "drop" if draw - opts.fail_500 - opts.fail_529 < opts.drop else None)
         root = scripted.is_root_request(messages)
         cached = self._cache.lookup(messages)
         # The latency counts from the request's arrival, as a provider's does, and the
         # fixture model answers while it runs: the server's own work (reading, parsing,
         # the reply) does not add to it, as it would not on a provider's machines.
+        # So a reply that does not stream is built, encoded and put through h11 before
+        # the latency ends, and at its end the server only writes it: when a wave's
+        # requests end together, their answers are not queued behind each other's JSON
+        # and HTTP encoding on this one thread (a wave of 16 lost ~5 ms so).
         # The model name was checked when the request was parsed.
         text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
+        usage = self._usage(messages, text)
+        ready = self._ready_reply(chat, fault, text, usage, cached)
+        if ready is not None and chat.encode is not None:
+            ready.wire = chat.encode(ready)
         start = trio.current_time() if chat.arrived is None else chat.arrived
         latency = opts.root_latency if root else opts.sub_latency
         await self._sleep(max(0.0, start + latency - trio.current_time()))
-        draw -= opts.rate_429
-        if draw < opts.fail_500:
-            return _error(500, "The server had an error (fixture fault injection).",
-                          "server_error")
-        if draw - opts.fail_500 < opts.fail_529:
-            return _error(529, "Overloaded (fixture fault injection).", "overloaded_error")
-        if draw - opts.fail_500 - opts.fail_529 < opts.drop:
+        if fault == "drop":
             return None
-        if opts.garbage:
-            return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
+        if fault is not None or opts.garbage:
+            return ready
         self._cache.write(messages)
         if root:
             self.stats.root_requests += 1
         else:
             self.stats.sub_requests += 1
-        prompt_tokens = math.ceil(sum(len(m["content"]) for m in messages) / 4)
-        completion_tokens = scripted.estimate_tokens(text)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
         chunk_delay = opts.model_chunk_delay.get(model, opts.chunk_delay)
-        if not chat.stream and chunk_delay > 0:  # generated at that pace, sent whole
-            # (With no delay there is nothing to wait for: a sleep(0) would only cost a
-            # turn of the loop per request.)
-            await trio.sleep(chunk_delay * len(scripted.stream_pieces(text, opts.chunk_chars)))
-        if chat.stream:
-            self.stats.streams += 1
-            cut = self.stats.cut_streams < opts.cut_streams
-            self.stats.cut_streams += cut
-        if chat.dialect == "anthropic" and chat.stream:
+        if not chat.stream:
+            if chunk_delay > 0:  # generated at that pace, sent whole
+                # (With no delay there is nothing to wait for: a sleep(0) would only cost
+                # a turn of the loop per request.)
+                await trio.sleep(chunk_delay * len(scripted.stream_pieces(text, opts.chunk_chars)))
+            return ready
+        self.stats.streams += 1
+        cut = self.stats.cut_streams < opts.cut_streams
+        self.stats.cut_streams += cut
+        if chat.dialect == "anthropic":
             return anthropic_stream_reply(
                 text, model=model, reply_id=f"fixture-{self.stats.total_requests}", usage=usage,
                 chunk_chars=opts.chunk_chars, chunk_delay=chunk_delay, cut=cut,
             )
+        return stream_reply(
+            text, model=model, reply_id=f"chatcmpl-fixture-{self.stats.total_requests}",
+            usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
+            chunk_delay=chunk_delay, cut=cut,
+        )
+
+    @staticmethod
+    def _usage(messages: list[Message], text: str) -> dict[str, int]:
+        prompt_tokens = math.ceil(sum(len(m["content"]) for m in messages) / 4)
+        completion_tokens = scripted.estimate_tokens(text)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    def _ready_reply(self, chat: _Chat, fault: str | None, text: str, usage: dict[str, int],
+                     cached: int) -> _Reply | None:
+        """The whole reply, when it is sent in one piece once the latency is over: a
+        fault's, garbage, or the answer (``None``: a dropped connection, or a stream)."""
+        if fault == "500":
+            return _error(500, "The server had an error (fixture fault injection).",
+                          "server_error")
+        if fault == "529":
+            return _error(529, "Overloaded (fixture fault injection).", "overloaded_error")
+        if fault == "drop":
+            return None
+        if self.options.garbage:
+            return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
+        if chat.stream:
+            return None
+        # A reply's id is the number of requests seen when it arrived, unique per request.
         if chat.dialect == "anthropic":
             return _json_reply(200, anthropic_message(
-                text, model=model, reply_id=f"fixture-{self.stats.total_requests}",
+                text, model=chat.model, reply_id=f"fixture-{self.stats.total_requests}",
                 structured=chat.schema is not None, usage=usage,
             ))
-        if chat.stream:
-            return stream_reply(
-                text, model=model, reply_id=f"chatcmpl-fixture-{self.stats.total_requests}",
-                usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
-                chunk_delay=chunk_delay, cut=cut,
-            )
         return _json_reply(200, {
             "id": f"chatcmpl-fixture-{self.stats.total_requests}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": model,
+            "model": chat.model,
             "system_fingerprint": scripted.FIXTURE_FINGERPRINT,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": "stop"}],
