@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -151,3 +153,36 @@ async def test_a_pool_that_does_not_refill_forks_its_sandboxes_once() -> None:
     started = [e.pid for e in bus.events if isinstance(e, SandboxStarted)]
     assert len(set(started)) == 3
     assert sandbox_descendants() == []
+
+
+def _niceness(pid: int) -> int:
+    """The niceness of ``pid`` as /proc shows it (a dying or unreaped process included)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[16])  # field 19 of stat(5); the first two are cut off above
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["zygote", "direct"])
+async def test_a_killed_sandbox_dies_at_the_lowest_cpu_priority(forked: bool) -> None:
+    # Its death (tearing its memory down) then gives way to the host and the sandboxes
+    # still at work; until then it ran at the host's priority.
+    launcher = SandboxLauncher(events=EventBus(), max_output_chars=100, pool_size=0)
+    async with trio.open_nursery() as nursery:
+        serving = launcher.serving() if forked else _no_zygote()
+        async with serving:
+            box = await launcher.open(nursery, context="c", owner=OWNER)
+            try:
+                assert (await box.execute("print(context)", echo_bridge, limit=5)).ok
+                assert _niceness(box.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+                box.kill("closed")
+                assert _exists(box.pid)  # not reaped yet: the pid is still the sandbox's
+                assert _niceness(box.pid) == 19
+            finally:
+                await box.aclose()
+            assert not _exists(box.pid)
+    assert sandbox_descendants() == []
+
+
+@contextlib.asynccontextmanager
+async def _no_zygote() -> AsyncIterator[None]:
+    yield

@@ -23,7 +23,7 @@ import msgpack
 import trio
 
 from rlm._sandbox.early import EarlyZygote, zygote_argv, zygote_env
-from rlm._sandbox.spawn import ChildEnds, open_scrubbed_process
+from rlm._sandbox.spawn import ChildEnds, kill_sandbox, open_scrubbed_process
 from rlm.errors import SandboxCrashed
 
 __all__ = ["Zygote", "ZygoteChild"]
@@ -55,9 +55,7 @@ class ZygoteChild:
 
     def kill(self) -> None:
         if self._returncode is None:  # unreaped: the pid is still this sandbox's
-            for kill in (os.killpg, os.kill):  # os.kill: it may not have called setsid() yet
-                with contextlib.suppress(ProcessLookupError):
-                    kill(self._pid, signal.SIGKILL)
+            kill_sandbox(self._pid)
 
     async def wait(self) -> None:
         if self._returncode is None:
