@@ -463,7 +463,7 @@ class RLM:
             status=status,
             iterations=root.iterations if root is not None else 0,
             usage=usage,
-            duration_s=finished.t,
+            duration_s=finished.duration_s,
             trace=tuple(e.to_dict() for e in events.events),
             trace_path=trace_path,
             error=message,
@@ -522,12 +522,16 @@ def _emit_finished(
 ) -> RunFinished:
     """Record ``run_finished`` with everything the runtime (if any) counted."""
     usage = runtime.usage if runtime is not None else Usage()
+    # The run's duration ends when its outcome was known; the teardown that followed
+    # (sandboxes reaped, the zygote gone) is reported apart.  It is over by now.
+    teardown = runtime.teardown_s if runtime is not None else 0.0
     finished = events.emit(
         RunFinished(
             status=status,
             answer=answer,
             error=error,
-            duration_s=round(events.now(), 6),
+            duration_s=round(events.now() - teardown, 6),
+            teardown_s=round(teardown, 6),
             llm_calls=usage.llm_calls,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,

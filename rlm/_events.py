@@ -123,6 +123,7 @@ class RunFinished(Event):
     output_tokens: int
     usage_detail: dict[str, Any] = field(default_factory=dict)
     traffic: dict[str, Any] = field(default_factory=dict)
+    teardown_s: float = 0.0  # after the outcome was known, before this event: not in duration_s
 
 
 @frozen_record(kw_only=True)

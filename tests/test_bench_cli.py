@@ -33,8 +33,9 @@ def test_t_star_of_a_real_batched_run_is_computed_from_its_trace() -> None:
     assert result.speedup is None
     phases = result.phases
     assert set(phases) == {"startup_s", "fanout_overhead_s", "tail_s", "sandbox_start_s",
-                           "zygote_boot_s"}
+                           "zygote_boot_s", "teardown_s"}
     assert phases["zygote_boot_s"] > 0  # the run adopted a zygote started (and timed) before it
+    assert phases["teardown_s"] > 0  # its sandboxes were reaped after the answer, outside T
     split = phases["startup_s"] + phases["fanout_overhead_s"] + phases["tail_s"]
     assert split == pytest.approx(result.t - result.t_star, abs=1e-5)
 

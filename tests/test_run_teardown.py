@@ -56,7 +56,14 @@ async def test_a_run_with_child_calls_leaves_no_process_not_even_a_zombie() -> N
     assert sandbox_descendants() == []  # the pool's and the zygote too
     exited = sorted(e["pid"] for e in result.trace if e["event"] == "sandbox_exited")
     assert exited == sorted(pids)
-    assert result.trace[-1]["event"] == "run_finished"
+    finished = result.trace[-1]
+    assert finished["event"] == "run_finished"
+    # The duration ends with the root's answer; the reaping above came after it, apart.
+    root_done = next(e["t"] for e in result.trace
+                     if e["event"] == "call_finished" and e["call_id"] == "root")
+    assert root_done <= result.duration_s == finished["duration_s"] < finished["t"]
+    assert finished["teardown_s"] > 0
+    assert finished["duration_s"] + finished["teardown_s"] <= finished["t"]
 
 
 async def test_a_run_ended_by_an_error_during_its_children_leaves_no_process() -> None:

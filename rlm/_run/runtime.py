@@ -128,6 +128,9 @@ class Runtime:
         self._run_scope: trio.CancelScope | None = None
         self._error: RLMError | None = None
         self._deadline = float("inf")
+        #: How long the last run's teardown took, once its root call had ended (0 when
+        #: the run was cut off: its duration then counts the teardown).
+        self.teardown_s = 0.0
 
     @property
     def usage(self) -> Usage:
@@ -160,10 +163,16 @@ class Runtime:
             root = self.root = Call.root(
                 self._parts, query, context, carry, launcher_reaps=carry is None
             )
+            concluded_at: float | None = None
             async with contextlib.AsyncExitStack() as stack:
                 if carry is None:
                     await stack.enter_async_context(self.sandboxes.serving())
                 await root.run()
+                concluded_at = self.events.now()
+            if concluded_at is not None:
+                # The root call has ended; what the launcher did since (every sandbox
+                # killed and reaped, the zygote exited) is the run's teardown.
+                self.teardown_s = self.events.now() - concluded_at
         if self.root is None:  # cut off while compacting
             return RunOutcome(None, self._error or RunTimeout("the run ended before it began"))
         root = self.root

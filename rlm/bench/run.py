@@ -3,9 +3,10 @@
 Each run is a fresh ``trio.run`` of ``RLM.acompletion`` on a generated needle
 context — in-process (:class:`~rlm.bench.provider.BenchProvider`) or against a
 :class:`~rlm.testing.server.FixtureServer` on 127.0.0.1 in a process of its own
-(``rlm fixture-server``).  T is the run's ``duration_s`` (run start to ``run_finished``, so
-sandbox start and teardown count); T* comes from replaying the run's own
-trace on the ideal runtime (:mod:`rlm.view.limit`).
+(``rlm fixture-server``).  T is the run's ``duration_s`` (run start until its answer was
+known, so sandbox start counts; the teardown after it, which the run still waits for
+before it returns, is reported as the ``teardown_s`` phase); T* comes from replaying
+the run's own trace on the ideal runtime (:mod:`rlm.view.limit`).
 """
 
 from __future__ import annotations
@@ -219,6 +220,9 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
     latency = f"ln({s.sub_latency:g},{s.sigma:g})" if s.sigma > 0 else f"{s.sub_latency:g}"
     _, _, answer = _needle(s.context_chars, s.seed)
     phases = time_phases(result.trace, t, t_star, root_s)
+    # Not in T (the answer was known before it), but before the run returned: shown apart.
+    phases["teardown_s"] = next((float(e.get("teardown_s", 0.0)) for e in result.trace
+                                 if e["event"] == "run_finished"), 0.0)
     if zygote_boot_s is not None:
         phases["zygote_boot_s"] = round(zygote_boot_s, 6)
     return ScenarioResult(
