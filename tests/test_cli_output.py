@@ -17,13 +17,15 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rlm import RLM
 from rlm._events import CodeExecuted, TextDelta
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm.cli._live import LiveDisplay
 from rlm.cli._progress import ProgressPrinter, format_cost, stderr_console
-from rlm.cli._terminal import safe_text
+from rlm.cli._terminal import _strip, safe_text
 from rlm.errors import BudgetExceeded
 from rlm.testing.provider import FunctionProvider
 from tests.helpers import repl, serving
@@ -53,6 +55,23 @@ def test_safe_text_strips_sequences_and_controls_but_keeps_lines() -> None:
     hostile = "a\x1b]0;PWNED\x07b\x1b[2Jc\x1b[31md\x9b1;1He\rf\u202eg\x00h\tI\nJ"
     assert safe_text(hostile) == "abcdefgh\tI\nJ"
     assert "\x1b" not in safe_text("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1bP1$r\x1b\\")
+
+
+# Text made of what the patterns look at: escapes, C0/C1 controls, bidirectional
+# overrides, line ends, and ordinary and non-ASCII printable characters.
+_TERMINAL_TEXT = st.text(
+    st.sampled_from(["\x1b", "\x9b", "\x9d", "\x07", "\r", "\n", "\t", "\x00", "\x7f",
+                     "\u202e", "\u2066", "\u00a0", "\u2028", "[", "]", "\\", "0", ";", "m",
+                     "a", " ", "\u2192", "\u00b7", "\U0001f600"])
+    | st.characters(),
+    max_size=40,
+)
+
+
+@given(_TERMINAL_TEXT)
+def test_safe_text_returns_printable_text_as_is_and_strips_the_rest_as_before(text: str) -> None:
+    """The shortcut for printable text (no pattern compiled) changes no result."""
+    assert safe_text(text) == _strip(text)
 
 
 async def test_model_text_in_progress_lines_is_terminal_safe() -> None:
