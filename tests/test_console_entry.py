@@ -100,6 +100,33 @@ def test_a_run_through_the_entry_answers_runs_atexit_and_leaves_no_process(
     assert events[-1]["event"] == "run_finished"
 
 
+def test_a_run_a_limit_ends_exits_3_through_the_entry_with_everything_written(
+    tmp_path: Path,
+) -> None:
+    """Through the fast exit a run a limit ended keeps its exit code, and everything is
+    written before it: the JSON object on stdout, the trace up to run_finished, the run
+    history's summary; no process is left."""
+    path = tmp_path / "tiny.txt"
+    path.write_text("the magic number is 42\n", encoding="utf-8")
+    trace = tmp_path / "trace.jsonl"
+    done = run_entry("run", QUESTION, "--context-file", str(path), "--provider", "fixture",
+                     "--max-llm-calls", "1", "--json", "--trace", str(trace))
+    assert done["code"] == 3, done["stderr"]
+    result = json.loads(str(done["stdout"]))  # one whole object, flushed before the exit
+    assert result["status"] == "budget_exceeded"
+    assert str(done["stderr"]).endswith("\nATEXIT RAN\n")
+    assert done["left"] == []
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert events[-1]["event"] == "run_finished"
+    assert events[-1]["status"] == "budget_exceeded"
+    # The run history's entry holds the trace and says how the run ended.
+    from rlm.history import RunHistory
+
+    [entry] = [e for e in RunHistory().entries() if e.summary().get("user_trace") == str(trace)]
+    assert entry.summary()["status"] == "budget_exceeded"
+    assert entry.trace_path.read_text() == trace.read_text()
+
+
 def test_a_usage_error_through_the_entry_exits_2_and_leaves_no_zygote(tmp_path: Path) -> None:
     done = run_entry("run", QUESTION, "--context-file", str(tmp_path / "nope.txt"),
                      "--provider", "fixture")

@@ -102,6 +102,11 @@ def test_a_fixture_run_loads_no_test_code(tmp_path: Path, quiet: list[str]) -> N
     # Sessions, --stream's display, --require-isolation's check and the stdin probe of a
     # run given no path load when those are used.
     assert loaded(modules, ("rlm._session", "rlm.cli._live", "rlm.cli.doctor_cmd", "termios")) == []
+    # The fixture model needs no HTTP client, and nothing on the path needs difflib (a
+    # spelling hint after a mistake).
+    assert loaded(modules, ("httpx", "httpcore", "h11", "anyio", "rlm.providers._http")) == []
+    if not quiet:  # -q is a short option: click looks it up as a long one first (difflib)
+        assert "difflib" not in modules
 
 
 def test_progress_on_a_terminal_still_goes_through_rich(tmp_path: Path) -> None:
