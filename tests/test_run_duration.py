@@ -13,8 +13,10 @@ import trio
 from rlm import RLM
 from rlm._config import RunConfig
 from rlm._events import EventBus
+from rlm._sandbox.process import SandboxIdentity
+from rlm.providers.base import CompletionRequest
 from rlm.testing.provider import FunctionProvider
-from rlm.testing.sandboxes import LineLauncher
+from rlm.testing.sandboxes import LineLauncher, LineSandbox
 from tests.helpers import repl
 
 STEP_S = 1.0
@@ -81,3 +83,47 @@ async def test_a_run_cut_off_by_its_timeout_counts_its_teardown(
     assert finished["teardown_s"] == 0.0
     assert result.duration_s == pytest.approx(finished["t"])
     assert result.duration_s >= 3.5 + TEARDOWN_S
+
+
+class SlowReaps(SlowTeardown):
+    """Also: reaping each sandbox a call closes itself (a child's) takes REAP_S."""
+
+    async def open(
+        self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
+    ) -> LineSandbox:
+        box = await super().open(nursery, context=context, owner=owner)
+
+        async def aclose() -> None:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(REAP_S)
+            box.alive = False
+
+        box.aclose = aclose  # type: ignore[method-assign]
+        return box
+
+
+REAP_S = 0.5
+
+
+async def test_a_childs_reaping_after_the_roots_answer_is_teardown_too(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The child answers at 2 s and its sandbox is reaped in the root's nursery, which the
+    # root call waits for on its way out: after the root's own answer, also at 2 s.
+    def steps(request: CompletionRequest) -> str:
+        return repl("query\nfinal done") if request.call_id == "root" else repl("final child")
+
+    launcher = SlowReaps()
+    provider = FunctionProvider.scripted(steps, latency=lambda request: STEP_S)
+
+    def sandboxes(config: RunConfig, events: EventBus) -> SlowReaps:
+        return launcher
+
+    model = RLM(providers={"root": provider, "sub": provider}, sandboxes=sandboxes, max_depth=2)
+    result = await model.acompletion("q", "ctx")
+    assert result.answer == "done"
+    finished = result.trace[-1]
+    assert result.duration_s == pytest.approx(2 * STEP_S)
+    assert finished["teardown_s"] == pytest.approx(REAP_S + TEARDOWN_S)
+    assert finished["t"] == pytest.approx(2 * STEP_S + REAP_S + TEARDOWN_S)
+    assert len(launcher.opened) == 2 and all(not box.alive for box in launcher.opened)

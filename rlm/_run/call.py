@@ -162,6 +162,8 @@ class Call:
         self.iteration = 0
         self.children = 0
         self.outcome: CallOutcome | None = None
+        #: When the outcome was known (``call_finished``): the kills after it are teardown.
+        self.concluded_at: float | None = None
         self.history: list[Message] = carry.history if carry is not None else []
         if self.history:  # a session's follow-up: the context was described already
             self.history.append(
@@ -450,6 +452,7 @@ class Call:
     def _conclude(self, outcome: CallOutcome) -> None:
         self.outcome = outcome
         events = self._parts.events
+        self.concluded_at = events.now()
         events.emit(
             CallFinished(
                 **self._ids(),

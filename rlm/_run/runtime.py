@@ -168,9 +168,9 @@ class Runtime:
                 if carry is None:
                     await stack.enter_async_context(self.sandboxes.serving())
                 await root.run()
-                concluded_at = self.events.now()
+                concluded_at = root.concluded_at
             if concluded_at is not None:
-                # The root call has ended; what the launcher did since (every sandbox
+                # The root call has ended with its outcome; what came since (every sandbox
                 # killed and reaped, the zygote exited) is the run's teardown.
                 self.teardown_s = self.events.now() - concluded_at
         if self.root is None:  # cut off while compacting
