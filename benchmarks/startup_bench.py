@@ -38,14 +38,15 @@ QUERY = "What is the magic number?"
 TARGET_S = 0.3
 FLOOR = 'python -c "import trio"'
 FAST_EXIT = "the same, then os._exit(0)"
+GONE = "process gone (its parent's wait returned)"
 
 # Prepended to a tiny run's own entry: marks on the shared monotonic clock, written
 # as JSON to $STARTUP_MARKS when the process exits (rlm's exit runs atexit handlers).
 _MARKED_ENTRY = r'''
 import sys, time
-_marks = [("interpreter and site ready", time.perf_counter_ns())]
+_marks = [("interpreter and site ready", time.perf_counter_ns(), time.process_time_ns())]
 def _mark(name):
-    _marks.append((name, time.perf_counter_ns()))
+    _marks.append((name, time.perf_counter_ns(), time.process_time_ns()))
 _FIRST = {"import click": "click and the command line's modules start loading",
           "import trio": "trio starts loading (with the runtime)",
           "open tiny.txt": "context read"}
@@ -67,7 +68,7 @@ class _Stdout:
     def __init__(self, stream):
         self._stream = stream
     def write(self, text):
-        if text and not any(name == "answer printed" for name, _ in _marks):
+        if text and not any(mark[0] == "answer printed" for mark in _marks):
             _mark("answer printed")
         return self._stream.write(text)
     def __getattr__(self, name):
@@ -194,10 +195,12 @@ def compare(rounds: int, rlms: list[str], work: Path, env: dict[str, str]) -> No
 def phases(rounds: int, rlm: str, work: Path, env: dict[str, str]) -> None:
     """The tiny run's critical path: the median time of each mark after exec."""
     python = rlm_python(rlm)
-    entry = _MARKED_ENTRY + "from rlm.cli import console_main\nconsole_main()\n"
+    # The executable's own code after the marks' set-up, as its interpreter would run it.
+    entry = _MARKED_ENTRY + f"exec(compile(open({rlm!r}).read(), {rlm!r}, 'exec'))\n"
     argv = [python, "-c", entry, "run", QUERY, "--context-file", "tiny.txt",
             "--provider", "fixture"]
     marks: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     cpu_self: list[float] = []
     cpu_children: list[float] = []
     print(f"\nphases of {_short(rlm)} ({rounds} instrumented runs; before: {load_average()})")
@@ -207,16 +210,26 @@ def phases(rounds: int, rlm: str, work: Path, env: dict[str, str]) -> None:
         timed(argv, work, {**env, "STARTUP_MARKS": str(out_file)})
         ended = time.perf_counter_ns()
         data = json.loads(out_file.read_text())
-        for name, at in [*data["marks"], ("process gone (its parent's wait returned)", ended)]:
+        for name, at, cpu_at in data["marks"]:
             marks.setdefault(name, []).append((at - started) / 1e6)
+            cpu.setdefault(name, []).append(cpu_at / 1e6)
+        marks.setdefault(GONE, []).append((ended - started) / 1e6)
         cpu_self.append(data["cpu_self"])
         cpu_children.append(data["cpu_children"])
     rows = sorted(marks.items(), key=lambda item: statistics.median(item[1]))
-    previous = 0.0
-    print(f"{'median ms':>10} {'step ms':>8}  mark (from exec)")
+    previous = previous_cpu = 0.0
+    print(f"{'wall ms':>8} {'step':>6} {'CPU ms':>7} {'step':>6}  mark (medians; from exec; CPU "
+          "of the rlm process)")
     for name, times in rows:
         median = statistics.median(times)
-        print(f"{median:10.1f} {median - previous:8.1f}  {name}")
+        line = f"{median:8.1f} {median - previous:6.1f}"
+        if name in cpu:
+            at = statistics.median(cpu[name])
+            line += f" {at:7.1f} {at - previous_cpu:6.1f}"
+            previous_cpu = at
+        else:
+            line += " " * 15
+        print(f"{line}  {name}")
         previous = median
     print(f"CPU median: rlm process {statistics.median(cpu_self) * 1000:.0f} ms, its zygote "
           f"and sandbox {statistics.median(cpu_children) * 1000:.0f} ms; after: {load_average()}")
