@@ -3,14 +3,17 @@ and see every byte of the request's head (one request per connection)."""
 
 from __future__ import annotations
 
+import shutil
 import ssl
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 
 import trio
 
-__all__ = ["Answer", "header", "raw_server", "reply"]
+__all__ = ["Answer", "header", "raw_server", "reply", "self_signed"]
 
 Answer = Callable[[bytes], bytes]  # the request's head -> the whole response
 
@@ -64,3 +67,17 @@ def header(head: bytes, name: bytes) -> bytes | None:
     return None
 
 
+def self_signed(folder: Path, *extra: str) -> tuple[Path, Path] | None:
+    """A fresh self-signed certificate for CN 127.0.0.1 (``extra``: more ``openssl req``
+    arguments) and its key, in ``folder``; None when openssl is not installed."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return None
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", *extra, "-keyout", str(key),
+         "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key

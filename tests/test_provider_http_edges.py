@@ -8,9 +8,7 @@ what goes over the wire and sees exactly what the provider sent.
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from rlm.errors import ProviderConnectionError, ProviderResponseError, ProviderS
 from rlm.providers._http import make_http_client
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.openai import OpenAIProvider
-from tests.raw_http import header, raw_server, reply
+from tests.raw_http import header, raw_server, reply, self_signed
 
 REQUEST = CompletionRequest(messages=[{"role": "user", "content": "hi"}], model="m")
 CHAT = json.dumps(
@@ -84,16 +82,10 @@ async def test_an_error_names_the_url_without_its_credentials(
 @pytest.fixture(scope="module")
 def untrusted_tls(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
     """A server context with a fresh self-signed certificate (trusted by no CA bundle)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
+    made = self_signed(tmp_path_factory.mktemp("tls"))
+    if made is None:
         pytest.skip("openssl is not installed: no self-signed certificate can be made")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )
+    cert, key = made
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(Path(cert), Path(key))
     return context
