@@ -183,6 +183,28 @@ async def test_a_killed_sandbox_dies_at_the_lowest_cpu_priority(forked: bool) ->
     assert sandbox_descendants() == []
 
 
+async def test_at_the_end_of_a_run_the_sandboxes_die_at_full_priority() -> None:
+    # Nothing else works then and the run waits for these deaths: they must not queue
+    # behind other programs.  A child's sandbox killed earlier, mid-run, still yields.
+    # Spawned directly (not serving), so only this test reaps them: a zygote would reap
+    # them as soon as finish() let it go, before /proc could be read.
+    launcher = SandboxLauncher(events=EventBus(), max_output_chars=100)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    async with trio.open_nursery() as nursery:
+        child = await launcher.open(nursery, context="child", owner=OWNER)
+        root = await launcher.open(nursery, context="root", owner=OWNER)
+        try:
+            child.kill("closed")
+            launcher.finish()
+            assert not root.alive and _exists(root.pid)  # killed, not reaped yet
+            assert _niceness(child.pid) == 19 and _niceness(root.pid) == own
+        finally:
+            await child.aclose()
+            await root.aclose()
+    assert not _exists(root.pid) and not _exists(child.pid)
+    assert sandbox_descendants() == []
+
+
 @contextlib.asynccontextmanager
 async def _no_zygote() -> AsyncIterator[None]:
     yield

@@ -41,8 +41,9 @@ FRAME_PIPE_BYTES = 256 * 1024
 DYING_NICENESS = 19
 
 
-def kill_sandbox(pid: int) -> None:
-    """SIGKILL the sandbox ``pid`` and its process group, at the lowest CPU priority.
+def kill_sandbox(pid: int, *, yield_cpu: bool = True) -> None:
+    """SIGKILL the sandbox ``pid`` and its process group, at the lowest CPU priority
+    unless ``yield_cpu`` is False.
 
     A killed process tears its address space down on a CPU before it can be reaped,
     at its own priority: a few milliseconds each, taken on a 2-core machine from the
@@ -50,9 +51,12 @@ def kill_sandbox(pid: int) -> None:
     while its siblings and the root still run code).  Made the least nice first, the
     dying give way to them.  Only the caller's unreaped children (or the zygote's,
     which reaps only on request) are passed here, so ``pid`` cannot have been reused.
+    At the end of a run nothing else works and the run waits for the deaths: there
+    ``yield_cpu=False`` keeps them from queuing behind other programs' work.
     """
-    with contextlib.suppress(OSError):  # gone already, or not ours to renice: kill it anyway
-        os.setpriority(os.PRIO_PROCESS, pid, DYING_NICENESS)
+    if yield_cpu:
+        with contextlib.suppress(OSError):  # gone already, or not ours to renice: kill anyway
+            os.setpriority(os.PRIO_PROCESS, pid, DYING_NICENESS)
     for kill in (os.killpg, os.kill):  # os.kill: a fresh fork may not have called setsid() yet
         with contextlib.suppress(ProcessLookupError):
             kill(pid, signal.SIGKILL)
@@ -120,9 +124,9 @@ class DirectChild:
     def stderr(self) -> trio.abc.ReceiveStream | None:
         return self._process.stderr
 
-    def kill(self) -> None:
+    def kill(self, *, yield_cpu: bool = True) -> None:
         if self._process.returncode is None:  # else reaped: the pid is no longer its
-            kill_sandbox(self._process.pid)
+            kill_sandbox(self._process.pid, yield_cpu=yield_cpu)
 
     async def wait(self) -> None:
         await self._process.wait()

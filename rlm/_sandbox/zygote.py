@@ -53,9 +53,9 @@ class ZygoteChild:
     def stderr(self) -> trio.abc.ReceiveStream | None:
         return self._stderr
 
-    def kill(self) -> None:
+    def kill(self, *, yield_cpu: bool = True) -> None:
         if self._returncode is None:  # unreaped: the pid is still this sandbox's
-            kill_sandbox(self._pid)
+            kill_sandbox(self._pid, yield_cpu=yield_cpu)
 
     async def wait(self) -> None:
         if self._returncode is None:
