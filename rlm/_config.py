@@ -94,6 +94,14 @@ class RunConfig:
         if isinstance(self.require_isolation, list):  # from JSON or a caller's list
             object.__setattr__(self, "require_isolation", tuple(self.require_isolation))
 
+    def __repr__(self) -> str:
+        # The dataclass's repr, but with the base URLs' user:password taken out, as
+        # everywhere else a setting is shown: a config reaches logs, tracebacks and
+        # debuggers (the key is not shown at all: repr=False).
+        shown = public_settings(self)
+        body = ", ".join(f"{f.name}={shown[f.name]!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__qualname__}({body})"
+
     @property
     def effective_sub_model(self) -> str:
         return self.sub_model or self.model
@@ -175,7 +183,9 @@ class RunConfig:
             return self
         for name, url in (("base_url", self.base_url), ("sub_base_url", self.sub_base_url)):
             if url and not url.startswith(("http://", "https://")):
-                raise SettingError(f"<{name}> must start with http:// or https://, got {url!r}")
+                raise SettingError(
+                    f"<{name}> must start with http:// or https://, got {redact_url(url)!r}"
+                )
             if redacted(url):  # read back from a journal or a saved session
                 raise SettingError(
                     f"<{name}> was stored as {url}: the user:password it had are never "

@@ -16,8 +16,9 @@ import re
 __all__ = ["redact_url", "redacted"]
 
 # The scheme, then the authority's userinfo: everything up to its last "@" before
-# the path, query or fragment begins.
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+# the path, query or fragment begins.  Without a scheme ("alice:pw@host/v1", a
+# mistyped setting that an error message quotes) the userinfo goes all the same.
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?[^/?#]*@")
 _REDACTED = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\*\*\*@")
 
 

@@ -33,6 +33,8 @@ def with_credentials(url: str) -> str:
         ("http://a:p@ss@host/v1", "http://***@host/v1"),
         ("http://host:8000/v1", "http://host:8000/v1"),
         ("http://host/v1/x@y", "http://host/v1/x@y"),
+        ("alice:s3cret@host/v1", "***@host/v1"),
+        ("host/v1@x", "host/v1@x"),
     ],
 )
 def test_redact_url_takes_out_only_the_userinfo(url: str, shown: str) -> None:
@@ -45,6 +47,25 @@ def test_public_settings_never_hold_the_key_or_url_credentials() -> None:
     public = public_settings(config)
     assert "api_key" not in public
     assert (public["base_url"], public["sub_base_url"]) == ("http://***@h/v1", "http://***@h2/v1")
+
+
+def test_a_configs_repr_and_str_never_show_url_credentials() -> None:
+    config = RunConfig(base_url="http://alice:s3cret@h/v1", sub_base_url="https://b:pw2@h2/v1",
+                       api_key="sk-secret", model="m")
+    for text in (repr(config), str(config), f"{config}", repr([config])):
+        assert SECRET not in text and "pw2" not in text and "sk-secret" not in text, text
+        assert "alice" not in text and "base_url='http://***@h/v1'" in text, text
+        assert "sub_base_url='https://***@h2/v1'" in text and "model='m'" in text, text
+    assert repr(RunConfig()).startswith("RunConfig(model='fixture', base_url=None, ")
+
+
+def test_a_malformed_base_url_is_quoted_without_its_credentials() -> None:
+    for url in ("ftp://alice:s3cret@h/v1", "alice:s3cret@h/v1"):
+        with pytest.raises(SettingError) as caught:
+            RunConfig(base_url=url, model="m", provider="openai").validate_endpoint()
+        message = str(caught.value)
+        assert "must start with http:// or https://" in message and "***@h/v1" in message
+        assert SECRET not in message and "alice" not in message, message
 
 
 def test_a_redacted_base_url_is_refused_with_what_to_do() -> None:
