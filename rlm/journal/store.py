@@ -463,14 +463,28 @@ class JournalStore:
         return self._tx(work)
 
     def leave(
-        self, volley_id: str, owner: Owner, indices: Iterable[int], spend: Spend = _NOTHING_SPENT
+        self,
+        volley_id: str,
+        owner: Owner,
+        indices: Iterable[int],
+        spend: Spend = _NOTHING_SPENT,
+        groups: Sequence[tuple[tuple[str, int], Spend]] = (),
     ) -> int:
         """A worker's end in one transaction: :meth:`release` ``indices``, record
-        ``spend``, :meth:`retire_worker`.  How many tasks went back to ``open``."""
+        ``spend``, :meth:`retire_worker`.  How many tasks went back to ``open``.
+
+        ``groups`` are verdict groups whose verdicts could not be written (numbered
+        as :meth:`finish_rows` numbers them, in order) with what each cost: each
+        one's spend is added unless the journal has it already (a writer process
+        committed the group before it died), so what was paid for is recorded once.
+        """
         keys = list(indices)
 
         def work(tx: Tx) -> int:
             changed = _release(tx, volley_id, owner, keys, spend)
+            for group, cost in groups:
+                if _first_commit(tx, group):
+                    _add_spend(tx, volley_id, cost)
             _retire(tx, owner)
             return changed
 

@@ -115,6 +115,25 @@ def fewer_collections(young: int = _YOUNG_THRESHOLD) -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+def _spend_text(spend: Spend) -> str:
+    return (
+        f"${spend.cost:.4f}, {spend.calls} requests, {spend.input_tokens} input and "
+        f"{spend.output_tokens} output tokens"
+    )
+
+
+def _unwritten_note(results: Sequence[TaskResult], unwritten: JournalError | None) -> str:
+    """Which verdicts could not be written and why (``unwritten``), or nothing."""
+    if unwritten is None:
+        return ""
+    indices = sorted(r.index for r in results)
+    shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
+    return (
+        f"the verdicts of {len(indices)} task(s) ({shown}) were not written (the writer, "
+        f"then this worker's own connection failed: {unwritten}) and not reported"
+    )
+
+
 class JournalWorker:
     """One worker on one volley of a journal; see the module docstring."""
 
@@ -517,7 +536,11 @@ class JournalWorker:
         spend, retire.  Verdicts still queued (the body was cancelled or failed) are
         committed, but their writers are gone: durable results nobody reported."""
         try:
-            await self._commit_queued(tell=False)
+            # A group whose commit is unknown is sent again first (below), so groups
+            # reach the journal in the order of their numbers: a retried group's spend
+            # is told apart by the last number recorded (JournalStore.finish_rows).
+            if not self._unsure:
+                await self._commit_queued(tell=False)
         except JournalError:
             if isinstance(self._writes, StoreWrites):
                 raise
@@ -528,29 +551,68 @@ class JournalWorker:
             # even when the writer process is gone; then the tasks still held go back
             # to open.
             self._writes = StoreWrites(self.store, self._run_sync)
+            unwritten: JournalError | None = None
             try:
                 await self._commit_unsure()
                 await self._commit_queued(tell=False)
+            except JournalError as exc:
+                unwritten = exc
             finally:
-                leftovers = sorted(self._held | {t.index for t in self._buffer})
-                self._held.clear()
-                self._buffer.clear()
-                await self._run_sync(
-                    self.store.leave, self.volley_id, self.owner, leftovers, self._spend_delta()
-                )
+                await self._leave(unwritten)
 
     async def _commit_unsure(self) -> None:
-        """Send again, as they were, the groups whose commit is unknown: rows already
-        written are not written again, and a group's spend is added once.  What
-        fails here stays held, and is given back."""
-        unsure, self._unsure = self._unsure, []
-        for group, results, spend in unsure:
+        """Send again, as they were and in order, the groups whose commit is unknown:
+        rows already written are not written again, and a group's spend is added
+        once.  A group that fails here stays unsure (see :meth:`_leave`)."""
+        while self._unsure:
+            group, results, spend = self._unsure[0]
             await self._writes.finish_rows(
                 self.volley_id, [_row(r) for r in results], spend, group
             )
+            del self._unsure[0]
             for result in results:
                 self._held.discard(result.index)
                 self.accepted += 1
+
+    async def _leave(self, unwritten: JournalError | None) -> None:
+        """The worker's end transaction: give back what is still held, record the spend
+        not recorded yet, retire.
+
+        Groups whose verdicts could be written neither by the writer nor through this
+        connection (``unwritten`` says why) were never reported; their tasks go back
+        to open (a resume runs them again) and what they cost is recorded here, once.
+        What this cannot record either is named in the error, never dropped unsaid.
+        """
+        leftovers = sorted(self._held | {t.index for t in self._buffer})
+        self._held.clear()
+        self._buffer.clear()
+        unsure, self._unsure = self._unsure, []
+        groups = [(group, spend) for group, _, spend in unsure]
+        # Verdicts still queued behind an unsure group were never sent: their spend
+        # is counted here (in the ledger's growth when it is followed).
+        queued, self._waiting, self._tell = self._waiting, [], []
+        spend = self._spend_delta(queued)
+        unwritten_results = [r for _, results, _ in unsure for r in results] + queued
+        try:
+            await self._run_sync(
+                self.store.leave, self.volley_id, self.owner, leftovers, spend, groups
+            )
+        except JournalError as exc:
+            lost = sum((cost for _, cost in groups), spend)
+            if lost == Spend() and unwritten is None:
+                raise
+            note = _unwritten_note(unwritten_results, unwritten)
+            raise JournalError(
+                f"{exc}{'; ' + note if note else ''}; what the volley spent since it was "
+                f"last recorded (up to {_spend_text(lost)}) is not in the journal either, so "
+                "budgets across resumes do not count it"
+            ) from exc
+        if unwritten is not None:
+            note = _unwritten_note(unwritten_results, unwritten)
+            raise JournalError(
+                f"journal {self.store.where}: {note}; they were given back (a resume runs "
+                "them again) and what they cost is recorded"
+            ) from unwritten
 
     async def _heartbeat_loop(self) -> None:
         while True:
