@@ -13,7 +13,9 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     │   ├── ProviderConnectionError         cannot connect, reset, timed out
     │   ├── ProviderResponseError           reply is not the JSON we expect
     │   └── ProviderStatusError             an HTTP error status
-    │       ├── AuthenticationError exit 4  401/403: the credentials were refused
+    │       ├── AuthenticationError exit 4  401: the credentials were refused; 403: the
+    │       │                               request was forbidden (credentials, policy,
+    │       │                               region or model: the server's message says)
     │       ├── QuotaExceededError  exit 3  402, 429 insufficient_quota, 400 credit: no credit
     │       └── RateLimitError              429 (retryable)
     ├── JournalError                exit 1  the journal cannot be opened, is too new, or failed
@@ -158,7 +160,9 @@ class ProviderStatusError(ProviderError):
 
 
 class AuthenticationError(ProviderStatusError):
-    """401/403: the provider refused the credentials.  Never retried."""
+    """401: the provider refused the credentials; 403: it forbade the request, for the
+    credentials or for what was asked (a policy, a region, a model), as its message
+    says.  Never retried: the same request gets the same answer."""
 
     exit_code = 4
     ends_run = True

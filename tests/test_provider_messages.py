@@ -61,3 +61,42 @@ async def test_a_401_says_whether_a_key_was_sent(headers: dict[str, str], advice
     message = str(caught.value)
     assert ".." not in message and advice in message
     assert "Incorrect API key provided" in message and "sk-wrong" not in message
+
+
+def _answer_403(body: dict[str, object] | None) -> httpx2.MockTransport:
+    return httpx2.MockTransport(
+        lambda request: httpx2.Response(403, json=body) if body else httpx2.Response(403)
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "sent"),
+    [
+        (URL, {"Authorization": "Bearer sk-wrong"}, "may not accept the key for it"),
+        ("https://***@api.example.test/v1/chat/completions", {},
+         "may not accept the user:password in the base URL (shown as ***@) for it"),
+        (URL, {}, "No API key was sent: if it wants one, set RLM_API_KEY"),
+    ],
+)
+async def test_a_403_says_what_the_server_said_and_the_credentials_are_one_possible_cause(
+    url: str, headers: dict[str, str], sent: str
+) -> None:
+    # A 403 is often not about the credentials at all: a policy, a region, a model.
+    body = {"error": {"message": "Model m-large is not available in your region."}}
+    async with _client(_answer_403(body)) as client:
+        with pytest.raises(AuthenticationError) as caught:
+            await post_json(client, url, {}, headers)
+    message = str(caught.value)
+    assert "answered HTTP 403: Model m-large is not available in your region" in message
+    assert "The server forbade the request (its message says why)" in message, message
+    assert sent in message and "region" in message, message
+    assert "refused" not in message and "sk-wrong" not in message, message
+    assert caught.value.status == 403 and caught.value.exit_code == 4
+
+
+async def test_a_403_with_no_message_says_the_server_gave_no_reason() -> None:
+    async with _client(_answer_403(None)) as client:
+        with pytest.raises(AuthenticationError) as caught:
+            await post_json(client, URL, {}, {"Authorization": "Bearer sk-x"})
+    message = str(caught.value)
+    assert "answered HTTP 403" in message and "(it gave no reason)" in message, message

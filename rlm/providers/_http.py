@@ -323,20 +323,15 @@ def classify_status(
     # A provider's message may hold lone surrogates (JSON escapes): every trace,
     # journal and terminal it reaches must be able to write it.
     message = clean_text(message)
-    if status in (401, 403):
-        if redacted(url):  # its user:password went as Basic auth, in place of any key
-            advice = (
-                "The provider refused the user:password in the base URL (shown as ***@): "
-                "check them, or take them out to send RLM_API_KEY instead"
-            )
-        elif key_sent:
-            advice = (
-                "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
-                "ANTHROPIC_API_KEY) and that it is valid for this endpoint"
-            )
-        else:
-            advice = "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+    if status == 401:
+        advice = _credentials_advice(url, key_sent)
         return AuthenticationError(f"{message}. {advice}", url=url, status=status)
+    if status == 403:
+        return AuthenticationError(
+            f"{message}. {_forbidden_advice(url, key_sent, said=bool(body.strip()))}",
+            url=url,
+            status=status,
+        )
     if status == 402 or (status in (400, 429) and _OUT_OF_CREDIT.search(body)):
         return QuotaExceededError(
             f"{message}. The account is out of credit", url=url, status=status
@@ -351,6 +346,44 @@ def classify_status(
         status=status,
         retryable=status in _RETRYABLE_STATUS,
         retry_after=retry_after,
+    )
+
+
+def _credentials_advice(url: str, key_sent: bool) -> str:
+    """What to check when the provider refused the credentials (a 401)."""
+    if redacted(url):  # its user:password went as Basic auth, in place of any key
+        return (
+            "The provider refused the user:password in the base URL (shown as ***@): "
+            "check them, or take them out to send RLM_API_KEY instead"
+        )
+    if key_sent:
+        return (
+            "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
+            "ANTHROPIC_API_KEY) and that it is valid for this endpoint"
+        )
+    return "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+
+
+def _forbidden_advice(url: str, key_sent: bool, *, said: bool) -> str:
+    """A 403 is the server forbidding this request: the credentials may be why, but so
+    may a policy, a region or a model the account may not use; what it said (shown
+    before this) tells which."""
+    why = "its message says why" if said else "it gave no reason"
+    if redacted(url):
+        sent = "the user:password in the base URL (shown as ***@)"
+        fix = "check them, or take them out to send RLM_API_KEY instead"
+    elif key_sent:
+        sent = "the key"
+        fix = "check RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+    else:
+        return (
+            f"The server forbade the request ({why}). No API key was sent: if it wants one, "
+            "set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY); else the model, the "
+            "region or the server's policy is not allowed"
+        )
+    return (
+        f"The server forbade the request ({why}): it may not accept {sent} for it ({fix}), "
+        "or not allow this model, region or use whatever the credentials"
     )
 
 
