@@ -135,7 +135,8 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
     process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL)
     assert process.stdout is not None
-    out = process.stdout.read()
+    with process.stdout:
+        out = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
