@@ -9,11 +9,7 @@ and the HTTP pool takes them on its first connects instead of dialling.
 
 They are opened once the run's first request is on the wire (the first
 connection's first read), not before: dialling them takes the loop a few
-milliseconds, which must not delay the root's own request.  That request's
-own connection is opened when the providers are (:meth:`WarmConnections.open_first`),
-before the run starts its sandbox: dialled on the request's path, the
-connect's wait let the run's other work (its sandbox's start) go first, and
-the request reached a loopback server 2-8 ms after it was posted.  Only
+milliseconds, which must not delay the root's own request.  Only
 connections are opened: no request is sent, so nothing is asked of the
 provider, counted or billed.  The number is bounded by the sub lane's
 permits.  A pre-opened connection the server has closed meanwhile is closed
@@ -49,8 +45,7 @@ class WarmConnections(WrappedBackend):
         self._ready: dict[tuple[str, int], list[httpcore2.AsyncNetworkStream]] = {}
         self._closed = False
         self._first_sent = trio.Event()  # the first request is on the wire
-        self._handed_out = False
-        self.first_opened = trio.Event()  # see open_first
+        self._dialled = False
         #: How many pre-opened connections the pool took (for tests and the curious).
         self.taken = 0
 
@@ -61,28 +56,20 @@ class WarmConnections(WrappedBackend):
         One that fails is left out: the pool then dials as it would have anyway.
         """
         await self._first_sent.wait()
+
+        async def one() -> None:
+            try:
+                stream = await self._inner.connect_tcp(host, port, timeout=_CONNECT_TIMEOUT)
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout, OSError):
+                return
+            if self._closed:  # the client closed while this one was connecting
+                await stream.aclose()
+            else:
+                self._ready.setdefault((host, port), []).append(stream)
+
         async with trio.open_nursery() as nursery:
             for _ in range(min(count, MAX_WARM_CONNECTIONS)):
-                nursery.start_soon(self._dial, host, port)
-
-    async def open_first(self, host: str, port: int) -> None:
-        """Open one connection to ``host:port`` now, for the run's first request;
-        :attr:`first_opened` is set once it is open (or failed)."""
-        try:
-            await self._dial(host, port)
-        finally:
-            self.first_opened.set()
-
-    async def _dial(self, host: str, port: int) -> None:
-        """Open a connection and keep it ready; one that fails is left out."""
-        try:
-            stream = await self._inner.connect_tcp(host, port, timeout=_CONNECT_TIMEOUT)
-        except (httpcore2.ConnectError, httpcore2.ConnectTimeout, OSError):
-            return
-        if self._closed:  # the client closed while this one was connecting
-            await stream.aclose()
-        else:
-            self._ready.setdefault((host, port), []).append(stream)
+                nursery.start_soon(one)
 
     def ready(self, host: str, port: int) -> int:
         """Pre-opened connections to ``host:port`` not taken yet."""
@@ -96,21 +83,6 @@ class WarmConnections(WrappedBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        stream = await self._take_ready(host, port, local_address, socket_options)
-        if stream is None:
-            stream = await super().connect_tcp(
-                host, port, timeout=timeout, local_address=local_address,
-                socket_options=socket_options,
-            )
-        if self._handed_out:
-            return stream
-        self._handed_out = True  # the run's first request goes out on this one
-        return _FirstRequest(stream, self._first_sent)
-
-    async def _take_ready(
-        self, host: str, port: int, local_address: str | None,
-        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None,
-    ) -> httpcore2.AsyncNetworkStream | None:
         ready = self._ready.get((host, port))
         while ready and local_address is None and not socket_options:
             stream = ready.pop()
@@ -118,7 +90,14 @@ class WarmConnections(WrappedBackend):
                 self.taken += 1
                 return stream
             await stream.aclose()  # readable while idle: the server closed it
-        return None
+        stream = await super().connect_tcp(
+            host, port, timeout=timeout, local_address=local_address,
+            socket_options=socket_options,
+        )
+        if self._dialled:
+            return stream
+        self._dialled = True
+        return _FirstRequest(stream, self._first_sent)
 
     async def aclose(self) -> None:
         """Close every connection not handed out; any still connecting closes on arrival."""
@@ -131,7 +110,7 @@ class WarmConnections(WrappedBackend):
 
 
 class _FirstRequest(WrappedStream):
-    """The first connection handed out: says when its first request is on the wire, i.e.
+    """The first connection dialled: says when its first request is on the wire, i.e.
     when the client first reads (it reads a response only once the request is sent)."""
 
     def __init__(self, stream: httpcore2.AsyncNetworkStream, sent: trio.Event) -> None:

@@ -65,14 +65,6 @@ async def open_providers(
         try:
             # While the root's first step is generated, open the connections the sub
             # lane's first wave will want (one per permit; no request is sent).
-            # The root's own connection, before the run starts its sandbox (see _warm): a
-            # local server's takes well under a millisecond; a remote one is not waited
-            # for past _FIRST_DIAL_WAIT, and its first request takes it if it is open by then.
-            first = None if proxied else _origin(urls[0])
-            if first is not None:
-                nursery.start_soon(warm.open_first, *first)
-                with trio.move_on_after(_FIRST_DIAL_WAIT):
-                    await warm.first_opened.wait()
             origin = None if proxied else _origin(urls[1])
             if origin is not None:
                 sub_permits = config.max_concurrent - config.root_permits
@@ -85,9 +77,6 @@ async def open_providers(
         finally:
             nursery.cancel_scope.cancel()
             await warm.aclose()
-
-
-_FIRST_DIAL_WAIT = 0.002  # seconds
 
 
 def _origin(url: str) -> tuple[str, int] | None:
