@@ -15,6 +15,7 @@ import trio
 
 from rlm.journal import JournalStore, Owner, Recovered, Spend, open_store
 from rlm.journal._threads import inline_run_sync
+from rlm.journal._verdicts import flat_verdict, verdict_row
 from rlm.journal.records import local_host
 from rlm.journal.worker import JournalWorker, fewer_collections
 from rlm.volley.records import TaskResult, VolleyTask
@@ -260,3 +261,60 @@ def test_fewer_collections_raises_the_young_threshold_and_restores_it_on_every_p
     with pytest.raises(KeyError), fewer_collections(6000):
         raise KeyError("the volley failed")
     assert gc.get_threshold() == before
+
+
+async def test_a_groups_verdicts_are_reported_only_once_its_commit_has_returned(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    """keep() returns at once; each verdict's ``kept`` comes only after the group's
+    transaction committed (the row is done when it is called), never before."""
+    _create(store, 6)
+    commits: list[tuple[float, float]] = []  # (when asked, when committed)
+
+    async def slow_run_sync(fn, *args):  # type: ignore[no-untyped-def]
+        if fn.__name__ != "_finish_flat":
+            return fn(*args)
+        asked = trio.current_time()
+        await trio.sleep(1.0)  # a group's transaction takes a second
+        result = fn(*args)
+        commits.append((asked, trio.current_time()))
+        return result
+
+    worker = JournalWorker(
+        store, "v", owner=Owner("h", 1, "a"), run_sync=slow_run_sync, group_interval=0.1
+    )
+    reported: list[tuple[int, float, str]] = []
+    all_reported = trio.Event()
+
+    def kept(result: TaskResult) -> None:
+        row = next(r for r in store.tasks("v") if r.index == result.index)
+        reported.append((result.index, trio.current_time(), row.status))
+        if len(reported) == 6:
+            all_reported.set()
+
+    async with worker.running():
+        while (task := await worker.claim()) is not None:
+            await trio.sleep(0.05)
+            worker.keep(_ok(task), kept)
+            assert all(index != task.index for index, _, _ in reported)  # not yet
+        await all_reported.wait()  # as the runner does: it waits for every report
+    assert sorted(index for index, _, _ in reported) == [1, 2, 3, 4, 5, 6]
+    assert all(status == "done" for _, _, status in reported)
+    committed = [done for _, done in commits]
+    assert all(when in committed for _, when, _ in reported)  # told as its group committed
+    assert len(commits) < 6  # in groups, not one transaction per verdict
+
+
+def test_a_flat_verdict_becomes_the_row_the_store_writes() -> None:
+    """The loop sends TaskResult fields as they are; the row (status word, usage object,
+    text that UTF-8 cannot encode cleaned) is built where the store runs."""
+    ok = TaskResult(3, "p", "succeeded", 1.23456789, 10, 5, 2, 0.5, 1, "a\ud800b")
+    failed = TaskResult(4, "p", "failed", cost=None, error="e\udfff")
+    assert verdict_row(flat_verdict(ok)) == (
+        3, "done", "a?b",
+        {"duration_sec": 1.234568, "tokens_input": 10, "tokens_output": 5,
+         "tokens_cached": 2, "retries": 1},
+        0.5, None,
+    )
+    row = verdict_row(list(flat_verdict(failed)))  # as msgpack hands it to the writer
+    assert (row[0], row[1], row[2], row[4], row[5]) == (4, "failed", None, None, "e?")

@@ -25,6 +25,7 @@ import trio.testing
 
 from rlm.errors import JournalError
 from rlm.journal import JournalStore, Owner, Spend, open_store
+from rlm.journal._verdicts import FlatVerdict
 from rlm.journal._writer import WriterProcess, supervised, writer_process, writes_for
 from rlm.journal.worker import JournalWorker
 from rlm.volley.records import TaskResult, VolleyTask
@@ -40,6 +41,19 @@ def journal(tmp_path: Path) -> Iterator[tuple[str, JournalStore]]:
     store.create_volley("v", {}, [VolleyTask(i, f"t{i}").to_dict() for i in range(1, 11)])
     yield path, store
     store.close()
+
+
+def _flat(
+    index: int,
+    status: str,
+    output: str | None,
+    *,
+    cost: float | None = None,
+    error: str | None = None,
+    tokens: int = 0,
+) -> FlatVerdict:
+    """A verdict as a worker sends it (see rlm.journal._verdicts)."""
+    return (index, status, output, 0.0, tokens, 0, 0, 0, cost, error)
 
 
 def _gone(pid: int) -> bool:
@@ -70,9 +84,9 @@ async def test_it_claims_and_commits_verdicts_then_ends_when_closed(
             assert await writer.claim_indices("v", _OWNER, 3) == [1, 2, 3]
             specs = await writer.claim_specs("v", _OWNER, 2)
             assert [s["index"] for s in specs] == [4, 5]
-            rows = [(i, "done", f"out {i}", {"retries": 0}, 0.5, None) for i in (1, 2)]
-            rows.append((3, "failed", None, {}, None, "boom"))
-            assert await writer.finish_rows("v", rows, Spend(1.5, 3, 10, 20)) == 3
+            rows = [_flat(i, "succeeded", f"out {i}", cost=0.5) for i in (1, 2)]
+            rows.append(_flat(3, "failed", None, error="boom"))
+            assert await writer.finish_flat("v", rows, Spend(1.5, 3, 10, 20)) == 3
             # The verdicts are committed: another connection sees them at once.
             tasks = {t.index: t for t in store.tasks("v")}
             assert (tasks[1].status, tasks[1].output, tasks[1].cost) == ("done", "out 1", 0.5)
@@ -120,7 +134,7 @@ async def test_a_killed_writer_fails_the_request_it_was_on_and_every_later_one(
             assert "writer process" in failed[0] and "killed by signal 9" in failed[0]
             assert "--resume" in failed[0]
             with pytest.raises(JournalError, match="killed by signal 9"):
-                await writer.finish_rows("v", [(1, "done", "x", {}, None, None)], Spend())
+                await writer.finish_flat("v", [_flat(1, "succeeded", "x")], Spend())
     blocker.execute("ROLLBACK")
     blocker.close()
 
@@ -175,7 +189,7 @@ async def test_a_request_cut_off_mid_send_by_the_writer_dying_fails(
             await request()
         failed.append(str(caught.value))
 
-    big = [(1, "done", "x" * (4 << 20), {}, None, None)]  # far more than a pipe holds
+    big = [_flat(1, "succeeded", "x" * (4 << 20))]  # far more than a pipe holds
     with trio.fail_after(_HANG):
         async with writer_process(path) as writer:
             await writer.ready()
@@ -183,7 +197,7 @@ async def test_a_request_cut_off_mid_send_by_the_writer_dying_fails(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(ask, lambda: writer.claim_indices("v", _OWNER, 1))
                 await trio.sleep(0.2)  # let the claim reach the writer
-                nursery.start_soon(ask, lambda: writer.finish_rows("v", big, Spend()))
+                nursery.start_soon(ask, lambda: writer.finish_flat("v", big, Spend()))
                 await trio.sleep(0.2)  # its send fills the pipe and waits
                 os.kill(writer.pid, signal.SIGKILL)
             with pytest.raises(JournalError, match="killed by signal 9"):
@@ -200,14 +214,14 @@ async def test_a_verdict_that_cannot_be_encoded_is_refused_and_later_answers_sta
     with trio.fail_after(_HANG):
         async with writer_process(path) as writer:
             assert await writer.claim_indices("v", _OWNER, 2) == [1, 2]
-            bad = [(1, "done", "ok", {}, None, None), (2, "failed", None, {}, None, "\ud800")]
-            with pytest.raises(JournalError, match="the error of task 2's verdict"):
-                await writer.finish_rows("v", bad, Spend())
+            bad = [_flat(1, "succeeded", "ok"), _flat(2, "failed", None, tokens=1 << 70)]
+            with pytest.raises(JournalError, match="the tokens_input of task 2's verdict"):
+                await writer.finish_flat("v", bad, Spend())
             # Nothing of it was sent or queued: each later request gets its own answer.
             with trio.move_on_after(10) as waited:
                 assert await writer.claim_indices("v", _OWNER, 1) == [3]
-                ok = [(2, "done", "fine", {}, None, None)]
-                assert await writer.finish_rows("v", ok, Spend()) == 1
+                ok = [_flat(2, "succeeded", "fine")]
+                assert await writer.finish_flat("v", ok, Spend()) == 1
             if waited.cancelled_caught:  # hung, shielded: end it so the test fails
                 os.kill(writer.pid, signal.SIGKILL)
     assert not waited.cancelled_caught, "a later request got no answer"
@@ -265,7 +279,7 @@ _COMMITS_THEN_DIES = textwrap.dedent(
         requests.feed(chunk)
         for method, args in requests:
             result = methods[method](*args)
-            if method == "finish_rows":
+            if method == "finish_flat":
                 os.kill(os.getpid(), signal.SIGKILL)  # committed, never answered
             os.write(1, msgpack.packb([True, result]))
     """

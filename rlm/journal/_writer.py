@@ -43,7 +43,8 @@ import rlm
 from rlm.errors import JournalError
 from rlm.journal._backends import SQLiteBackend
 from rlm.journal._threads import RunSync
-from rlm.journal.records import Owner, Spend, VerdictRow
+from rlm.journal._verdicts import FlatVerdict, clean_flat, verdict_rows
+from rlm.journal.records import Owner, Spend
 from rlm.journal.store import JournalStore
 
 __all__ = [
@@ -72,13 +73,17 @@ class JournalWrites(Protocol):
         self, volley_id: str, owner: Owner, limit: int
     ) -> list[dict[str, Any]]: ...
 
-    async def finish_rows(
+    async def finish_flat(
         self,
         volley_id: str,
-        rows: Sequence[VerdictRow],
+        verdicts: Sequence[FlatVerdict],
         spend: Spend,
         group: tuple[str, int] | None = None,
-    ) -> int: ...
+    ) -> int:
+        """:meth:`JournalStore.finish_rows` of verdicts as the event loop hands them
+        (flat: see :mod:`rlm.journal._verdicts`); their rows are built where the store
+        runs, off the event loop."""
+        ...
 
 
 class StoreWrites:
@@ -94,14 +99,25 @@ class StoreWrites:
     async def claim_specs(self, volley_id: str, owner: Owner, limit: int) -> list[dict[str, Any]]:
         return await self._run_sync(self._store.claim_specs, volley_id, owner, limit)
 
-    async def finish_rows(
+    async def finish_flat(
         self,
         volley_id: str,
-        rows: Sequence[VerdictRow],
+        verdicts: Sequence[FlatVerdict],
         spend: Spend,
         group: tuple[str, int] | None = None,
     ) -> int:
-        return await self._run_sync(self._store.finish_rows, volley_id, rows, spend, group)
+        return await self._run_sync(_finish_flat, self._store, volley_id, verdicts, spend, group)
+
+
+def _finish_flat(
+    store: JournalStore,
+    volley_id: str,
+    verdicts: Sequence[FlatVerdict],
+    spend: Spend,
+    group: tuple[str, int] | None,
+) -> int:
+    """Build the rows and write them (in the store's thread, or the writer process)."""
+    return store.finish_rows(volley_id, verdict_rows(verdicts), spend, group)
 
 
 class _Reply:
@@ -151,15 +167,23 @@ class WriterProcess:
         )
         return result
 
-    async def finish_rows(
+    async def finish_flat(
         self,
         volley_id: str,
-        rows: Sequence[VerdictRow],
+        verdicts: Sequence[FlatVerdict],
         spend: Spend,
         group: tuple[str, int] | None = None,
     ) -> int:
         spent = (spend.cost, spend.calls, spend.input_tokens, spend.output_tokens)
-        result: int = await self._ask("finish_rows", volley_id, rows, spent, group)
+        try:
+            request = _pack("finish_flat", (volley_id, verdicts, spent, group))
+        except JournalError as exc:
+            if not isinstance(exc.__cause__, UnicodeEncodeError):
+                raise
+            # A text UTF-8 cannot encode (a lone surrogate): rare, so cleaned only now.
+            cleaned = [clean_flat(v) for v in verdicts]
+            request = _pack("finish_flat", (volley_id, cleaned, spent, group))
+        result: int = await self._send(request)
         return result
 
     async def _ask(self, method: str, *args: Any) -> Any:
@@ -174,8 +198,12 @@ class WriterProcess:
         is queued in the same step as it marks the process gone), and a
         request that could not be sent whole fails at once.
         """
+        # Packed before queueing: a request that cannot go leaves no trace.
+        return await self._send(_pack(method, args))
+
+    async def _send(self, request: bytes) -> Any:
+        """Send a packed request and wait for its answer (see :meth:`_ask`)."""
         await self.ready()
-        request = _pack(method, args)  # before queueing: a request that cannot go leaves no trace
         reply = _Reply()
         with trio.CancelScope(shield=True):
             async with self._sending:
@@ -295,8 +323,11 @@ def _stream(pipe: Any) -> trio.lowlevel.FdStream:
     return stream
 
 
-#: The fields of a :data:`~rlm.journal.records.VerdictRow`, to name one that cannot be sent.
-_ROW_FIELDS = ("index", "status", "output", "usage", "cost", "error")
+#: The fields of a :data:`~rlm.journal._verdicts.FlatVerdict`, to name one that cannot be sent.
+_FLAT_FIELDS = (
+    "index", "status", "output", "duration", "tokens_input", "tokens_output", "tokens_cached",
+    "retries", "cost", "error",
+)
 
 
 def _pack(method: str, args: tuple[Any, ...]) -> bytes:
@@ -312,9 +343,9 @@ def _pack(method: str, args: tuple[Any, ...]) -> bytes:
 
 def _unpackable(method: str, args: tuple[Any, ...]) -> str:
     """Which part of a request msgpack cannot encode (a verdict's field, by name)."""
-    rows = args[1] if method == "finish_rows" else ()
+    rows = args[1] if method == "finish_flat" else ()
     for row in rows:
-        for name, value in zip(_ROW_FIELDS, row, strict=False):
+        for name, value in zip(_FLAT_FIELDS, row, strict=False):
             try:
                 msgpack.packb(value, use_bin_type=True)
             except (TypeError, ValueError, OverflowError):

@@ -33,6 +33,7 @@ import msgpack
 
 from rlm.errors import JournalError
 from rlm.journal._backends import SQLiteBackend
+from rlm.journal._verdicts import verdict_rows
 from rlm.journal.records import Owner, Spend
 from rlm.journal.store import JournalStore
 
@@ -53,8 +54,9 @@ def _methods(store: JournalStore) -> dict[str, Callable[..., Any]]:
     return {
         "claim_indices": lambda vid, owner, limit: store.claim_indices(vid, Owner(*owner), limit),
         "claim_specs": lambda vid, owner, limit: store.claim_specs(vid, Owner(*owner), limit),
-        "finish_rows": lambda vid, rows, spend, group: store.finish_rows(
-            vid, rows, Spend(*spend), None if group is None else (group[0], group[1])
+        # The event loop's flat verdicts: their rows are built here, on this process's core.
+        "finish_flat": lambda vid, flats, spend, group: store.finish_rows(
+            vid, verdict_rows(flats), Spend(*spend), None if group is None else (group[0], group[1])
         ),
     }
 

@@ -41,12 +41,12 @@ from contextlib import asynccontextmanager, contextmanager
 
 import trio
 
-from rlm._text import clean_text
 from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
+from rlm.journal._verdicts import FlatVerdict, flat_verdict
 from rlm.journal._writer import JournalWrites, StoreWrites
-from rlm.journal.records import Alive, Owner, Recovered, Spend, VerdictRow, pid_alive
+from rlm.journal.records import Alive, Owner, Recovered, Spend, pid_alive
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -66,25 +66,6 @@ _PACE_WINDOW = 1.0
 def _decaying_max(last: float, seen: float) -> float:
     """The larger of ``seen`` and three quarters of ``last``: a duration's recent high."""
     return max(last * 0.75, seen)
-
-
-def _row(result: TaskResult) -> VerdictRow:
-    """A verdict as the store writes it."""
-    return (
-        result.index,
-        "done" if result.status == "succeeded" else "failed",
-        # Any text may reach a verdict (model code's answers, errors): it must encode.
-        None if result.output is None else clean_text(result.output),
-        {
-            "duration_sec": round(result.duration_sec, 6),
-            "tokens_input": result.tokens_input,
-            "tokens_output": result.tokens_output,
-            "tokens_cached": result.tokens_cached,
-            "retries": result.retries,
-        },
-        result.cost,
-        None if result.error is None else clean_text(result.error),
-    )
 
 
 #: The young generation's collection threshold while a journaled volley runs (see
@@ -122,11 +103,11 @@ def _spend_text(spend: Spend) -> str:
     )
 
 
-def _unwritten_note(results: Sequence[TaskResult], unwritten: JournalError | None) -> str:
-    """Which verdicts could not be written and why (``unwritten``), or nothing."""
+def _unwritten_note(tasks: Sequence[int], unwritten: JournalError | None) -> str:
+    """Which verdicts (their tasks) could not be written and why (``unwritten``), or nothing."""
     if unwritten is None:
         return ""
-    indices = sorted(r.index for r in results)
+    indices = sorted(tasks)
     shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
     return (
         f"the verdicts of {len(indices)} task(s) ({shown}) were not written (the writer, "
@@ -169,7 +150,7 @@ class JournalWorker:
         self.capacity = capacity
         self._alive = alive  # whether a process of this host runs (dead holders' claims)
         self._out = 0  # tasks handed out by claim, not yet handed back (keep, release)
-        self._room_freed = trio.Event()  # set when _out drops
+        self._room_freed: trio.Event | None = None  # set when _out drops, while waited for
         # (time, verdicts committed) at the start of the last two pace windows
         self._pace_marks: tuple[tuple[float, int], tuple[float, int]] | None = None
         self._buffer: list[VolleyTask] = []
@@ -199,7 +180,7 @@ class JournalWorker:
         self._committer = False  # running() has started the committer
         self._groups = 0  # verdict groups sent (each numbered: see finish_rows)
         # Groups whose commit failed or went unanswered: (number, verdicts, spend).
-        self._unsure: list[tuple[tuple[str, int], list[TaskResult], Spend]] = []
+        self._unsure: list[tuple[tuple[str, int], list[FlatVerdict], Spend]] = []
         # Where claims and verdicts are written (see running()): the store, through run_sync.
         self._writes: JournalWrites = StoreWrites(store, run_sync)
 
@@ -295,32 +276,30 @@ class JournalWorker:
         if self._known:
             indices = await self._writes.claim_indices(self.volley_id, self.owner, size)
             self._held.update(indices)  # before anything can fail: _finish releases them
-            tasks = [self._task(index) for index in indices]
+            known = self._known
+            try:
+                tasks = [known[index] for index in indices]
+            except KeyError as exc:
+                raise JournalError(
+                    f"volley {self.volley_id} has a task {exc.args[0]} this worker was not given"
+                ) from None
         else:
             specs = await self._writes.claim_specs(self.volley_id, self.owner, size)
+            self._held.update(int(spec["index"]) for spec in specs)  # as above
             tasks = [VolleyTask.from_dict(spec) for spec in specs]
         self._claim_s = _decaying_max(self._claim_s, trio.current_time() - started)
         # Never below half the batch just claimed: it would be claimed after at once.
         self._low_water = min(pace * 3 * (self._claim_s + self._commit_s), size / 2)
         return tasks
 
-    def _task(self, index: int) -> VolleyTask:
-        task = self._known.get(index)
-        if task is None:
-            raise JournalError(
-                f"volley {self.volley_id} has a task {index} this worker was not given"
-            )
-        return task
-
     def _take(self, tasks: list[VolleyTask]) -> None:
-        """Hold claimed tasks (in task order): buffered behind the ones already there,
-        and heartbeated.
+        """Buffer claimed tasks (in task order) behind the ones already there (they are
+        held, and heartbeated, from the claim's return: ``_claim_next``).
 
         Called with no checkpoint since the claim returned: a cancelled caller
         still leaves every claimed task where ``_finish`` releases it.
         """
         self._buffer[:0] = reversed(tasks)  # popped from the end
-        self._held.update(task.index for task in tasks)
 
     async def _claim_batch(self) -> None:
         """Fill the buffer with the next batch, or set ``_drained`` when nothing is left.
@@ -383,13 +362,18 @@ class JournalWorker:
     async def _wait_for_room(self) -> None:
         while (room := self._room()) is not None and room <= 0:
             # Held tasks are running (the buffer is empty): a verdict comes.
-            self._room_freed = trio.Event()
-            await self._room_freed.wait()
+            freed = self._room_freed = trio.Event()
+            try:
+                await freed.wait()
+            finally:
+                self._room_freed = None
 
     def _handed_back(self) -> None:
         """A task handed out by ``claim`` came back (a verdict, or released)."""
-        self._out = max(0, self._out - 1)
-        self._room_freed.set()
+        if self._out:
+            self._out -= 1
+        if self._room_freed is not None:  # an Event only while a claim waits for room
+            self._room_freed.set()
 
     async def _reopen_dead_local(self) -> bool:
         """Reopen claims of processes of this host that no longer exist; whether any."""
@@ -415,11 +399,15 @@ class JournalWorker:
             raise RuntimeError("JournalWorker.keep needs the worker running (see running())")
         if result.status == "cancelled":
             raise ValueError(f"task {result.index} has no verdict: release it, do not keep it")
-        self._handed_back()
+        # _handed_back, inline (per task, on the event loop).
+        if self._out:
+            self._out -= 1
+        if self._room_freed is not None:
+            self._room_freed.set()
         # Only the result and whom to tell wait for the commit: no object per task is
         # made here to outlive it (a verdict waits up to a group interval, long enough to
         # be promoted to older GC generations: each such object brings the next full
-        # collection of the whole heap closer).  The row is built at commit time.
+        # collection of the whole heap closer).  Its flat verdict is read at commit time.
         self._waiting.append(result)
         self._tell.append(kept)
         if len(self._waiting) == 1:
@@ -464,22 +452,22 @@ class JournalWorker:
             spend = self._spend_delta(waiting)
             self._groups += 1
             group = (self.owner.worker, self._groups)
+            # One C call per verdict on the loop; its row is built by the writes.
+            verdicts: list[FlatVerdict] = list(map(flat_verdict, waiting))
             started = trio.current_time()
             try:
-                await self._writes.finish_rows(
-                    self.volley_id, [_row(r) for r in waiting], spend, group
-                )
+                await self._writes.finish_flat(self.volley_id, verdicts, spend, group)
             except BaseException:
                 # Its writer may have committed it before failing (killed before it
                 # answered): _finish sends it again as it was, under the same number,
                 # so its spend is added once (JournalStore.finish_rows).
-                self._unsure.append((group, waiting, spend))
+                self._unsure.append((group, verdicts, spend))
                 raise
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
-        for result, kept in zip(waiting, tell_all, strict=True):
-            self._held.discard(result.index)
-            self.accepted += 1
-            if tell:
+        self._held.difference_update([v[0] for v in verdicts])
+        self.accepted += len(verdicts)
+        if tell:
+            for result, kept in zip(waiting, tell_all, strict=True):
                 kept(result)
         if self._waiting and len(self._waiting) >= len(self._held):
             self._all_in.set()  # what was queued meanwhile is all there is
@@ -565,14 +553,11 @@ class JournalWorker:
         rows already written are not written again, and a group's spend is added
         once.  A group that fails here stays unsure (see :meth:`_leave`)."""
         while self._unsure:
-            group, results, spend = self._unsure[0]
-            await self._writes.finish_rows(
-                self.volley_id, [_row(r) for r in results], spend, group
-            )
+            group, verdicts, spend = self._unsure[0]
+            await self._writes.finish_flat(self.volley_id, verdicts, spend, group)
             del self._unsure[0]
-            for result in results:
-                self._held.discard(result.index)
-                self.accepted += 1
+            self._held.difference_update([v[0] for v in verdicts])
+            self.accepted += len(verdicts)
 
     async def _leave(self, unwritten: JournalError | None) -> None:
         """The worker's end transaction: give back what is still held, record the spend
@@ -592,7 +577,8 @@ class JournalWorker:
         # is counted here (in the ledger's growth when it is followed).
         queued, self._waiting, self._tell = self._waiting, [], []
         spend = self._spend_delta(queued)
-        unwritten_results = [r for _, results, _ in unsure for r in results] + queued
+        unwritten_tasks = [v[0] for _, verdicts, _ in unsure for v in verdicts]
+        unwritten_tasks += [r.index for r in queued]
         try:
             await self._run_sync(
                 self.store.leave, self.volley_id, self.owner, leftovers, spend, groups
@@ -601,14 +587,14 @@ class JournalWorker:
             lost = sum((cost for _, cost in groups), spend)
             if lost == Spend() and unwritten is None:
                 raise
-            note = _unwritten_note(unwritten_results, unwritten)
+            note = _unwritten_note(unwritten_tasks, unwritten)
             raise JournalError(
                 f"{exc}{'; ' + note if note else ''}; what the volley spent since it was "
                 f"last recorded (up to {_spend_text(lost)}) is not in the journal either, so "
                 "budgets across resumes do not count it"
             ) from exc
         if unwritten is not None:
-            note = _unwritten_note(unwritten_results, unwritten)
+            note = _unwritten_note(unwritten_tasks, unwritten)
             raise JournalError(
                 f"journal {self.store.where}: {note}; they were given back (a resume runs "
                 "them again) and what they cost is recorded"

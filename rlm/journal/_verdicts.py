@@ -1,0 +1,70 @@
+"""A task's verdict on its way to the journal: flat on the event loop, a row off it.
+
+The worker's event loop hands a group of verdicts to its writes as *flat*
+tuples: the :class:`~rlm.volley.records.TaskResult` fields the journal keeps,
+read in one C call per result (:func:`flat_verdict`, an ``attrgetter``), with
+no object built per field and no text looked at.  Turning them into the rows
+:meth:`rlm.journal.store.JournalStore.finish_rows` writes (:func:`verdict_row`:
+the status word, the usage object, the duration rounded, text cleaned of what
+UTF-8 cannot encode) happens where the store runs: in the writer process (a
+core of its own) or in the store's thread.  Why: on the 10,000-task bench this
+per-task Python was part of the event loop's extra work with a journal
+(``docs/journal.md``, *Cost*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import Any
+
+from rlm._text import clean_text
+from rlm.journal.records import VerdictRow
+
+__all__ = ["FlatVerdict", "clean_flat", "flat_verdict", "verdict_row", "verdict_rows"]
+
+#: index, status (``succeeded``/``failed``), output, duration (s), input, output and
+#: cached tokens, retries, cost, error: a TaskResult's journaled fields, in this order.
+FlatVerdict = tuple[int, str, str | None, float, int, int, int, int, float | None, str | None]
+
+#: A TaskResult's :data:`FlatVerdict` (one C call; read on the event loop).
+flat_verdict: Any = attrgetter(
+    "index", "status", "output", "duration_sec", "tokens_input", "tokens_output",
+    "tokens_cached", "retries", "cost", "error",
+)
+
+
+def verdict_row(flat: FlatVerdict | list[Any]) -> VerdictRow:
+    """The store's row for a flat verdict (a tuple, or the list msgpack reads it as)."""
+    index, status, output, duration, tokens_in, tokens_out, cached, retries, cost, error = flat
+    return (
+        index,
+        "done" if status == "succeeded" else "failed",
+        # Any text may reach a verdict (model code's answers, errors): it must encode.
+        None if output is None else clean_text(output),
+        {
+            "duration_sec": round(duration, 6),
+            "tokens_input": tokens_in,
+            "tokens_output": tokens_out,
+            "tokens_cached": cached,
+            "retries": retries,
+        },
+        cost,
+        None if error is None else clean_text(error),
+    )
+
+
+def verdict_rows(flats: Iterable[FlatVerdict | list[Any]]) -> list[VerdictRow]:
+    return [verdict_row(flat) for flat in flats]
+
+
+def clean_flat(flat: FlatVerdict) -> FlatVerdict:
+    """``flat`` with its texts cleaned (what UTF-8 cannot encode replaced by ``?``): for
+    the rare group that cannot be sent as it is."""
+    output, error = flat[2], flat[9]
+    return (
+        *flat[:2],
+        None if output is None else clean_text(output),
+        *flat[3:9],
+        None if error is None else clean_text(error),
+    )
