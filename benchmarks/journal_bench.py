@@ -5,19 +5,20 @@ Run: ``python benchmarks/journal_bench.py [--tasks N] [--rounds R] [--postgresql
 Each round runs the same volley through the same gate on the in-process
 fixture model (no latency, so the runtime itself is the bottleneck): once with
 the in-memory store, once with a SQLite journal (a fresh file: claims in
-batches, verdicts group-committed, ``synchronous=FULL``), and optionally once
-with a PostgreSQL journal.  It prints tasks per second (best of the interleaved
-rounds) and the journal's cost as a share of the in-memory throughput (the
-target is ≤ 5 %).  Not a test: nothing here asserts.
+batches, verdicts group-committed, ``synchronous=FULL``, the writes in a writer
+process as ``rlm volley`` makes them), and optionally once with a PostgreSQL
+journal; every other round runs them in the reverse order.  It prints tasks per
+second (best and median of the rounds) and the journal's cost as a share of
+the in-memory throughput (the target is ≤ 5 %).  Not a test: nothing here
+asserts.
 
-The journal's SQLite work runs in a thread (sqlite3 releases the GIL while it
-steps and commits), so on a machine with a free core it overlaps the event
-loop and the wall figure is the one a user sees; on a busy machine it is not
-free.  So the bench also prints the event loop's own figures per task
-(medians of the rounds): its thread's CPU time, and the time it sat idle
-(nothing runnable: every task waiting for the journal).  Their sum is the
-loop's critical path: what wall time per task comes to when the journal's
-thread has a core of its own.
+The machine's speed drifts between rounds (other load, the VM), by more than
+the target: so the figure is each round's journaled run against the same
+round's in-memory run, the median of those ratios over the rounds (default 12).
+The bench also prints the event loop's own figures per task (medians of the
+rounds): its thread's CPU time, and the time it sat idle (nothing runnable:
+every task waiting for the journal).  Their sum is the loop's critical path:
+what wall time per task comes to when the writer process has a core of its own.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def _round(fn: Callable[..., Awaitable[Rates]], *args: Any) -> Rates:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--postgresql", metavar="URL", help="also measure a PostgreSQL journal")
     parser.add_argument(
         "--thread", action="store_true",
@@ -197,14 +198,19 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for round_no in range(args.rounds):
-            rates["memory"].append(_round(_plain, args.tasks))
-            path = str(Path(tmp) / f"j{round_no}.sqlite3")
-            rates["sqlite"].append(_round(_journaled, args.tasks, path))
+            runs: list[tuple[str, Callable[..., Awaitable[Rates]], tuple[Any, ...]]] = [
+                ("memory", _plain, (args.tasks,)),
+                ("sqlite", _journaled, (args.tasks, str(Path(tmp) / f"j{round_no}.sqlite3"))),
+            ]
             if args.thread:
-                path = str(Path(tmp) / f"t{round_no}.sqlite3")
-                rates["sqlite-thread"].append(_round(_journaled, args.tasks, path, True))
+                thread_path = str(Path(tmp) / f"t{round_no}.sqlite3")
+                runs.append(("sqlite-thread", _journaled, (args.tasks, thread_path, True)))
             if args.postgresql:
-                rates["postgresql"].append(_round(_journaled, args.tasks, args.postgresql))
+                runs.append(("postgresql", _journaled, (args.tasks, args.postgresql)))
+            # Every other round in the reverse order: whatever the run before leaves
+            # behind (a warm or a fragmented heap, a core just taken) falls on each alike.
+            for name, fn, fn_args in runs if round_no % 2 == 0 else reversed(runs):
+                rates[name].append(_round(fn, *fn_args))
     load_after = os.getloadavg()[0]
     print(
         f"{args.tasks:,} zero-latency tasks, C=32, {args.rounds} interleaved rounds"
@@ -247,6 +253,26 @@ def main() -> None:
             f" = {(loop + idle) * 1e6:4.0f} us{note}; other threads {other * 1e6:3.0f} us,"
             f" writer {writer * 1e6:3.0f} us CPU; collector {collecting * 1e6:4.1f} us"
         )
+    # The machine's speed drifts by more than the target between rounds a minute apart:
+    # each round's journaled run is compared with that round's in-memory one, and the
+    # median of those ratios is the figure (the target: wall ≤ 5 %).
+    print("journal cost, round by round against the same round's in-memory run (median of")
+    print(f"  the {args.rounds} rounds; the spread is the middle half of them): throughput")
+    print("  lost in wall time, and the event loop's extra CPU per task")
+    for name, values in rates.items():
+        if name == "memory" or not values:
+            continue
+        wall_cost = [1 - r[0] / m[0] for r, m in zip(values, rates["memory"], strict=True)]
+        loop_cost = [r[2] / m[2] - 1 for r, m in zip(values, rates["memory"], strict=True)]
+        print(f"  {name:<13} wall {_spread(wall_cost)}; loop CPU {_spread(loop_cost)}")
+
+
+def _spread(values: list[float]) -> str:
+    """The median of ``values`` and their middle half, as percentages."""
+    if len(values) < 4:
+        return f"{statistics.median(values):+.1%}"
+    low, _, high = statistics.quantiles(values, n=4)
+    return f"{statistics.median(values):+.1%} (middle half {low:+.1%} to {high:+.1%})"
 
 
 if __name__ == "__main__":
