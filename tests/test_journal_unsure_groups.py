@@ -18,7 +18,7 @@ from rlm.errors import JournalError
 from rlm.journal import JournalStore, Owner, Spend, open_store
 from rlm.journal._backends import SQLiteBackend
 from rlm.journal._threads import inline_run_sync
-from rlm.journal.records import VerdictRow
+from rlm.journal._verdicts import FlatVerdict, verdict_rows
 from rlm.journal.worker import JournalWorker
 from rlm.volley.records import TaskResult, VolleyTask
 
@@ -39,10 +39,10 @@ class FailingWrites:
     async def claim_specs(self, volley_id: str, owner: Owner, limit: int) -> list[dict[str, Any]]:
         return self.store.claim_specs(volley_id, owner, limit)
 
-    async def finish_rows(
+    async def finish_flat(
         self,
         volley_id: str,
-        rows: Sequence[VerdictRow],
+        verdicts: Sequence[FlatVerdict],
         spend: Spend,
         group: tuple[str, int] | None = None,
     ) -> int:
@@ -51,7 +51,7 @@ class FailingWrites:
         await trio.sleep(self.delay)
         if self.fail is None or group[1] in self.fail:
             raise JournalError("journal j: its writer answered: database is locked")
-        return self.store.finish_rows(volley_id, rows, spend, group)
+        return self.store.finish_rows(volley_id, verdict_rows(verdicts), spend, group)
 
 
 class NoVerdicts(JournalStore):
