@@ -9,7 +9,7 @@ import pytest
 import trio
 from click.testing import CliRunner
 
-from rlm import RLM
+from rlm import RLM, RunResult
 from rlm.bench.provider import BenchProvider
 from rlm.bench.report import COLUMNS, bench_json, markdown_table, table_rows
 from rlm.bench.run import measure, run_scenario
@@ -54,11 +54,17 @@ def test_the_json_has_one_entry_per_run_and_every_field() -> None:
                                        "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"machine", "elapsed_s", "scenarios", "all_correct", "targets_met"}
+    assert set(data) == {"machine", "elapsed_s", "scenarios", "all_correct", "targets_met",
+                         "targets_met_return"}
     [row] = data["scenarios"]
     assert row["name"] == "quick-batched" and row["n"] == 8 and row["c"] == 4
     assert row["t_star"] == 0.1 and 0 < row["eta"] <= 1
-    assert {"t", "overhead_ms", "speedup", "rate", "correct", "met", "peak_mib"} <= set(row)
+    # What an API caller waits for: acompletion returns only after the teardown.
+    assert 0 < row["eta_return"] <= row["eta"]
+    assert row["eta_return"] == pytest.approx(
+        row["t_star"] / (row["t"] + row["phases"]["teardown_s"]), rel=1e-4)
+    assert {"t", "overhead_ms", "speedup", "rate", "correct", "met", "met_return",
+            "peak_mib"} <= set(row)
 
 
 def test_table_and_markdown_have_every_column() -> None:
@@ -69,6 +75,10 @@ def test_table_and_markdown_have_every_column() -> None:
     assert rows[0][0] == "tiny" and rows[0][-1] == "ok ✓"
     markdown = markdown_table(results).splitlines()
     assert len(markdown) == 3 and markdown[0].count("|") == len(COLUMNS) + 1
+    assert "| η | η to return |" in markdown[0]  # both figures, side by side
+    [result] = results
+    at = COLUMNS.index("η to return")
+    assert rows[0][at] == f"{result.eta_return:.3f}" and result.eta_return is not None
     assert bench_json(results, elapsed_s=1.0)["targets_met"] is True
 
 
@@ -110,11 +120,35 @@ async def test_precise_sleep_never_wakes_early_and_can_be_cancelled() -> None:
     assert scope.cancelled_caught
 
 
+def _fixture_run() -> RunResult:
+    """A real run of 2 sub-queries on the fixture model (no nominal latencies in its trace)."""
+    fixture = FixtureProvider(sub_latency=0.01)
+    model = RLM(model="fixture:2", providers={"root": fixture, "sub": fixture}, max_concurrent=3)
+    return model.completion("What is the magic number?", "the magic number is 7")
+
+
 def test_runs_without_nominal_latencies_are_measured_from_the_scenario() -> None:
     # Over HTTP the trace has no nominal latencies: the scenario's own are used.
 
-    fixture = FixtureProvider(sub_latency=0.01)
-    run = RLM(model="fixture:2", providers={"root": fixture, "sub": fixture},
-              max_concurrent=3).completion("What is the magic number?", "the magic number is 7")
+    run = _fixture_run()
     http = replace(TINY, n=2, transport="http")
     assert measure(http, run).t_star == 0.01
+
+
+def test_eta_to_return_counts_the_teardown_after_the_answer() -> None:
+    # T (duration_s) ends at the answer; acompletion returns only after run_finished's
+    # teardown_s more.  η to return must count it, η must not.
+    run = _fixture_run()
+    trace = tuple({**e, "teardown_s": 0.5} if e["event"] == "run_finished" else e
+                  for e in run.trace)
+    result = measure(replace(TINY, n=2, transport="http"), replace(run, trace=trace))
+    assert result.phases["teardown_s"] == 0.5
+    assert result.eta == result.t_star / run.duration_s
+    assert result.eta_return == result.t_star / (run.duration_s + 0.5)
+    assert result.eta_return < result.eta
+    # A target between the two is met at the answer, not at the return.
+    result = replace(result, target_eta=(result.eta + result.eta_return) / 2)
+    assert result.met is True and result.met_return is False
+    [row] = table_rows([result])
+    assert row[COLUMNS.index("ok")].endswith(" ✓ (✗ to return)")  # (not the needle's answer)
+    assert bench_json([result], elapsed_s=1.0)["targets_met_return"] is False

@@ -14,8 +14,8 @@ from rlm.bench.run import ScenarioResult
 
 __all__ = ["COLUMNS", "bench_json", "machine", "render_table", "table_rows"]
 
-COLUMNS = ("scenario", "via", "N", "C", "L s", "rpm", "T s", "T* s", "η", "ovh/sub ms",
-           "speedup", "subq/s", "mem MiB", "ok")
+COLUMNS = ("scenario", "via", "N", "C", "L s", "rpm", "T s", "T* s", "η", "η to return",
+           "ovh/sub ms", "speedup", "subq/s", "mem MiB", "ok")
 
 
 def machine() -> dict[str, Any]:
@@ -35,10 +35,13 @@ def table_rows(results: Sequence[ScenarioResult]) -> list[list[str]]:
         verdict = "ok" if r.correct else "WRONG"
         if r.met is not None:
             verdict += " ✓" if r.met else " ✗ target"
+            if r.met and not r.met_return:  # reached at the answer, not once the run returned
+                verdict += " (✗ to return)"
         mem = r.peak_mib if r.peak_mib is not None else None
         rows.append([
             r.name, "http" if r.transport == "http" else "in-proc", str(r.n), str(r.c),
             r.latency, _num(r.rpm, "g"), f"{r.t:.3f}", f"{r.t_star:.3f}", _num(r.eta, ".3f"),
+            _num(r.eta_return, ".3f"),
             f"{r.overhead_ms:.2f}", _num(r.speedup, ".2f") + ("×" if r.speedup else ""),
             f"{r.rate:,.0f}", _num(mem, ".1f"), verdict,
         ])
@@ -53,7 +56,9 @@ def render_table(results: Sequence[ScenarioResult], console: Console) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(
-        "η = T*/T (T* replays the run's own trace on a zero-overhead runtime: docs/bench.md) · "
+        "η = T*/T (T* replays the run's own trace on a zero-overhead runtime: docs/bench.md; "
+        "T ends at the answer, as `rlm run` prints it) · "
+        "η to return = T*/(T + teardown_s) (until acompletion returns, sandboxes reaped) · "
         "ovh/sub = (T − T*)/N · speedup = T of the sequential llm_query loop / T · "
         "mem = peak Python heap (tracemalloc)", style="dim")
 
@@ -73,4 +78,5 @@ def bench_json(results: Sequence[ScenarioResult], *, elapsed_s: float) -> dict[s
         "scenarios": [r.as_json() for r in results],
         "all_correct": all(r.correct for r in results),
         "targets_met": all(r.met is not False for r in results),
+        "targets_met_return": all(r.met_return is not False for r in results),
     }

@@ -47,6 +47,7 @@ from rlm.view.phases import time_phases
 
 __all__ = [
     "ScenarioResult",
+    "efficiency",
     "max_rss_mib",
     "measure",
     "run_scenario",
@@ -71,7 +72,10 @@ class ScenarioResult:
     t_formula: float | None  # the closed form, for homogeneous one-batch scenarios
     t_lower: float  # clairvoyant lower bound: root steps + max(max p, Σp / C)
     root_s: float
-    eta: float | None  # None when T* is 0 (zero latency: no physical limit)
+    eta: float | None  # T*/T; None when T* is 0 (zero latency: no physical limit)
+    # T*/(T + teardown_s): until ``acompletion`` returns, which waits for the teardown
+    # after the answer (T ends at the answer).  Equal to ``eta`` without a teardown.
+    eta_return: float | None
     overhead_ms: float  # (T − T*) / N, per sub-query
     rate: float  # sub-queries per second of T
     t_seq: float | None
@@ -88,9 +92,17 @@ class ScenarioResult:
     @property
     def met(self) -> bool | None:
         """Whether the scenario's target (η or rate) was reached; None without a target."""
+        return self._judged(self.eta)
+
+    @property
+    def met_return(self) -> bool | None:
+        """The same judgement with η to return (the teardown counted); None without a target."""
+        return self._judged(self.eta_return)
+
+    def _judged(self, eta: float | None) -> bool | None:
         checks = []
         if self.target_eta is not None:
-            checks.append(self.eta is not None and self.eta >= self.target_eta)
+            checks.append(eta is not None and eta >= self.target_eta)
         if self.target_rate is not None:
             checks.append(self.rate >= self.target_rate)
         return all(checks) if checks else None
@@ -99,7 +111,13 @@ class ScenarioResult:
         data = {k: _rounded(v) for k, v in self.__dict__.items()}
         data["phases"] = dict(self.phases)
         data["met"] = self.met
+        data["met_return"] = self.met_return
         return data
+
+
+def efficiency(t_star: float, t: float) -> float | None:
+    """η = T*/T; None when T* is 0 (no physical limit) or nothing was timed."""
+    return t_star / t if t_star > 0 and t > 0 else None
 
 
 def _rounded(value: Any) -> Any:
@@ -220,16 +238,18 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
     latency = f"ln({s.sub_latency:g},{s.sigma:g})" if s.sigma > 0 else f"{s.sub_latency:g}"
     _, _, answer = _needle(s.context_chars, s.seed)
     phases = time_phases(result.trace, t, t_star, root_s)
-    # Not in T (the answer was known before it), but before the run returned: shown apart.
-    phases["teardown_s"] = next((float(e.get("teardown_s", 0.0)) for e in result.trace
-                                 if e["event"] == "run_finished"), 0.0)
+    # Not in T (the answer was known before it), but before the run returned: shown apart,
+    # and counted in η to return.
+    teardown_s = next((float(e.get("teardown_s", 0.0)) for e in result.trace
+                       if e["event"] == "run_finished"), 0.0)
+    phases["teardown_s"] = teardown_s
     if zygote_boot_s is not None:
         phases["zygote_boot_s"] = round(zygote_boot_s, 6)
     return ScenarioResult(
         name=s.name, about=s.about, transport=s.transport, variant=s.variant, n=n, c=s.c,
         latency=latency, rpm=s.rpm, t=t, t_star=t_star, t_formula=formula,
         t_lower=root_s + clairvoyant_bound(subs, s.c), root_s=root_s,
-        eta=t_star / t if t_star > 0 and t > 0 else None,
+        eta=efficiency(t_star, t), eta_return=efficiency(t_star, t + teardown_s),
         overhead_ms=1000 * (t - t_star) / max(n, 1), rate=n / t if t > 0 else 0.0,
         t_seq=t_seq, speedup=t_seq / t if t_seq and t > 0 else None,
         correct=result.answer == answer, status=result.status, wall_s=wall_s,

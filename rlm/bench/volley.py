@@ -20,7 +20,7 @@ import trio
 
 from rlm import RLM
 from rlm.bench.provider import BenchProvider
-from rlm.bench.run import ScenarioResult, max_rss_mib, traced_peak
+from rlm.bench.run import ScenarioResult, efficiency, max_rss_mib, traced_peak
 from rlm.bench.scenarios import VolleyScenario
 from rlm.fixtures import lognormal_latencies
 from rlm.testing.server import FixtureServer, FixtureServerOptions
@@ -91,7 +91,8 @@ def run_volley_scenario(s: VolleyScenario) -> list[ScenarioResult]:
         variant="volley", n=s.n, c=s.c,
         latency=latency, rpm=None, t=t, t_star=t_star, t_formula=None,
         t_lower=max(max(_latencies(s), default=0.0), sum(_latencies(s)) / s.c),
-        root_s=0.0, eta=t_star / t if t_star > 0 and t > 0 else None,
+        # A volley starts no sandbox, so it has no teardown: η to return is η.
+        root_s=0.0, eta=efficiency(t_star, t), eta_return=efficiency(t_star, t),
         overhead_ms=1000 * (t - t_star) / max(s.n, 1), rate=s.n / t if t > 0 else 0.0,
         t_seq=None, speedup=None,
         correct=result.status == "succeeded" and summary.succeeded == s.n,
