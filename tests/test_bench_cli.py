@@ -150,5 +150,6 @@ def test_eta_to_return_counts_the_teardown_after_the_answer() -> None:
     result = replace(result, target_eta=(result.eta + result.eta_return) / 2)
     assert result.met is True and result.met_return is False
     [row] = table_rows([result])
-    assert row[COLUMNS.index("ok")].endswith(" ✓ (✗ to return)")  # (not the needle's answer)
+    assert row[COLUMNS.index("ok")].endswith(" ✓")  # (not the needle's answer: "WRONG ✓")
+    assert row[COLUMNS.index("η to return")] == f"{result.eta_return:.3f} ✗"
     assert bench_json([result], elapsed_s=1.0)["targets_met_return"] is False

@@ -35,13 +35,14 @@ def table_rows(results: Sequence[ScenarioResult]) -> list[list[str]]:
         verdict = "ok" if r.correct else "WRONG"
         if r.met is not None:
             verdict += " ✓" if r.met else " ✗ target"
-            if r.met and not r.met_return:  # reached at the answer, not once the run returned
-                verdict += " (✗ to return)"
+        # η to return carries its own judgement: a target met at the answer can be missed
+        # once the teardown an API caller waits for is counted.
+        eta_return = _num(r.eta_return, ".3f") + (" ✗" if r.met_return is False else "")
         mem = r.peak_mib if r.peak_mib is not None else None
         rows.append([
             r.name, "http" if r.transport == "http" else "in-proc", str(r.n), str(r.c),
             r.latency, _num(r.rpm, "g"), f"{r.t:.3f}", f"{r.t_star:.3f}", _num(r.eta, ".3f"),
-            _num(r.eta_return, ".3f"),
+            eta_return,
             f"{r.overhead_ms:.2f}", _num(r.speedup, ".2f") + ("×" if r.speedup else ""),
             f"{r.rate:,.0f}", _num(mem, ".1f"), verdict,
         ])
@@ -58,7 +59,8 @@ def render_table(results: Sequence[ScenarioResult], console: Console) -> None:
     console.print(
         "η = T*/T (T* replays the run's own trace on a zero-overhead runtime: docs/bench.md; "
         "T ends at the answer, as `rlm run` prints it) · "
-        "η to return = T*/(T + teardown_s) (until acompletion returns, sandboxes reaped) · "
+        "η to return = T*/(T + teardown_s) (until acompletion returns, sandboxes reaped; "
+        "✗ = misses the target) · "
         "ovh/sub = (T − T*)/N · speedup = T of the sequential llm_query loop / T · "
         "mem = peak Python heap (tracemalloc)", style="dim")
 
