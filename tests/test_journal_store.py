@@ -6,16 +6,21 @@ import os
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rlm.cli.volley_journal import stored_result
 from rlm.errors import JournalError, UnknownVolleyError, UsageError
+from rlm.journal._backends import SQLiteBackend, Tx
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from rlm.journal.records import Owner, Spend, Verdict, local_host, pid_alive, process_started
 from rlm.journal.store import JournalStore
+from rlm.volley.output import format_summary
 
 
 class FakeClock:
@@ -71,6 +76,116 @@ def test_a_dead_worker_of_this_host_is_not_live_and_its_row_goes(
     clock.now += 90
     store.heartbeat(survivor, "v1")
     assert store.live_workers("v1", 60, alive) == 1  # A counted until its heartbeat went stale
+
+
+def test_a_task_keeps_its_claim_time_apart_from_its_holders_process_start(
+    store: JournalStore, clock: FakeClock
+) -> None:
+    """``started_at`` is when the task was claimed (the journal's clock); the holder's
+    process start time (clock ticks since boot) goes only into ``claimed_by``."""
+    store.create_volley("v1", {}, _tasks(2))
+    worker = Owner.here("w")  # a live process: the volley shows as running
+    store.register_worker("v1", worker)
+    claimed = store.claim("v1", worker, 2)
+    at = store.now()  # on PostgreSQL, the server's clock
+    assert [t.started_at for t in claimed] == [at, at]
+    rows = store.tasks("v1")
+    assert [t.started_at for t in rows] == [at, at]
+    assert [t.claimed_by for t in rows] == [worker, worker]
+    clock.now += 3
+    assert stored_result(store, "v1").summary.duration_sec == 0.0  # nothing finished yet
+    store.finish("v1", [Verdict(1, "done", output="one")])
+    running = stored_result(store, "v1")
+    assert running.status == "running" and running.summary.duration_sec == 3.0
+    clock.now += 2
+    store.leave("v1", worker, [2], Spend())  # its row goes: finished volleys show it too
+    store.claim("v1", A, 1)
+    clock.now += 1
+    store.finish("v1", [Verdict(2, "done", output="two")])
+    done = stored_result(store, "v1")
+    assert done.status == "succeeded" and done.summary.duration_sec == 6.0
+    assert " in 6s" in format_summary(done).splitlines()[1]
+
+
+def test_a_dead_worker_holding_claims_keeps_its_row_until_they_are_reopened(
+    store: JournalStore,
+) -> None:
+    store.create_volley("v1", {}, _tasks(3))
+    here = local_host()
+    dead = Owner(here, 101, "dead", started=777)
+    live = Owner(here, 102, "live", started=888)
+    for owner in (dead, live):
+        store.register_worker("v1", owner)
+    store.claim("v1", dead, 1)
+
+    def alive(pid: int, started: int | None) -> bool:
+        return pid != dead.pid
+
+    assert store.live_workers("v1", 60, alive) == 1
+    assert store.live_workers("v1", 60, alive) == 1
+    # Its row, with its start time, is still there for the claim it holds ...
+    assert store.tasks("v1")[0].claimed_by == dead
+    assert store.live_workers("v1", 60, lambda pid, started: True) == 2
+    assert [r.index for r in store.recover_dead_local("v1", alive)] == [1]
+    store.register_worker("v1", dead)  # back, as recover_dead_local removed it
+    store.claim("v1", dead, 1)
+    store.release("v1", dead, [1])
+    # ... and goes once it holds none.
+    assert store.live_workers("v1", 60, alive) == 1
+    assert store.live_workers("v1", 60, lambda pid, started: True) == 1
+
+
+class _RecordingTx:
+    def __init__(self, tx: Tx, statements: list[str]) -> None:
+        self._tx = tx
+        self._statements = statements
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._statements.append(sql)
+        return self._tx.rows(sql, params)
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._statements.append(sql)
+        return self._tx.run(sql, params)
+
+    def many(self, sql: str, params: Sequence[Sequence[Any]]) -> int:
+        self._statements.append(sql)
+        return self._tx.many(sql, params)
+
+
+class _RecordingSQLite(SQLiteBackend):
+    """A SQLite journal that notes every statement its transactions run."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.statements: list[str] = []
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with super().transaction() as tx:
+            yield _RecordingTx(tx, self.statements)
+
+
+def test_counting_live_workers_reads_no_task_while_every_worker_lives(tmp_path: Path) -> None:
+    """It runs every second per worker under SQLite's write lock: with every worker
+    alive it must not look at the volley's tasks (which no index serves by worker)."""
+    backend = _RecordingSQLite(tmp_path / "j.sqlite3")
+    store = JournalStore(backend, clock=FakeClock())
+    try:
+        store.create_volley("v1", {}, _tasks(20))
+        workers = [Owner(local_host(), 100 + i, f"w{i}") for i in range(4)]
+        for owner in workers:
+            store.register_worker("v1", owner)
+            store.claim("v1", owner, 3)
+        backend.statements.clear()
+        assert store.live_workers("v1", 60, lambda pid, started: True) == 4
+        assert backend.statements and not [s for s in backend.statements if "tasks" in s]
+        # A dead one's claims are looked for: its row stays while it holds some.
+        assert store.live_workers("v1", 60, lambda pid, started: pid != 100) == 3
+        assert [s for s in backend.statements if "tasks" in s]
+        assert store.live_workers("v1", 60, lambda pid, started: True) == 4
+    finally:
+        store.close()
 
 
 def _reused(worker: str) -> Owner:

@@ -506,20 +506,23 @@ class JournalStore:
 
         def work(tx: Tx) -> int:
             rows = tx.rows(
-                "SELECT worker, host, pid, pid_start, (SELECT COUNT(*) FROM tasks "
-                "WHERE tasks.volley_id = workers.volley_id AND status = 'in_progress' "
-                "AND claimed_worker = workers.worker) FROM workers "
+                "SELECT worker, host, pid, pid_start FROM workers "
                 "WHERE volley_id = ? AND heartbeat_at >= ?",
                 (volley_id, since),
             )
             dead = [
-                (w, int(held))
-                for w, host, pid, start, held in rows
+                (w, volley_id, w)
+                for w, host, pid, start in rows
                 if host == here and not alive(int(pid), _int_or_none(start))
             ]
-            gone = [(w,) for w, held in dead if not held]
-            if gone:
-                tx.many("DELETE FROM workers WHERE worker = ?", gone)
+            # Only a dead worker's claims are looked for (no index serves them, and this
+            # runs every second under SQLite's write lock): live ones touch no task row.
+            if dead:
+                tx.many(
+                    "DELETE FROM workers WHERE worker = ? AND NOT EXISTS (SELECT 1 FROM tasks "
+                    "WHERE volley_id = ? AND status = 'in_progress' AND claimed_worker = ?)",
+                    dead,
+                )
             return len(rows) - len(dead)
 
         # Asked only by a registered worker: with its own heartbeat late it is still one live.
@@ -727,7 +730,7 @@ def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
 def _task_row(volley_id: str, row: tuple[Any, ...]) -> TaskRow:
     (idx, spec, status, started, finished, beat, host, pid, worker, attempts) = row[:10]
     output, usage, cost, error = row[10:14]
-    started = _int_or_none(row[14]) if len(row) > 14 else None
+    holder_started = _int_or_none(row[14]) if len(row) > 14 else None
     return TaskRow(
         volley_id=volley_id,
         index=int(idx),
@@ -736,7 +739,7 @@ def _task_row(volley_id: str, row: tuple[Any, ...]) -> TaskRow:
         started_at=started,
         finished_at=finished,
         heartbeat_at=beat,
-        claimed_by=Owner(host, int(pid), worker, started) if worker is not None else None,
+        claimed_by=Owner(host, int(pid), worker, holder_started) if worker is not None else None,
         attempts=int(attempts),
         output=output,
         usage=json.loads(usage) if usage else {},
