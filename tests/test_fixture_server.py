@@ -156,6 +156,38 @@ async def test_answers_built_ahead_of_their_deadline_keep_one_id_each_and_the_st
         assert server.stats.sub_requests == 4 and server.stats.by_status == {200: 4}
 
 
+def first_event(stream: str) -> dict[str, Any]:
+    """The first ``data:`` event of a server-sent-events body, decoded."""
+    line = next(line for line in stream.splitlines() if line.startswith("data: "))
+    event: dict[str, Any] = json.loads(line.removeprefix("data: "))
+    return event
+
+
+async def test_streams_in_flight_together_get_an_id_each_in_both_dialects() -> None:
+    """A streamed reply's id is, as a whole reply's, the count of requests seen when it
+    arrived: streams in flight together used to read the count after the latency, and
+    shared one id."""
+    anthropic_body = {"model": "fixture", "max_tokens": 64, "stream": True,
+                      "messages": SUB_BODY["messages"]}
+    async with running(sub_latency=0.2) as (_, url), httpx2.AsyncClient() as client:
+        ids: dict[str, list[str]] = {"openai": [], "anthropic": []}
+
+        async def one(dialect: str) -> None:
+            if dialect == "openai":
+                answer = await post(client, url, {**SUB_BODY, "stream": True})
+                ids[dialect].append(first_event(answer.text)["id"])
+            else:
+                answer = await client.post(f"{url}/v1/messages", json=anthropic_body)
+                ids[dialect].append(first_event(answer.text)["message"]["id"])
+            assert answer.status_code == 200, answer.text
+
+        async with trio.open_nursery() as nursery:
+            for dialect in ("openai", "anthropic") * 3:
+                nursery.start_soon(one, dialect)
+    assert len(set(ids["openai"])) == 3 and len(set(ids["anthropic"])) == 3, ids
+    assert all(i.startswith("chatcmpl-fixture-") for i in ids["openai"]), ids
+
+
 async def test_garbage_mode_returns_html() -> None:
     async with running(garbage=True) as (_, url), httpx2.AsyncClient() as client:
         response = await post(client, url, SUB_BODY)

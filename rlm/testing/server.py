@@ -186,6 +186,7 @@ class _Chat:
     schema: dict[str, Any] | None = None
     arrived: float | None = None  # trio time of the request's first bytes
     encode: _Encode | None = None  # how its connection turns a reply into bytes
+    number: int = 0  # how many requests the server had seen when this one arrived: its id
 
 
 def _parse_chat(body: bytes, path: bytes) -> _Chat:
@@ -435,6 +436,9 @@ class FixtureServer:
             return _error(400, str(exc), "invalid_request_error")
         chat.arrived = arrived
         chat.encode = encode
+        # Read now, not once the latency is over: by then requests in flight together
+        # would all read the same count and share a reply id (streamed or not).
+        chat.number = self.stats.total_requests
         cap = self.options.max_concurrent
         if cap is not None and self.stats.in_flight >= cap:
             return _rate_limited(f"more than {cap} requests in flight", self.options.retry_after)
@@ -519,11 +523,11 @@ class FixtureServer:
         self.stats.cut_streams += cut
         if chat.dialect == "anthropic":
             return anthropic_stream_reply(
-                text, model=model, reply_id=f"fixture-{self.stats.total_requests}", usage=usage,
+                text, model=model, reply_id=f"fixture-{chat.number}", usage=usage,
                 chunk_chars=opts.chunk_chars, chunk_delay=chunk_delay, cut=cut,
             )
         return stream_reply(
-            text, model=model, reply_id=f"chatcmpl-fixture-{self.stats.total_requests}",
+            text, model=model, reply_id=f"chatcmpl-fixture-{chat.number}",
             usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
             chunk_delay=chunk_delay, cut=cut,
         )
@@ -550,14 +554,14 @@ class FixtureServer:
             return _Reply(200, _GARBAGE, content_type=b"text/html; charset=utf-8")
         if chat.stream:
             return None
-        # A reply's id is the number of requests seen when it arrived, unique per request.
+        # A reply's id is the number of requests seen when it arrived (chat.number).
         if chat.dialect == "anthropic":
             return _json_reply(200, anthropic_message(
-                text, model=chat.model, reply_id=f"fixture-{self.stats.total_requests}",
+                text, model=chat.model, reply_id=f"fixture-{chat.number}",
                 structured=chat.schema is not None, usage=usage,
             ))
         return _json_reply(200, {
-            "id": f"chatcmpl-fixture-{self.stats.total_requests}",
+            "id": f"chatcmpl-fixture-{chat.number}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": chat.model,
