@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from rlm._records import frozen_record
 from rlm._sandbox.isolation import parse_layers
-from rlm._url_userinfo import redact_url, redacted
+from rlm._url_userinfo import redact_url, redacted, redacted_params
 from rlm.errors import SettingError
 
 __all__ = [
@@ -95,7 +95,7 @@ class RunConfig:
             object.__setattr__(self, "require_isolation", tuple(self.require_isolation))
 
     def __repr__(self) -> str:
-        # The dataclass's repr, but with the base URLs' user:password taken out, as
+        # The dataclass's repr, but with the base URLs' credentials taken out, as
         # everywhere else a setting is shown: a config reaches logs, tracebacks and
         # debuggers (the key is not shown at all: repr=False).
         shown = public_settings(self)
@@ -191,6 +191,11 @@ class RunConfig:
                     f"<{name}> was stored as {url}: the user:password it had are never "
                     f"written down; pass <{name}> again with them"
                 )
+            if hidden := redacted_params(url):  # a key in the query, likewise
+                raise SettingError(
+                    f"<{name}> was stored as {url}: the value of {', '.join(hidden)} is never "
+                    f"written down; pass <{name}> again with it"
+                )
         if not self.model:
             raise SettingError(
                 "no model: pass <model=M>, or use <provider=fixture> for the built-in fixture model"
@@ -204,7 +209,8 @@ DEFAULTS = RunConfig()
 
 def public_settings(config: RunConfig) -> dict[str, Any]:
     """``config`` as plain data that may be shown or stored (a trace, a journal, a saved
-    session): never the API key, and the base URLs without their ``user:password``."""
+    session): never the API key, and the base URLs without their ``user:password`` or
+    secret query values (``?api_key=***``)."""
     public = {k: v for k, v in asdict(config).items() if k != "api_key"}
     for name in ("base_url", "sub_base_url"):
         if public[name]:

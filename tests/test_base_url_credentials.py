@@ -13,7 +13,7 @@ import trio
 
 from rlm import RLM, SettingError
 from rlm._config import RunConfig, public_settings
-from rlm._url_userinfo import redact_url
+from rlm._url_userinfo import redact_url, redacted_params
 from rlm.errors import AuthenticationError
 from tests.helpers import rlm_in_process, serving
 
@@ -39,6 +39,51 @@ def with_credentials(url: str) -> str:
 )
 def test_redact_url_takes_out_only_the_userinfo(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:pw@host/v1?api_key=sk-abc", "https://***@host/v1?api_key=***"),
+        ("https://host/v1?api-version=2024-02-01&KEY=k1&x=1",
+         "https://host/v1?api-version=2024-02-01&KEY=***&x=1"),
+        ("host/v1?token=t&apikey=a&access_token=b&secret=c&password=d&sig=e&Signature=f#frag",
+         "host/v1?token=***&apikey=***&access_token=***&secret=***&password=***&sig=***"
+         "&Signature=***#frag"),
+        ("http://host/v1?X-Amz-Credential=c%2Fd&region=eu&Api_Key=",
+         "http://host/v1?X-Amz-Credential=***&region=eu&Api_Key="),
+        ("http://host/v1?keyword=k&flag&a=b?c", "http://host/v1?keyword=k&flag&a=b?c"),
+        ("http://host/v1#api_key=k", "http://host/v1#api_key=k"),
+    ],
+)
+def test_redact_url_takes_out_secret_query_values_and_keeps_the_rest(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert redacted_params(shown) == [p for p in ("api_key", "KEY", "token", "apikey",
+                                                  "access_token", "secret", "password", "sig",
+                                                  "Signature", "X-Amz-Credential")
+                                      if f"{p}=***" in shown]
+
+
+def test_public_settings_and_repr_never_show_query_credentials() -> None:
+    config = RunConfig(base_url="https://user:pw@host/v1?api_key=sk-abc",
+                       sub_base_url="http://h2/v1?api-version=1&token=tk-123", model="m")
+    public = public_settings(config)
+    assert public["base_url"] == "https://***@host/v1?api_key=***"
+    assert public["sub_base_url"] == "http://h2/v1?api-version=1&token=***"
+    for text in (repr(config), str(config)):
+        assert "sk-abc" not in text and "tk-123" not in text and "pw" not in text, text
+        assert "base_url='https://***@host/v1?api_key=***'" in text, text
+        assert "api-version=1&token=***'" in text, text
+
+
+def test_a_base_url_with_a_redacted_query_value_is_refused_with_what_to_do() -> None:
+    with pytest.raises(SettingError) as caught:
+        RunConfig(base_url="http://h/v1?v=2&api_key=***", model="m").validate_endpoint()
+    message = str(caught.value)
+    assert "value of api_key is never written down" in message, message
+    assert "pass base_url again with it" in message, message
+    # A real value, even one with stars in it, is not taken for a redacted one.
+    RunConfig(base_url="http://h/v1?api_key=a***", model="m").validate_endpoint()
 
 
 def test_public_settings_never_hold_the_key_or_url_credentials() -> None:
@@ -137,6 +182,7 @@ async def test_a_volley_journal_keeps_no_credentials_and_work_asks_for_the_url_a
 
 def test_config_show_names_the_base_url_without_its_credentials() -> None:
     for args in (("config", "show"), ("config", "show", "--json")):
-        done = rlm_in_process(*args, env={"RLM_BASE_URL": "http://alice:s3cret@h/v1"})
+        done = rlm_in_process(*args, env={"RLM_BASE_URL": "http://alice:s3cret@h/v1?key=sk-q"})
         assert done.returncode == 0, done.stderr
-        assert SECRET not in done.stdout and "http://***@h/v1" in done.stdout
+        assert SECRET not in done.stdout and "sk-q" not in done.stdout, done.stdout
+        assert "http://***@h/v1?key=***" in done.stdout
