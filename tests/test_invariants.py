@@ -439,7 +439,7 @@ class _FakeProcess:
     stderr = None
     killed = False
 
-    def kill(self, *, yield_cpu: bool = True) -> None:
+    def kill(self) -> None:
         self.killed = True
 
     async def wait(self) -> None:

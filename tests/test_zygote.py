@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -153,58 +151,3 @@ async def test_a_pool_that_does_not_refill_forks_its_sandboxes_once() -> None:
     started = [e.pid for e in bus.events if isinstance(e, SandboxStarted)]
     assert len(set(started)) == 3
     assert sandbox_descendants() == []
-
-
-def _niceness(pid: int) -> int:
-    """The niceness of ``pid`` as /proc shows it (a dying or unreaped process included)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[16])  # field 19 of stat(5); the first two are cut off above
-
-
-@pytest.mark.parametrize("forked", [True, False], ids=["zygote", "direct"])
-async def test_a_killed_sandbox_dies_at_the_lowest_cpu_priority(forked: bool) -> None:
-    # Its death (tearing its memory down) then gives way to the host and the sandboxes
-    # still at work; until then it ran at the host's priority.
-    launcher = SandboxLauncher(events=EventBus(), max_output_chars=100, pool_size=0)
-    async with trio.open_nursery() as nursery:
-        serving = launcher.serving() if forked else _no_zygote()
-        async with serving:
-            box = await launcher.open(nursery, context="c", owner=OWNER)
-            try:
-                assert (await box.execute("print(context)", echo_bridge, limit=5)).ok
-                assert _niceness(box.pid) == os.getpriority(os.PRIO_PROCESS, 0)
-                box.kill("closed")
-                assert _exists(box.pid)  # not reaped yet: the pid is still the sandbox's
-                assert _niceness(box.pid) == 19
-            finally:
-                await box.aclose()
-            assert not _exists(box.pid)
-    assert sandbox_descendants() == []
-
-
-async def test_at_the_end_of_a_run_the_sandboxes_die_at_full_priority() -> None:
-    # Nothing else works then and the run waits for these deaths: they must not queue
-    # behind other programs.  A child's sandbox killed earlier, mid-run, still yields.
-    # Spawned directly (not serving), so only this test reaps them: a zygote would reap
-    # them as soon as finish() let it go, before /proc could be read.
-    launcher = SandboxLauncher(events=EventBus(), max_output_chars=100)
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    async with trio.open_nursery() as nursery:
-        child = await launcher.open(nursery, context="child", owner=OWNER)
-        root = await launcher.open(nursery, context="root", owner=OWNER)
-        try:
-            child.kill("closed")
-            launcher.finish()
-            assert not root.alive and _exists(root.pid)  # killed, not reaped yet
-            assert _niceness(child.pid) == 19 and _niceness(root.pid) == own
-        finally:
-            await child.aclose()
-            await root.aclose()
-    assert not _exists(root.pid) and not _exists(child.pid)
-    assert sandbox_descendants() == []
-
-
-@contextlib.asynccontextmanager
-async def _no_zygote() -> AsyncIterator[None]:
-    yield

@@ -203,7 +203,7 @@ class SandboxLauncher:
     def kill_all(self) -> None:
         """Kill every sandbox this launcher made, now (reaping happens when serving ends)."""
         for box in self._created:
-            box.kill("interrupted", yield_cpu=False)
+            box.kill("interrupted")
 
     def finish(self) -> None:
         """The call this launcher serves has ended: kill every sandbox now and let the
@@ -213,8 +213,8 @@ class SandboxLauncher:
         the run; until then the sandboxes die, and the zygote exits, at the same time
         instead of one after another at the very end.  Nothing is forked after this.
         """
-        for box in self._created:  # the run waits for these deaths: at full priority
-            box.kill("closed", yield_cpu=False)
+        for box in self._created:
+            box.kill("closed")
         if self._zygote is not None:
             self._zygote.close_soon()
 
@@ -350,7 +350,7 @@ class SandboxLauncher:
         self._pool.clear()
         boxes, self._created = list(self._created), []
         for box in boxes:  # kill every one first, then reap them all at once
-            box.kill("closed", yield_cpu=False)
+            box.kill("closed")
         if self._zygote is not None:
             # The zygote reaps every sandbox it forked as it exits: one step for all of
             # them, where a reap exchange each took a few milliseconds one after another.

@@ -91,9 +91,8 @@ class ChildProcess(Protocol):
     @property
     def stderr(self) -> trio.abc.ReceiveStream | None: ...
 
-    def kill(self, *, yield_cpu: bool = True) -> None:
-        """SIGKILL the child's whole process group (no-op once it was reaped); with
-        ``yield_cpu`` at the lowest CPU priority (:func:`rlm._sandbox.spawn.kill_sandbox`)."""
+    def kill(self) -> None:
+        """SIGKILL the child's whole process group (no-op once it was reaped)."""
 
     async def wait(self) -> None:
         """Reap the child (after ``kill``); the caller shields and bounds this."""
@@ -306,14 +305,10 @@ class Sandbox:
         self.kill("timeout")
         raise SandboxCrashed("the sandbox did not export its variables within 30 s")
 
-    def kill(self, reason: str = "killed", *, yield_cpu: bool = True) -> None:
-        """Kill the whole process group at once.  Safe to call repeatedly.
-
-        ``yield_cpu``: it dies at the lowest CPU priority, giving way to whatever still
-        works (a run's other calls); False when nothing does and its end is waited for
-        (the run's teardown)."""
+    def kill(self, reason: str = "killed") -> None:
+        """Kill the whole process group at once.  Safe to call repeatedly."""
         if self._process.returncode is None and not self._killed:
-            self._process.kill(yield_cpu=yield_cpu)
+            self._process.kill()
             self._killed = True
             self._kill_reason = reason
 

@@ -24,8 +24,8 @@ from rlm._sandbox.process import HostEnds
 from rlm.errors import SandboxCrashed
 
 __all__ = [
-    "ChildEnds", "DirectChild", "child_env", "context_memfd", "kill_sandbox",
-    "open_scrubbed_process", "spawn_direct",
+    "ChildEnds", "DirectChild", "child_env", "context_memfd", "open_scrubbed_process",
+    "spawn_direct",
 ]
 
 #: Contexts at least this large (in characters) travel as a memfd, not inside ``init``.
@@ -35,31 +35,6 @@ SHARED_CONTEXT_CHARS = 1 << 20
 #: in turns of the writer and the reader (each a wake-up of both).  Kept moderate: a
 #: user's pipes past 64 MiB in all get one page each.
 FRAME_PIPE_BYTES = 256 * 1024
-
-
-#: The niceness a sandbox gets as it is killed (the lowest priority there is).
-DYING_NICENESS = 19
-
-
-def kill_sandbox(pid: int, *, yield_cpu: bool = True) -> None:
-    """SIGKILL the sandbox ``pid`` and its process group, at the lowest CPU priority
-    unless ``yield_cpu`` is False.
-
-    A killed process tears its address space down on a CPU before it can be reaped,
-    at its own priority: a few milliseconds each, taken on a 2-core machine from the
-    host and the sandboxes still working (a depth-2 run kills each child's sandbox
-    while its siblings and the root still run code).  Made the least nice first, the
-    dying give way to them.  Only the caller's unreaped children (or the zygote's,
-    which reaps only on request) are passed here, so ``pid`` cannot have been reused.
-    At the end of a run nothing else works and the run waits for the deaths: there
-    ``yield_cpu=False`` keeps them from queuing behind other programs' work.
-    """
-    if yield_cpu:
-        with contextlib.suppress(OSError):  # gone already, or not ours to renice: kill anyway
-            os.setpriority(os.PRIO_PROCESS, pid, DYING_NICENESS)
-    for kill in (os.killpg, os.kill):  # os.kill: a fresh fork may not have called setsid() yet
-        with contextlib.suppress(ProcessLookupError):
-            kill(pid, signal.SIGKILL)
 
 
 class ChildEnds:
@@ -124,9 +99,11 @@ class DirectChild:
     def stderr(self) -> trio.abc.ReceiveStream | None:
         return self._process.stderr
 
-    def kill(self, *, yield_cpu: bool = True) -> None:
-        if self._process.returncode is None:  # else reaped: the pid is no longer its
-            kill_sandbox(self._process.pid, yield_cpu=yield_cpu)
+    def kill(self) -> None:
+        if self._process.returncode is None:
+            # ProcessLookupError: it already exited; wait() reaps it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
 
     async def wait(self) -> None:
         await self._process.wait()

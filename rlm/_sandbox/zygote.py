@@ -23,7 +23,7 @@ import msgpack
 import trio
 
 from rlm._sandbox.early import EarlyZygote, zygote_argv, zygote_env
-from rlm._sandbox.spawn import ChildEnds, kill_sandbox, open_scrubbed_process
+from rlm._sandbox.spawn import ChildEnds, open_scrubbed_process
 from rlm.errors import SandboxCrashed
 
 __all__ = ["Zygote", "ZygoteChild"]
@@ -53,9 +53,11 @@ class ZygoteChild:
     def stderr(self) -> trio.abc.ReceiveStream | None:
         return self._stderr
 
-    def kill(self, *, yield_cpu: bool = True) -> None:
+    def kill(self) -> None:
         if self._returncode is None:  # unreaped: the pid is still this sandbox's
-            kill_sandbox(self._pid, yield_cpu=yield_cpu)
+            for kill in (os.killpg, os.kill):  # os.kill: it may not have called setsid() yet
+                with contextlib.suppress(ProcessLookupError):
+                    kill(self._pid, signal.SIGKILL)
 
     async def wait(self) -> None:
         if self._returncode is None:
