@@ -25,7 +25,9 @@ _SUPERVISOR = r"""
 import ctypes, json, os, signal, socket, subprocess, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 assert libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER: orphans come here
-delay, rlm, context = float(sys.argv[1]), sys.argv[2], sys.argv[3]
+delay, rlm, context, start = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+# What the entry inherits: a terminal's SIGINT, or the SIG_IGN a shell gives a background job.
+signal.signal(signal.SIGINT, signal.SIG_IGN if start == "ignored" else signal.SIG_DFL)
 hang = socket.socket()
 hang.bind(("127.0.0.1", 0))
 hang.listen(64)  # never accepts: the run's first request waits
@@ -51,25 +53,48 @@ while not below(entry.pid) and entry.poll() is None and time.monotonic() < deadl
     time.sleep(0.005)  # the zygote, started first thing, shows the entry's code is running
 time.sleep(delay)
 os.killpg(entry.pid, signal.SIGINT)  # as a terminal sends Ctrl-C: to the whole group
-out, err = entry.communicate(timeout=60)
+try:
+    out, err = entry.communicate(timeout=60)
+    code = entry.returncode
+except subprocess.TimeoutExpired:  # the Ctrl-C was lost: say so, leave nothing running
+    os.killpg(entry.pid, signal.SIGKILL)
+    out, err = entry.communicate()
+    code = "hung after SIGINT"
 left = below(os.getpid())
 for _ in range(50):
     if not left: break
     time.sleep(0.02); left = below(os.getpid())
-print(json.dumps({"code": entry.returncode, "stderr": err.decode(), "left": left}))
+for pid in left:
+    os.kill(pid, signal.SIGKILL)
+print(json.dumps({"code": code, "stderr": err.decode(), "left": left}))
 """
 
 
-@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.2, 0.6])
+# "ignored": started as a shell starts a background job, with SIGINT ignored, which
+# Python then leaves ignored (a Ctrl-C right at the start was lost: the run hung).
+@pytest.mark.parametrize(
+    ("after_s", "start"),
+    [
+        (0.0, "default"),
+        (0.0, "ignored"),
+        (0.01, "ignored"),
+        (0.02, "default"),
+        (0.05, "ignored"),
+        (0.2, "default"),
+        (0.6, "ignored"),
+    ],
+)
 def test_ctrl_c_early_in_a_run_exits_130_without_a_traceback(
-    after_s: float, tmp_path: Path
+    after_s: float, start: str, tmp_path: Path
 ) -> None:
     context = tmp_path / "context.txt"
     context.write_text("the magic number is 42\n")
     done = subprocess.run(
-        [sys.executable, "-c", _SUPERVISOR, str(after_s), RLM_BIN, str(context)],
-        capture_output=True, timeout=120, check=True,
+        [sys.executable, "-c", _SUPERVISOR, str(after_s), RLM_BIN, str(context), start],
+        capture_output=True,
+        timeout=120,
     )
+    assert done.returncode == 0, done.stderr.decode()  # the supervisor's own failure
     seen = json.loads(done.stdout)
     assert seen["code"] == 130, seen
     assert "Traceback" not in seen["stderr"] and "Aborted" not in seen["stderr"], seen

@@ -54,6 +54,12 @@ def console_main() -> NoReturn:
     command or the runtime is imported) ends it as one does later: ``Error:
     interrupted``, exit 130, no traceback, the zygote gone.
     """
+    # A shell starts a background job (``rlm run ... &`` in a script, a test runner
+    # started that way) with SIGINT ignored, and Python then installs no handler of
+    # its own; the run catches SIGINT anyway once it has started (_signals.py), so a
+    # Ctrl-C before that was lost and the run went on waiting.  Take it from here on.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     early: EarlyZygote | None = None
     try:
         if starts_a_run(sys.argv[1:]):
