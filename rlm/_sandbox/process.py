@@ -111,8 +111,11 @@ class Sandbox:
     r"""One sandbox process.  Spawned, then :meth:`initialize`\ d once; :meth:`aclose`
     (or :meth:`kill`) it on every exit path."""
 
-    def __init__(self, process: ChildProcess, ends: HostEnds, events: EventBus) -> None:
+    def __init__(self, process: ChildProcess, ends: HostEnds, events: EventBus,
+                 reap_cap_s: float = 5.0) -> None:
         self._process = process
+        #: How long aclose() waits for the reap before it kills again and waits it out.
+        self._reap_cap_s = reap_cap_s
         self._send = ends.send
         self._receive = ends.receive
         self._context_channel = ends.context
@@ -324,7 +327,13 @@ class Sandbox:
         self.kill(reason)
         try:
             with trio.CancelScope(shield=True):
-                with trio.move_on_after(5):
+                with trio.move_on_after(self._reap_cap_s):
+                    await self._process.wait()
+                if self._process.returncode is None:
+                    # Slow to die (a large address space on a busy CPU): kill again and
+                    # wait it out.  SIGKILL was delivered, so this ends; leaving the pid
+                    # unreaped would leave a zombie behind the run.
+                    self._process.kill()
                     await self._process.wait()
                 for stream in (self._send, self._receive):
                     await stream.aclose()
