@@ -464,6 +464,7 @@ class RLM:
             iterations=root.iterations if root is not None else 0,
             usage=usage,
             duration_s=finished.duration_s,
+            teardown_s=finished.teardown_s,
             trace=tuple(e.to_dict() for e in events.events),
             trace_path=trace_path,
             error=message,

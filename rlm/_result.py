@@ -54,6 +54,9 @@ class RunResult:
     cached_calls: int = 0
     #: The answer as validated data (a dict or list) when the run asked for a ``schema``.
     data: Any = field(default=None, repr=False)
+    #: Seconds after ``duration_s`` ended that the run spent reaping its sandboxes and the
+    #: zygote before it returned (0 when a timeout or abort cut it off: then in ``duration_s``).
+    teardown_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
@@ -63,6 +66,7 @@ class RunResult:
             "iterations": self.iterations,
             "usage": self.usage.to_dict(),
             "duration_s": round(self.duration_s, 3),
+            "teardown_s": round(self.teardown_s, 3),
             "trace": self.trace_path,
             "error": self.error,
             "fixture": self.fixture,

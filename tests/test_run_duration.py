@@ -64,6 +64,8 @@ async def test_the_duration_ends_with_the_answer_and_the_teardown_is_reported_ap
     assert finished["event"] == "run_finished"
     assert finished["duration_s"] == pytest.approx(STEP_S)
     assert finished["teardown_s"] == pytest.approx(TEARDOWN_S)
+    assert result.teardown_s == pytest.approx(TEARDOWN_S)
+    assert result.to_dict()["teardown_s"] == pytest.approx(TEARDOWN_S, abs=1e-3)
     # ... and yet the run returned, and recorded its end, only once the teardown was over.
     assert launcher.torn_down_at is not None and returned >= launcher.torn_down_at
     assert returned - start == pytest.approx(STEP_S + TEARDOWN_S)
@@ -81,8 +83,18 @@ async def test_a_run_cut_off_by_its_timeout_counts_its_teardown(
     assert result.status == "timeout"
     finished = result.trace[-1]
     assert finished["teardown_s"] == 0.0
+    assert result.teardown_s == 0.0
     assert result.duration_s == pytest.approx(finished["t"])
     assert result.duration_s >= 3.5 + TEARDOWN_S
+
+
+class SlowReapSandbox(LineSandbox):
+    """A line sandbox whose reaping takes REAP_S."""
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(REAP_S)
+        self.alive = False
 
 
 class SlowReaps(SlowTeardown):
@@ -91,15 +103,9 @@ class SlowReaps(SlowTeardown):
     async def open(
         self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
     ) -> LineSandbox:
-        box = await super().open(nursery, context=context, owner=owner)
-
-        async def aclose() -> None:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(REAP_S)
-            box.alive = False
-
-        box.aclose = aclose  # type: ignore[method-assign]
-        return box
+        await trio.lowlevel.checkpoint()
+        self.opened.append(SlowReapSandbox(owner))
+        return self.opened[-1]
 
 
 REAP_S = 0.5

@@ -26,9 +26,11 @@ def time_phases(trace: Sequence[Mapping[str, Any]], t: float, t_star: float,
 
     ``startup_s``: run start to the first sub-lane request, minus root-step
     latency spent there (sandbox start, REPL code, scheduling).  ``tail_s``:
-    last sub-lane response to the end of the run, minus root steps there
-    (aggregation, FINAL, sandbox teardown).  ``fanout_overhead_s``: the rest of
-    T − T*.  ``sandbox_start_s``: the slowest ``sandbox_started.startup_s``.
+    last sub-lane response to ``t`` (the run's ``duration_s``: until its outcome
+    was known), minus root steps there (aggregation, FINAL).  The sandbox
+    teardown after the outcome is not in ``t`` (``run_finished.teardown_s``).
+    ``fanout_overhead_s``: the rest of T − T*.  ``sandbox_start_s``: the slowest
+    ``sandbox_started.startup_s``.
     """
     subs = [e for e in trace if e["event"] in ("llm_request", "llm_response")
             and e.get("lane") == "sub"]
