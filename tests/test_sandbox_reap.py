@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import trio
 
 from rlm._events import EventBus
@@ -52,8 +53,17 @@ def host_ends() -> tuple[HostEnds, list[int], socket.socket]:
     return ends, [to_child_r, from_child_w], child_sock
 
 
-async def test_a_reap_past_the_cap_still_reaps(autojump_clock: trio.testing.MockClock) -> None:
-    process = SlowToDie(dies_after=8.0)
+@pytest.mark.parametrize(
+    ("dies_after", "kills"),
+    [
+        (8.0, 2),  # past the cap: killed again once the cap passed, and still reaped
+        (0.5, 1),  # within the cap: killed once
+    ],
+)
+async def test_a_reap_ends_reaped_whether_or_not_it_outlasts_the_cap(
+    dies_after: float, kills: int, autojump_clock: trio.testing.MockClock
+) -> None:
+    process = SlowToDie(dies_after=dies_after)
     ends, child_fds, child_sock = host_ends()
     box = Sandbox(process, ends, EventBus(), reap_cap_s=5.0)
     try:
@@ -63,18 +73,4 @@ async def test_a_reap_past_the_cap_still_reaps(autojump_clock: trio.testing.Mock
             os.close(fd)
         child_sock.close()
     assert process.returncode == -9  # reaped, not left a zombie after the cap
-    assert process.kills == 2  # killed again once the cap passed
-
-
-async def test_a_reap_within_the_cap_kills_once(autojump_clock: trio.testing.MockClock) -> None:
-    process = SlowToDie(dies_after=0.5)
-    ends, child_fds, child_sock = host_ends()
-    box = Sandbox(process, ends, EventBus(), reap_cap_s=5.0)
-    try:
-        await box.aclose()
-    finally:
-        for fd in child_fds:
-            os.close(fd)
-        child_sock.close()
-    assert process.returncode == -9
-    assert process.kills == 1
+    assert process.kills == kills
