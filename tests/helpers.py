@@ -44,9 +44,12 @@ def repl(code: str) -> str:
 
 
 @asynccontextmanager
-async def serving(**options: Any) -> AsyncIterator[tuple[str, FixtureServer]]:
-    """A fixture server on a free loopback port for the body; yields (base URL, server)."""
-    server = FixtureServer(FixtureServerOptions(**options))
+async def serving(
+    server: FixtureServer | None = None, **options: Any
+) -> AsyncIterator[tuple[str, FixtureServer]]:
+    """A fixture server on a free loopback port for the body; yields (base URL, server).
+    ``server``: one the test made (a subclass that records), instead of one from ``options``."""
+    server = server or FixtureServer(FixtureServerOptions(**options))
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve)
         yield f"http://127.0.0.1:{port}/v1", server

@@ -48,6 +48,7 @@ __all__ = [
     "classify_status",
     "clean_text",
     "count_tokens",
+    "endpoint_url",
     "error_detail",
     "key_sent",
     "load_http_transport",
@@ -215,6 +216,15 @@ async def post_json(
     if response.status_code >= 400:
         raise status_error(url, response, key_sent=key_sent(headers))
     return response
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """``base_url`` with ``path`` added to the end of its path; its query (a gateway's
+    ``?api-version=...&api_key=...``) and everything else stay as they were.  The path is
+    taken still percent-encoded, so that ``%2F`` in it stays one segment."""
+    url = httpx2.URL(base_url)
+    base_path = url.raw_path.partition(b"?")[0].decode("ascii").rstrip("/")
+    return str(url.copy_with(path=base_path + path))
 
 
 def key_sent(headers: dict[str, str]) -> bool:

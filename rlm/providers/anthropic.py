@@ -23,6 +23,7 @@ from rlm.providers._http import (
     bad_reply,
     clean_text,
     count_tokens,
+    endpoint_url,
     parse_rate_limit_headers,
 )
 from rlm.providers._stream import StreamingJSONProvider
@@ -53,11 +54,11 @@ class AnthropicProvider(StreamingJSONProvider):
         *,
         stream_idle_timeout: float = 60.0,
     ) -> None:
-        base = base_url.rstrip("/")
         headers = {"anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+        has_v1 = httpx2.URL(base_url).path.rstrip("/").endswith("/v1")
+        url = endpoint_url(base_url, "/messages" if has_v1 else "/v1/messages")
         super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
 
     async def complete(self, request: CompletionRequest) -> Completion:

@@ -18,6 +18,7 @@ from rlm.providers._http import (
     bad_reply,
     clean_text,
     count_tokens,
+    endpoint_url,
     make_http_client,
     parse_rate_limit_headers,
     parse_retry_after,
@@ -51,7 +52,7 @@ class OpenAIProvider(StreamingJSONProvider):
         stream_idle_timeout: float = 60.0,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        url = base_url.rstrip("/") + "/chat/completions"
+        url = endpoint_url(base_url, "/chat/completions")
         super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
         # OpenAI's own API refuses max_tokens for its reasoning models and takes
         # max_completion_tokens for all; compatible servers expect max_tokens.
