@@ -28,7 +28,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import click
@@ -50,9 +50,12 @@ _PR_SET_PDEATHSIG = 1
 # -- the first worker's side ------------------------------------------------------
 
 
-async def supervise_siblings(argv: Sequence[str], count: int, volley_id: str) -> None:
-    """Run ``count`` sibling workers (``python -m rlm *argv``) on ``volley_id`` until
-    they exit (told the id: ``last`` could name a volley created since).
+async def supervise_siblings(
+    argv: Sequence[str], count: int, volley_id: str, env: Mapping[str, str] | None = None
+) -> None:
+    """Run ``count`` sibling workers (``python -m rlm *argv``, with this process's
+    environment and ``env``) on ``volley_id`` until they exit (told the id: ``last``
+    could name a volley created since).
 
     Cancelled (this worker stops early), each gets SIGTERM, so it gives its
     tasks back, and SIGKILL if it is still there after :data:`GRACE_S`.  On
@@ -63,7 +66,8 @@ async def supervise_siblings(argv: Sequence[str], count: int, volley_id: str) ->
     siblings: list[subprocess.Popen[bytes]] = []
     try:
         try:
-            env = {**os.environ, PARENT_ENV: f"{os.getpid()}:{read_end}:{volley_id}"}
+            link = f"{os.getpid()}:{read_end}:{volley_id}"
+            environment = {**os.environ, **(env or {}), PARENT_ENV: link}
             for _ in range(count):
                 # Forked from this (the main) thread, not trio's worker threads: see the
                 # module docstring.  A fork takes milliseconds, once per sibling at start.
@@ -72,7 +76,7 @@ async def supervise_siblings(argv: Sequence[str], count: int, volley_id: str) ->
                         [sys.executable, "-m", "rlm", *argv],
                         start_new_session=True,
                         pass_fds=(read_end,),
-                        env=env,
+                        env=environment,
                     )
                 )
         finally:

@@ -396,21 +396,35 @@ def _iso(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
 
 
-def pool_argv(argv: list[str]) -> list[str]:
-    """This worker's command line without ``--pool N``, to start its siblings with."""
+#: The flags whose value may hold a credential (a base URL's user:password or
+#: ``?api_key=``, a postgresql:// journal's password), and the variables that carry
+#: them to a pool's siblings instead.  A command line is readable by every process
+#: on the machine (/proc/PID/cmdline); an environment only by its own user, and a
+#: sandbox gets none of it: the API key reaches the siblings the same way.
+_SECRET_FLAGS = {"--base-url": "RLM_BASE_URL", "--journal": "RLM_JOURNAL"}
+
+
+def pool_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """This worker's command line without ``--pool N`` and without the flags that may
+    hold credentials, to start its siblings with; and the environment variables that
+    carry those flags' values to them (as the command line would: a flag wins over
+    the same setting in the environment, and the last of a repeated flag wins)."""
     out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--pool":
-            skip = True
-            continue
-        if arg.startswith("--pool="):
-            continue
-        out.append(arg)
-    return out
+    env: dict[str, str] = {}
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":  # the rest are arguments, never flags
+            out.extend(["--", *args])
+            break
+        name, given, value = arg.partition("=")
+        if name == "--pool":
+            if not given:
+                next(args, None)
+        elif name in _SECRET_FLAGS:
+            env[_SECRET_FLAGS[name]] = value if given else next(args, "")
+        else:
+            out.append(arg)
+    return out, env
 
 
 def api_key_for(provider: str) -> str | None:

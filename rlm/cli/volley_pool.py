@@ -146,7 +146,7 @@ def _work(
                          volley_id=stored.volley_id, source=worker, sink=worker,
                          earlier=stored.earlier, sinks=sinks, trace_path=trace_path,
                          fixture=fixture, tools=toolbox)
-            siblings = pool_argv(sys.argv[1:]) if pool > 1 else []
+            siblings = pool_argv(sys.argv[1:]) if pool > 1 else ([], {})
             result = trio.run(
                 _work_pool, session, run, worker, stored.spent, siblings, pool - 1, parent
             )
@@ -183,11 +183,12 @@ async def _work_pool(
     run: Volley,
     worker: Any,
     spent: Any,
-    argv: list[str],
+    argv: tuple[list[str], dict[str, str]],
     siblings: int,
     parent: PoolParent | None = None,
 ) -> Any:
-    """This worker, and ``siblings`` more as child processes.
+    """This worker, and ``siblings`` more as child processes (``argv``: their command
+    line and the environment variables that carry its credentials, from ``pool_argv``).
 
     When this worker stops early (Ctrl-C or SIGTERM, which only this process may
     get, or an error) the siblings are sent SIGTERM, so each gives its tasks back
@@ -199,7 +200,8 @@ async def _work_pool(
     """
     async with trio.open_nursery() as nursery:
         if siblings:
-            nursery.start_soon(supervise_siblings, argv, siblings, run.volley_id)
+            command, env = argv
+            nursery.start_soon(supervise_siblings, command, siblings, run.volley_id, env)
         main = partial(
             volley_cmd._main, console=session.console, live=False, merger=None,
             on_event=lambda event: None,
