@@ -465,7 +465,7 @@ class RLM:
             usage=usage,
             duration_s=finished.duration_s,
             teardown_s=finished.teardown_s,
-            trace=tuple(e.to_dict() for e in events.events),
+            trace=tuple(e.trace_record() for e in events.events),
             trace_path=trace_path,
             error=message,
             fixture=_saw_fixture(events.events),

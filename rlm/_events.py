@@ -69,6 +69,20 @@ class Event:
             record[name] = value if isinstance(value, _SCALARS) else _plain(value)
         return record
 
+    def trace_record(self) -> dict[str, Any]:
+        """:meth:`to_dict`, made once per event and shared by the run's own readers (the
+        trace file, ``--stream --json``, the result's ``trace``): read it, never change it
+        (``to_dict`` gives a copy of one's own)."""
+        record: dict[str, Any] | None = self.__dict__.get(_RECORD)
+        if record is None:
+            record = self.__dict__[_RECORD] = self.to_dict()
+        return record
+
+
+#: Where :meth:`Event.trace_record` keeps the record, beside the fields: not a field, so
+#: equality, hashing, repr and dataclasses.fields do not see it.
+_RECORD = "_trace_record"
+
 
 _SCALARS = (str, int, float, type(None))
 
@@ -431,6 +445,7 @@ class EventBus:
         stamped = object.__new__(type(event))
         stamped.__dict__.update(event.__dict__)
         stamped.__dict__["t"] = round(self.now(), 6)
+        stamped.__dict__.pop(_RECORD, None)  # made before ``t`` was set
         if self._keep:
             self.events.append(stamped)
         for sink in self._sinks:
@@ -449,6 +464,7 @@ class EventBus:
         stamped = object.__new__(type(event))
         stamped.__dict__.update(event.__dict__)
         stamped.__dict__["t"] = round(self.now(), 6)
+        stamped.__dict__.pop(_RECORD, None)  # made before ``t`` was set
         for sink in self._sinks:
             sink(stamped)
         for stream in self._streams:

@@ -82,11 +82,12 @@ class TraceWriter:
     def __call__(self, event: Event) -> None:
         # Streamed text stays out of the trace: it would repeat every reply in pieces.
         if self._file is not None and not isinstance(event, TextDelta):
-            record = event.to_dict()
-            if self._blank:
-                for name in CONTENT_FIELDS.get(event.kind, ()):
-                    if record.get(name) is not None:
-                        record[name] = None
+            record = event.trace_record()
+            if self._blank:  # on a copy: the record is the result's trace too
+                blanked = [n for n in CONTENT_FIELDS.get(event.kind, ())
+                           if record.get(n) is not None]
+                if blanked:
+                    record = {**record, **dict.fromkeys(blanked)}
             self._file.write(json.dumps(record, default=_jsonable, ensure_ascii=False))
             self._file.write("\n")
 

@@ -41,7 +41,7 @@ class JSONLines:
         self.out = out or sys.stdout
 
     def __call__(self, event: Event) -> None:
-        self.out.write(json.dumps(event.to_dict(), ensure_ascii=False, default=repr) + "\n")
+        self.out.write(json.dumps(event.trace_record(), ensure_ascii=False, default=repr) + "\n")
         self.out.flush()
 
 

@@ -51,7 +51,7 @@ class VolleyJSONLines:
         self.out = out or sys.stdout
 
     def __call__(self, event: Event) -> None:
-        record = {**event.to_dict(), "task": task_of(event)}
+        record = {**event.trace_record(), "task": task_of(event)}
         self.out.write(json.dumps(record, ensure_ascii=False, default=repr) + "\n")
         self.out.flush()
 
