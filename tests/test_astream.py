@@ -66,10 +66,11 @@ async def test_breaking_out_of_astream_leaves_no_process_and_no_connection(after
 async def test_async_for_straight_over_astream_shows_the_async_with_form() -> None:
     model = RLM(provider="fixture")
     with pytest.raises(TypeError, match=r"`async with model\.astream\(\.\.\.\) as events: async"):
-        async for _ in model.astream(QUESTION, "the magic number is 7"):
+        # The misuse under test: what astream returns is entered, not iterated.
+        async for _ in model.astream(QUESTION, "the magic number is 7"):  # type: ignore[attr-defined]
             pass
     with pytest.raises(TypeError, match=r"`async with model\.avolley_stream\(\.\.\.\) as"):
-        async for _ in model.avolley_stream(["What is the magic number?"]):
+        async for _ in model.avolley_stream(["What is the magic number?"]):  # type: ignore[attr-defined]
             pass
     # The async with form over the same object runs.
     async with model.astream(QUESTION, "the magic number is 7") as events:

@@ -5,6 +5,7 @@ resumed from its journal asks for the URL again instead of sending without them.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -149,7 +150,7 @@ def journal_bytes(folder: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.name.startswith("j."))
 
 
-async def rlm(*args: str) -> trio.CompletedProcess[bytes]:
+async def rlm(*args: str) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
     return await trio.run_process([RLM_BIN, *args], env=env, capture_stdout=True,
                                   capture_stderr=True, check=False)

@@ -95,6 +95,7 @@ def test_default_set_covers_the_issue_scenarios() -> None:
     assert {"batched-32", "batched-32-http", "hetero-48", "rate-limited-40",
             "recursive-depth2", "throughput-10k"} <= names
     issue3 = next(s for s in DEFAULT if s.name == "batched-32")
+    assert isinstance(issue3, Scenario)
     assert (issue3.n, issue3.c, issue3.sub_latency) == (32, 8, 0.5)
 
 

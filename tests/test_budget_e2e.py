@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -34,7 +35,7 @@ def haystack(tmp_path: Path) -> Path:
     return path
 
 
-async def run_cli(*args: str) -> trio.CompletedProcess[bytes]:
+async def run_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
     with trio.fail_after(60):
         return await trio.run_process(
             [*RLM_CMD, *args],
@@ -47,7 +48,7 @@ async def run_cli(*args: str) -> trio.CompletedProcess[bytes]:
 
 @pytest.mark.parametrize("faults", [{}, {"fail_500": 0.3, "seed": 3}])
 async def test_max_llm_calls_5_with_a_16_way_batch(
-    haystack: Path, faults: dict[str, object]
+    haystack: Path, faults: dict[str, Any]
 ) -> None:
     async with serving(**faults) as (url, server):
         done = await run_cli(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ QUESTION = "What is the magic number?"
 
 async def rlm(
     *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
-) -> trio.CompletedProcess[bytes]:
+) -> subprocess.CompletedProcess[bytes]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
     full_env.update(env or {})
     with trio.fail_after(60):

@@ -8,6 +8,8 @@ import os
 import pty
 import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
@@ -30,23 +32,23 @@ def cli(
     stdin: bytes | None = b"",
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
-    **streams: object,
+    stdin_fd: int | None = None,
+    stderr: int = subprocess.PIPE,
 ) -> subprocess.CompletedProcess[bytes]:
+    """``stdin`` is written to the CLI's standard input, unless ``stdin_fd`` is given
+    (a terminal, say): then that is its standard input."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
     full_env.update(env or {})
-    kwargs: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    kwargs.update(streams)
-    if "stdin_fd" in kwargs:
-        kwargs["stdin"] = kwargs.pop("stdin_fd")
-    else:
-        kwargs["input"] = stdin
     return subprocess.run(
         [*RLM_CMD, *args],
+        stdin=stdin_fd,
+        input=stdin if stdin_fd is None else None,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
         env=full_env,
         cwd=cwd,
         timeout=60,
         check=False,
-        **kwargs,  # type: ignore[call-overload]
     )
 
 
@@ -150,7 +152,7 @@ def test_every_async_entry_under_asyncio_says_it_needs_trio(entry: str) -> None:
         if entry == "avolley":
             await model.avolley(["a"])
             return
-        managers = {
+        managers: dict[str, Callable[[], AbstractAsyncContextManager[object]]] = {
             "iter_volley": lambda: model.iter_volley(["a"]),
             "astream": lambda: model.astream(QUESTION, "The magic number is 5."),
             "avolley_stream": lambda: model.avolley_stream(["a"]),

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -43,7 +44,7 @@ def _printer(width: int = 40) -> tuple[ProgressPrinter, io.StringIO]:
     return ProgressPrinter(console, spinner=False), out
 
 
-async def _progress_of(root: list[str], **settings: object) -> str:
+async def _progress_of(root: list[str], **settings: Any) -> str:
     printer, out = _printer()
     provider = FunctionProvider.scripted(root)
     model = RLM(providers={"root": provider, "sub": provider}, sinks=[printer], **settings)
@@ -126,11 +127,10 @@ def _run_in_pty(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
     full_env.pop("NO_COLOR", None)
     full_env.update({"TERM": "xterm-256color", "COLUMNS": "100", **(env or {})})
-    streams = {"stdout": slave, "stderr": subprocess.PIPE}
-    if tty == "stderr":
-        streams = {"stdout": subprocess.PIPE, "stderr": slave}
+    stdout, stderr = (slave, subprocess.PIPE) if tty == "stdout" else (subprocess.PIPE, slave)
     with subprocess.Popen(
-        [*RLM_CMD, *args], stdin=subprocess.DEVNULL, env=full_env, cwd=cwd, **streams
+        [*RLM_CMD, *args], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=full_env,
+        cwd=cwd,
     ) as process:
         os.close(slave)
         shown = b""
@@ -142,7 +142,9 @@ def _run_in_pty(
             if not chunk:
                 break
             shown += chunk
-        piped = (process.stderr if tty == "stdout" else process.stdout).read()  # type: ignore[union-attr]
+        pipe = process.stderr if tty == "stdout" else process.stdout
+        assert pipe is not None
+        piped = pipe.read()
         code = process.wait(timeout=60)
     os.close(master)
     return code, shown, piped

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ ENDPOINT = "http://api.internal.invalid/v1"  # .invalid never resolves (RFC 2606
 
 async def run_cli(
     context: Path, endpoint: str = ENDPOINT, **env: str
-) -> trio.CompletedProcess[bytes]:
+) -> subprocess.CompletedProcess[bytes]:
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("RLM_", "OPENAI_")) and "proxy" not in k.lower()}
     return await trio.run_process(

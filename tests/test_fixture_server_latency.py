@@ -48,7 +48,7 @@ async def reply_after(
         reply = await client.receive_some()
         took = trio.current_time() - start
         await client.aclose()
-    return took, reply
+    return took, bytes(reply)
 
 
 async def test_the_latency_counts_from_the_first_bytes_of_the_request(

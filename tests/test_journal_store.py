@@ -18,7 +18,15 @@ from rlm.errors import JournalError, UnknownVolleyError, UsageError
 from rlm.journal._backends import SQLiteBackend, Tx
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from rlm.journal.records import Owner, Spend, Verdict, local_host, pid_alive, process_started
+from rlm.journal.records import (
+    Owner,
+    Spend,
+    Verdict,
+    VerdictRow,
+    local_host,
+    pid_alive,
+    process_started,
+)
 from rlm.journal.store import JournalStore
 from rlm.volley.output import format_summary
 
@@ -246,11 +254,11 @@ def test_a_verdict_group_sent_again_adds_its_spend_once(store: JournalStore) -> 
     store.create_volley("v1", {}, _tasks(3))
     store.register_worker("v1", A)
     store.claim("v1", A, 3)
-    rows = [(1, "done", "x", {}, 0.25, None), (2, "done", "y", {}, 0.25, None)]
+    rows: list[VerdictRow] = [(1, "done", "x", {}, 0.25, None), (2, "done", "y", {}, 0.25, None)]
     assert store.finish_rows("v1", rows, Spend(0.5, 2, 3, 4), (A.worker, 1)) == 2
     assert store.finish_rows("v1", rows, Spend(0.5, 2, 3, 4), (A.worker, 1)) == 0
     assert store.spent("v1") == Spend(0.5, 2, 3, 4)
-    third = [(3, "failed", None, {}, None, "e")]
+    third: list[VerdictRow] = [(3, "failed", None, {}, None, "e")]
     assert store.finish_rows("v1", third, Spend(0.0, 1, 0, 0), (A.worker, 2)) == 1
     assert store.spent("v1") == Spend(0.5, 3, 3, 4)
 

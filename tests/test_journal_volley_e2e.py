@@ -73,7 +73,7 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
 
 
-async def rlm(*args: str) -> trio.CompletedProcess[bytes]:
+async def rlm(*args: str) -> subprocess.CompletedProcess[bytes]:
     with trio.fail_after(120):
         return await trio.run_process(
             [*RLM, *args], capture_stdout=True, capture_stderr=True, check=False, env=_env()

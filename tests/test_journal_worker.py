@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -32,20 +33,20 @@ def _create(store: JournalStore, n: int) -> None:
     store.create_volley("v", {}, [VolleyTask(i, f"t{i}").to_dict() for i in range(1, n + 1)])
 
 
-def _worker(store: JournalStore, name: str, **kw: object) -> JournalWorker:
+def _worker(store: JournalStore, name: str, **kw: Any) -> JournalWorker:
     return JournalWorker(
         store,
         "v",
         owner=Owner("h", 1, name),
         run_sync=inline_run_sync,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
-def _ok(task: VolleyTask, **kw: object) -> TaskResult:
+def _ok(task: VolleyTask, **kw: Any) -> TaskResult:
     return TaskResult(
         index=task.index, prompt=task.prompt, status="succeeded", output=f"out {task.index}", **kw
-    )  # type: ignore[arg-type]
+    )
 
 
 async def _work(worker: JournalWorker, seconds: float, done: list[int]) -> None:

@@ -126,7 +126,7 @@ async def test_acquire_cancelled_at_its_first_checkpoint_takes_no_permit(
     st.integers(0, 2),
 )
 def test_permits_always_return_under_any_cancellation(
-    plan: list[tuple[str, int, int, int | None]], sub_slots: int, reserved: int
+    plan: list[tuple[Lane, int, int, int | None]], sub_slots: int, reserved: int
 ) -> None:
     """Acquirers cancelled at every possible point (before, while waiting, at the
     hand-over, while holding) never leak a permit or exceed the caps."""
@@ -153,10 +153,10 @@ def test_permits_always_return_under_any_cancellation(
         assert (stats.in_flight, stats.waiting_root, stats.waiting_sub) == (0, 0, 0)
         for lane in ("root", "sub"):  # and every permit can be taken again
             for _ in range(total if lane == "root" else sub_slots):
-                await limiter.acquire(lane)  # type: ignore[arg-type]
+                await limiter.acquire(lane)
             assert limiter.statistics().in_flight == (total if lane == "root" else sub_slots)
             for _ in range(total if lane == "root" else sub_slots):
-                limiter.release(lane)  # type: ignore[arg-type]
+                limiter.release(lane)
 
     trio.run(main, clock=MockClock(autojump_threshold=0))
     assert peak <= total

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from rlm._run.parsing import find_code_blocks, find_final
 
 safe_text = st.text(
-    alphabet=st.characters(blacklist_characters="`()\r", blacklist_categories=("Cs",)), max_size=60
+    alphabet=st.characters(exclude_characters="`()\r", exclude_categories=["Cs"]), max_size=60
 )
 
 

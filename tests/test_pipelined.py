@@ -56,7 +56,7 @@ async def test_pipelining_saves_the_overlap_in_virtual_time(
     stream: bool, autojump_clock: trio.abc.Clock
 ) -> None:
     provider = PacedScript([step_one("sleep 1"), ["FINAL(done)"]])
-    run = Run(provider, stream=stream)  # type: ignore[arg-type]
+    run = Run(provider, stream=stream)
     outcome = await Call.root(run.parts, "q", "ctx").run()
     assert outcome.answer == "done"
     # The block closes at 0.3 s; its code takes 1 s; the reply ends at 2.3 s.
@@ -81,7 +81,7 @@ async def test_later_blocks_run_after_earlier_ones_and_a_final_block_stops_them(
         "```repl\nsleep 5\n```\n",
         *PROSE,
     ]
-    run = Run(PacedScript([reply]), stream=True)  # type: ignore[arg-type]
+    run = Run(PacedScript([reply]), stream=True)
     outcome = await Call.root(run.parts, "q", "ctx").run()
     assert outcome.answer == "early"
     executed = [e for e in run.events.events if isinstance(e, CodeExecuted)]

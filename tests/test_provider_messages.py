@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 
 import httpx2
 import pytest
@@ -63,7 +64,7 @@ async def test_a_401_says_whether_a_key_was_sent(headers: dict[str, str], advice
     assert "Incorrect API key provided" in message and "sk-wrong" not in message
 
 
-def _answer_403(body: dict[str, object] | None) -> httpx2.MockTransport:
+def _answer_403(body: Mapping[str, object] | None) -> httpx2.MockTransport:
     return httpx2.MockTransport(
         lambda request: httpx2.Response(403, json=body) if body else httpx2.Response(403)
     )

@@ -63,7 +63,9 @@ def sse(*payloads: object, event: str | None = None) -> bytes:
     )
 
 
-def mock(handler: Handler, kind: type[OpenAIProvider] | type[AnthropicProvider] = OpenAIProvider):
+def mock(
+    handler: Handler, kind: type[OpenAIProvider] | type[AnthropicProvider] = OpenAIProvider
+) -> OpenAIProvider | AnthropicProvider:
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
     return kind(client, URL, api_key="sk-test")
 

@@ -20,18 +20,20 @@ import trio
 
 from rlm._events import Event, EventBus, SandboxStarted
 from rlm._sandbox.launcher import ExecResult, Sandbox, SandboxIdentity, SandboxLauncher
+from rlm_sandbox.protocol import BridgeAnswer
 
 CANARY = "rlm-canary-" + secrets.token_hex(12)
 OWNER = SandboxIdentity("sec", None, 0)
 
 
-async def echo_bridge(frame: dict[str, Any]) -> dict[str, Any]:
+async def echo_bridge(frame: dict[str, Any]) -> BridgeAnswer:
     """Answers every bridge call with the prompts' lengths (or the budget)."""
     if frame.get("fn") == "budget":
-        return {"ok": True, "value": {"llm_calls_used": 0}}
+        return {"ok": True, "value": {"llm_calls_used": 0}, "error": "", "kind": ""}
     prompts = frame.get("prompts") or []
     value = [f"len={len(p)}" for p in prompts]
-    return {"ok": True, "value": value[0] if frame.get("fn") == "llm_query" else value}
+    answer = value[0] if frame.get("fn") == "llm_query" else value
+    return {"ok": True, "value": answer, "error": "", "kind": ""}
 
 
 def assert_no_canary(*texts: object) -> None:
@@ -49,7 +51,7 @@ class Session:
     bridge_frames: list[dict[str, Any]] = field(default_factory=list)
 
     async def run(self, code: str, *, limit: float = 5.0) -> ExecResult:
-        async def bridge(frame: dict[str, Any]) -> dict[str, Any]:
+        async def bridge(frame: dict[str, Any]) -> BridgeAnswer:
             self.bridge_frames.append(frame)
             return await echo_bridge(frame)
 

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from rlm import RLM
+from rlm._events import EventBus
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm.errors import ExecutionTimeout, SandboxCrashed
 from rlm.testing.provider import FunctionProvider
@@ -183,7 +184,5 @@ async def test_a_dead_zygote_takes_its_sandboxes_and_runs_fall_back_to_direct_sp
                 await fresh.aclose()
 
 
-def _bus() -> object:
-    from rlm._events import EventBus
-
+def _bus() -> EventBus:
     return EventBus()

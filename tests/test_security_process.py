@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ print(json.dumps({"report": report, "results": results}))
 
 
 @pytest.fixture
-def outside(tmp_path: Path) -> dict[str, Any]:
+def outside(tmp_path: Path) -> Iterator[dict[str, Any]]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)

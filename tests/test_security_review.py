@@ -74,7 +74,7 @@ def _nested(depth: int) -> list[object]:
     return functools.reduce(lambda inner, _: [inner], range(depth), [])
 
 
-FORGED_RESULTS = {
+FORGED_RESULTS: dict[str, dict[str, object]] = {
     "output_chars not a number": {"output_chars": "abc"},
     "output_chars a list": {"output_chars": [1]},
     "output_chars infinite": {"output_chars": float("inf")},
@@ -84,8 +84,9 @@ FORGED_RESULTS = {
 
 @pytest.mark.parametrize("name", sorted(FORGED_RESULTS))
 async def test_forged_result_frame_fields_cost_only_the_call(name: str) -> None:
-    frame = {"t": "result", "id": 1, "ok": True, "output": "x", "output_chars": 1,
-             "error": None, "final": None, **FORGED_RESULTS[name]}
+    frame: dict[str, object] = {"t": "result", "id": 1, "ok": True, "output": "x",
+                                "output_chars": 1, "error": None, "final": None,
+                                **FORGED_RESULTS[name]}
     async with open_sandbox() as box:
         # Play the compromised child: write straight into the host's receive pipe.
         fd = os.open(f"/proc/{box.box.pid}/fd/4", os.O_WRONLY)

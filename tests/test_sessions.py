@@ -12,7 +12,7 @@ import pytest
 
 from rlm import RLM, UsageError
 from rlm.fixtures import generate_needle
-from rlm.providers.base import Completion, CompletionRequest
+from rlm.providers.base import Completion, CompletionRequest, Message
 from rlm.providers.fixture import FixtureProvider
 from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
@@ -81,11 +81,11 @@ async def test_an_async_session_in_a_trio_loop_keeps_its_variables_and_its_block
 
 
 def test_the_follow_up_request_does_not_resend_the_context_description() -> None:
-    seen: list[list[dict[str, str]]] = []
+    seen: list[list[Message]] = []
 
     class Recording(FixtureProvider):
         async def complete(self, request: CompletionRequest) -> Completion:
-            seen.append([dict(m) for m in request.messages])
+            seen.append([m.copy() for m in request.messages])
             return await super().complete(request)
 
     provider = Recording()
@@ -145,7 +145,7 @@ def test_a_saved_session_refuses_another_context(tmp_path: Path) -> None:
         RLM.load_session(str(saved), TEXT)
     document["settings"]["max_depth"] = 2
     saved.write_text(json.dumps(document))
-    assert RLM.load_session(str(saved), TEXT).close() is None
+    RLM.load_session(str(saved), TEXT).close()
     saved.write_text('{"rlm_session": 99}')
     with pytest.raises(UsageError, match="newer rlm"):
         RLM.load_session(str(saved), TEXT)
@@ -315,7 +315,8 @@ def test_a_resumed_session_counts_what_it_spent_before_the_save(tmp_path: Path) 
     del document["spent"]  # saved before the totals were kept: nothing known spent
     saved.write_text(json.dumps(document))
     older = RLM.load_session(str(saved), TEXT)
-    assert older.total_llm_calls == 0 and older.close() is None
+    assert older.total_llm_calls == 0
+    older.close()
     document["spent"] = {"llm_calls": -1, "cost": 0}
     saved.write_text(json.dumps(document))
     with pytest.raises(UsageError, match="damaged: what its queries spent"):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import pytest
 import trio
@@ -135,11 +136,12 @@ def test_tools_that_cannot_be_offered_are_refused_at_registration() -> None:
 
     def print(x: str) -> None: ...  # shadows a sandbox name
 
-    for function, message in [
+    refused: list[tuple[Callable[..., Any], str]] = [
         (takes_object, "parameter x: .*cannot cross the bridge"),
         (star, r"\*args/\*\*kwargs are not supported"),
         (print, "taken by the sandbox"),
-    ]:
+    ]
+    for function, message in refused:
         with pytest.raises(UsageError, match=message):
             make_tool(function)
     with pytest.raises(UsageError, match="two tools are named 'lookup'"):

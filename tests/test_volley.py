@@ -7,6 +7,8 @@ autojump clock makes every latency exact.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -62,7 +64,7 @@ class VolleyFake:
         return {r.messages[-1]["content"]: t for t, r in self.requests}
 
 
-def model(fake: VolleyFake, **settings: object) -> RLM:
+def model(fake: VolleyFake, **settings: Any) -> RLM:
     settings.setdefault("model", "fixture")
     return RLM(providers={"root": fake, "sub": fake}, **settings)
 
@@ -94,7 +96,8 @@ async def test_iter_volley_yields_results_in_completion_order(autojump_clock: Cl
     async with model(fake).iter_volley(["slow", "fast"]) as results:
         async for item in results:
             got.append((item.prompt, trio.current_time()))
-    assert got == [("fast", pytest.approx(1.0)), ("slow", pytest.approx(2.0))]
+    assert [prompt for prompt, _ in got] == ["fast", "slow"]
+    assert [at for _, at in got] == pytest.approx([1.0, 2.0])
     assert results.result is not None and outputs(results.result)[0] == "answer: slow"
 
 
@@ -142,9 +145,9 @@ async def test_small_contexts_are_not_warmed(autojump_clock: Clock) -> None:
 
 
 async def test_cached_tokens_are_priced_at_the_cached_rate(
-    autojump_clock: Clock, tmp_path: pytest.TempPathFactory
+    autojump_clock: Clock, tmp_path: Path
 ) -> None:
-    prices = tmp_path / "prices.json"  # type: ignore[operator]
+    prices = tmp_path / "prices.json"
     prices.write_text('{"m": {"input": 1e-6, "output": 2e-6, "cached_input": 1e-7}}')
     fake = VolleyFake()
     result = await model(fake, model="m", prices_path=str(prices)).avolley(["x", "y"], BIG)
@@ -153,6 +156,7 @@ async def test_cached_tokens_are_priced_at_the_cached_rate(
     assert first.cost == pytest.approx(first.tokens_input * 1e-6 + 5 * 2e-6)
     uncached = second.tokens_input - second.tokens_cached
     assert second.cost == pytest.approx(uncached * 1e-6 + second.tokens_cached * 1e-7 + 5 * 2e-6)
+    assert first.cost is not None and second.cost is not None  # priced
     assert result.summary.total_cost == pytest.approx(first.cost + second.cost)
 
 

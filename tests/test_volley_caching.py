@@ -39,7 +39,9 @@ async def test_anthropic_marks_the_end_of_the_shared_context_and_counts_cache_wr
     layout = RequestLayout([BIG], model="claude-sonnet-4")
     done = await provider.complete(layout.request(VolleyTask(1, "the task"), "t1"))
     body = bodies[0]
-    context, task = body["messages"]  # type: ignore[misc]
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    context, task = messages
     assert context["content"] == [{"type": "text", "text": layout.prefix[1]["content"],
                                    "cache_control": {"type": "ephemeral"}}]
     assert task == {"role": "user", "content": "the task"}

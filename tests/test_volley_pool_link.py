@@ -167,7 +167,7 @@ def _create(journal: Path, *args: str) -> str:
 def _counts(journal: Path, volley_id: str) -> dict[str, int]:
     store = open_store(str(journal))
     try:
-        return dict(store.volley(volley_id).counts)
+        return {state: n for state, n in store.volley(volley_id).counts.items()}
     finally:
         store.close()
 

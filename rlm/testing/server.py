@@ -267,7 +267,7 @@ class FixtureServer:
         task_status.started(int(listeners[0].socket.getsockname()[1]))
         await trio.serve_listeners(self._handle_connection, list(listeners))
 
-    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+    async def _handle_connection(self, stream: trio.abc.Stream) -> None:
         self.stats.connections += 1
         self.stats.open_connections += 1
         try:
@@ -280,7 +280,7 @@ class FixtureServer:
             await trio.aclose_forcefully(stream)
 
     async def _serve_connection(
-        self, conn: h11.Connection, stream: trio.SocketStream, reader: ArrivalReader
+        self, conn: h11.Connection, stream: trio.abc.Stream, reader: ArrivalReader
     ) -> None:
         while True:
             try:
@@ -310,7 +310,7 @@ class FixtureServer:
             conn.start_next_cycle()
 
     async def _read_request(
-        self, conn: h11.Connection, stream: trio.SocketStream, reader: ArrivalReader
+        self, conn: h11.Connection, stream: trio.abc.Stream, reader: ArrivalReader
     ) -> tuple[h11.Request, bytes, float] | None:
         """The next request, its body and when its first bytes reached this host (trio
         time, :mod:`rlm.testing.arrival`), or ``None`` when the client closed."""
@@ -344,7 +344,7 @@ class FixtureServer:
             return None
         return head, bytes(body), arrived
 
-    async def _send(self, conn: h11.Connection, stream: trio.SocketStream, reply: _Reply) -> None:
+    async def _send(self, conn: h11.Connection, stream: trio.abc.Stream, reply: _Reply) -> None:
         await stream.send_all(self._encode(conn, reply) if reply.wire is None else reply.wire)
 
     def _encode(self, conn: h11.Connection, reply: _Reply) -> bytes:
@@ -382,7 +382,7 @@ class FixtureServer:
         return head
 
     async def _send_stream(
-        self, conn: h11.Connection, stream: trio.SocketStream, reply: StreamReply
+        self, conn: h11.Connection, stream: trio.abc.Stream, reply: StreamReply
     ) -> bool:
         """Send the events one by one (chunked); False when the reply was cut."""
         headers = [
