@@ -186,6 +186,11 @@ class RunConfig:
                 raise SettingError(
                     f"<{name}> must start with http:// or https://, got {redact_url(url)!r}"
                 )
+            if url and (problem := _unparsable(url)):
+                raise SettingError(
+                    f"<{name}> is not a URL the HTTP client can use ({problem}), got "
+                    f"{redact_url(url)!r}; check its host and port"
+                )
             if redacted(url):  # read back from a journal or a saved session
                 raise SettingError(
                     f"<{name}> was stored as {url}: the user:password it had are never "
@@ -268,3 +273,18 @@ def _spell(kind: Any) -> str:
     names = {type(None): "None", int: "an integer", float: "a number", str: "a string",
              bool: "True or False"}
     return names.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def _unparsable(url: str) -> str | None:
+    """Why the HTTP client could not send to ``url`` as it is written, or None.
+
+    httpx2 parses the URL only when the first request is built; checked here, a
+    bad port or host is a setting error before the run starts, not a failed run.
+    """
+    import httpx2  # only runs with an HTTP provider get here; they load it anyway
+
+    try:
+        parsed = httpx2.URL(url)
+    except httpx2.InvalidURL as exc:
+        return str(exc)
+    return None if parsed.host else "it names no host"

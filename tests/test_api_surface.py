@@ -48,6 +48,12 @@ def test_a_misspelt_setting_is_a_type_error() -> None:
         ({"max_depth": 0}, "max_depth must be a positive integer, got 0"),
         ({"root_permits": 8}, "root_permits (8) must be less than max_concurrent (8)"),
         ({"provider": "openai", "base_url": "ftp://x"}, "base_url must start with http://"),
+        # Parsed as the HTTP client will parse it: a bad port or no host is a setting
+        # error before the run, not an InvalidURL from inside it.
+        ({"provider": "openai", "model": "m", "base_url": "http://[::1"},
+         "base_url is not a URL the HTTP client can use (Invalid port"),
+        ({"provider": "openai", "model": "m", "base_url": "http:///v1"},
+         "base_url is not a URL the HTTP client can use (it names no host)"),
         ({"provider": "anthropic", "model": ""}, 'no model: pass model="M", or use provider='),
         # No model at all: a hosted API has no model called "fixture" (it was sent that name).
         ({"provider": "openai"}, 'no model: pass model="M", or use provider='),

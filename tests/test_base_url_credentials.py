@@ -114,6 +114,15 @@ def test_a_malformed_base_url_is_quoted_without_its_credentials() -> None:
         assert SECRET not in message and "alice" not in message, message
 
 
+def test_an_unparsable_base_url_is_quoted_without_its_credentials() -> None:
+    with pytest.raises(SettingError) as caught:
+        RunConfig(base_url="http://alice:s3cret@h:port/v1?api_key=KEY", model="m",
+                  provider="openai").validate_endpoint()
+    message = str(caught.value)
+    assert "not a URL the HTTP client can use" in message and "***@h:port/v1" in message
+    assert SECRET not in message and "alice" not in message and "KEY" not in message, message
+
+
 def test_a_redacted_base_url_is_refused_with_what_to_do() -> None:
     with pytest.raises(SettingError) as caught:
         RunConfig(base_url="http://***@h/v1", model="m").validate_endpoint()
