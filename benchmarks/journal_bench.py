@@ -265,6 +265,9 @@ def main() -> None:
         wall_cost = [1 - r[0] / m[0] for r, m in zip(values, rates["memory"], strict=True)]
         loop_cost = [r[2] / m[2] - 1 for r, m in zip(values, rates["memory"], strict=True)]
         print(f"  {name:<13} wall {_spread(wall_cost)}; loop CPU {_spread(loop_cost)}")
+        # Every round's figure, in the order run: a drift of the machine shows as a run of
+        # outliers, which the median above leaves out and this line does not.
+        print(f"  {'':<13} rounds: " + " ".join(f"{c:+.1%}" for c in wall_cost))
 
 
 def _spread(values: list[float]) -> str:
