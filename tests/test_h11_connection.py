@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Protocol
 
 import httpcore2
 import pytest
@@ -29,7 +30,8 @@ def chat(url: str, *, read: float | None = None) -> httpcore2.Request:
     )
 
 
-async def post(pool: ConnectionPool, url: str, *, read: float | None = None) -> bytes:
+async def post_streamed(pool: ConnectionPool, url: str, *, read: float | None = None) -> bytes:
+    """A request through httpcore2's interface (httpx2's client, streaming)."""
     response = await pool.handle_async_request(chat(url, read=read))
     try:
         await response.aread()
@@ -39,7 +41,30 @@ async def post(pool: ConnectionPool, url: str, *, read: float | None = None) -> 
     return response.content
 
 
-async def test_keep_alive_serves_requests_in_turn_on_one_connection() -> None:
+async def post_whole(pool: ConnectionPool, url: str, *, read: float | None = None) -> bytes:
+    """The same request as one exchange (the direct POST's path)."""
+    request = chat(url, read=read)
+    status, _, body = await pool.exchange(
+        request.url.origin, request.url.target, request.headers, BODY,
+        request.extensions["timeout"],
+    )
+    assert status == 200
+    return body
+
+
+class Post(Protocol):
+    async def __call__(
+        self, pool: ConnectionPool, url: str, *, read: float | None = None
+    ) -> bytes: ...
+
+
+@pytest.fixture(params=["streamed", "whole"])
+def post(request: pytest.FixtureRequest) -> Post:
+    """Each test runs over both of the pool's ways to send a request."""
+    return post_streamed if request.param == "streamed" else post_whole
+
+
+async def test_keep_alive_serves_requests_in_turn_on_one_connection(post: Post) -> None:
     async with serving() as (url, server), ConnectionPool(
         max_connections=4, keepalive_expiry=5.0
     ) as pool:
@@ -48,7 +73,7 @@ async def test_keep_alive_serves_requests_in_turn_on_one_connection() -> None:
         assert server.stats.connections == 1 and pool.connections == 1
 
 
-async def test_an_expired_connection_is_not_reused() -> None:
+async def test_an_expired_connection_is_not_reused(post: Post) -> None:
     async with serving() as (url, server), ConnectionPool(
         max_connections=4, keepalive_expiry=0.0
     ) as pool:
@@ -65,11 +90,11 @@ async def test_a_body_closed_before_its_end_closes_the_connection() -> None:
         response = await pool.handle_async_request(chat(url))
         await response.aclose()  # nothing of the body read
         assert pool.connections == 0 and pool.in_flight == 0
-        await post(pool, url)  # a fresh connection: the old one may hold half an answer
+        await post_streamed(pool, url)  # a fresh connection: the old one may hold half an answer
         assert server.stats.connections == 2
 
 
-async def test_a_read_timeout_is_httpcores_and_closes_the_connection() -> None:
+async def test_a_read_timeout_is_httpcores_and_closes_the_connection(post: Post) -> None:
     async with serving(sub_latency=5.0) as (url, _), ConnectionPool(
         max_connections=4, keepalive_expiry=5.0
     ) as pool:
@@ -78,7 +103,7 @@ async def test_a_read_timeout_is_httpcores_and_closes_the_connection() -> None:
         assert pool.connections == 0 and pool.in_flight == 0
 
 
-async def test_a_cancelled_request_closes_its_connection() -> None:
+async def test_a_cancelled_request_closes_its_connection(post: Post) -> None:
     async with serving(sub_latency=5.0) as (url, _), ConnectionPool(
         max_connections=4, keepalive_expiry=5.0
     ) as pool:
@@ -87,7 +112,7 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
         assert pool.connections == 0 and pool.in_flight == 0
 
 
-async def test_a_server_that_closes_without_answering_is_a_protocol_error() -> None:
+async def test_a_server_that_closes_without_answering_is_a_protocol_error(post: Post) -> None:
     async with serving(drop=1.0) as (url, _), ConnectionPool(
         max_connections=4, keepalive_expiry=5.0
     ) as pool:
@@ -96,7 +121,7 @@ async def test_a_server_that_closes_without_answering_is_a_protocol_error() -> N
         assert pool.connections == 0
 
 
-async def test_a_malformed_answer_is_a_protocol_error() -> None:
+async def test_a_malformed_answer_is_a_protocol_error(post: Post) -> None:
     async with (
         raw_server(lambda head: b"HTTP/1.1 2OO nonsense\r\n\r\n") as (port, _),
         ConnectionPool(max_connections=2, keepalive_expiry=5.0) as pool,
@@ -119,6 +144,7 @@ def trusted_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 
 
 async def test_https_speaks_http11_over_tls_with_the_pools_context(
+    post: Post,
     trusted_tls: tuple[ssl.SSLContext, Path],
 ) -> None:
     server_context, cert = trusted_tls

@@ -9,13 +9,16 @@ on the run's client (:class:`PooledClient`, made by
 :func:`rlm.providers._http.make_http_client`) instead builds what httpx2
 would send once (:class:`DirectPost`: the same head, the same JSON encoding,
 the client's timeouts) and sends each request straight on the client's
-:class:`~rlm.providers._pool.ConnectionPool`; httpcore2 and h11 still speak
-HTTP.  The client sets no auth, redirects, hooks or proxies that this skips;
-its cookie jar is not used (API providers need none).  The answer comes back
-as a :class:`Reply`, the few things a provider reads of a response, as an
-``httpx2.Response`` costs ~0.1 ms a request to build and read (its headers
-are searched by lower-casing each name on every look-up); one whose body is
-compressed comes back as an ``httpx2.Response``, which decodes it.  A provider
+:class:`~rlm.providers._pool.ConnectionPool` as one exchange (head and body in,
+status, headers and whole body out: no httpcore2 request or response models,
+no body iterator; ~0.3 M fewer instructions a request than through the
+pool's httpcore2 interface); h11 still speaks HTTP.  The client sets no auth,
+redirects, hooks or proxies that this skips; its cookie jar is not used (API
+providers need none).  The answer comes back as a :class:`Reply`, the few
+things a provider reads of a response, as an ``httpx2.Response`` costs ~0.1 ms
+a request to build and read (its headers are searched by lower-casing each
+name on every look-up); one whose body is compressed comes back as an
+``httpx2.Response``, which decodes it.  A provider
 given any other client (say one with ``transport=httpx2.MockTransport(...)``)
 posts through it as before; streaming always goes through httpx2's client.
 
@@ -108,31 +111,25 @@ class DirectPost:
         self._head = [
             (name, value) for name, value in model.headers.raw if name.lower() != b"content-length"
         ]
-        self._url = httpcore2.URL(
+        self._origin = httpcore2.URL(
             scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-        )
-        self._extensions = {"timeout": client.timeout.as_dict()}
+        ).origin
+        self._target = url.raw_path
+        self._timeouts = client.timeout.as_dict()
         self._pool = client.pool
 
     async def __call__(self, body: dict[str, Any]) -> HTTPReply:
         # httpx2's own JSON encoding (httpx2._content.encode_json), so the bytes are the same.
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         content = data.encode("utf-8")
-        request = httpcore2.Request(
-            b"POST",
-            self._url,
-            headers=[*self._head, (b"Content-Length", b"%d" % len(content))],
-            content=content,
-            extensions=self._extensions,
+        status, headers, content = await self._pool.exchange(
+            self._origin,
+            self._target,
+            [*self._head, (b"Content-Length", b"%d" % len(content))],
+            content,
+            self._timeouts,
         )
-        response = await self._pool.handle_async_request(request)
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        if any(name.lower() == b"content-encoding" for name, _ in response.headers):
+        if any(name.lower() == b"content-encoding" for name, _ in headers):
             # httpx2's response decodes the body (gzip, ...) as the client's would.
-            return httpx2.Response(
-                response.status, headers=response.headers, content=response.content
-            )
-        return Reply(response.status, response.headers, response.content)
+            return httpx2.Response(status, headers=headers, content=content)
+        return Reply(status, headers, content)

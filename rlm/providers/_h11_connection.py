@@ -23,9 +23,10 @@ response closed before its end, closes it.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Literal
 
 import h11
@@ -80,10 +81,7 @@ class H11Connection:
         )
 
     async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
-        if self._state not in ("new", "idle"):
-            raise httpcore2.ConnectionNotAvailable()
-        self._state = "active"
-        self._expire_at = None
+        self._begin()
         timeouts = request.extensions.get("timeout", {})
         try:
             stream = self._stream
@@ -106,7 +104,7 @@ class H11Connection:
         )
 
     async def _connect(
-        self, request: httpcore2.Request, timeout: float | None  # noqa: ASYNC109
+        self, request: httpcore2.Request | None, timeout: float | None  # noqa: ASYNC109
     ) -> httpcore2.AsyncNetworkStream:
         host = self.origin.host.decode("ascii")
         stream = await self._network.connect_tcp(
@@ -118,43 +116,81 @@ class H11Connection:
         try:
             context = self._ssl_context or httpx2.create_ssl_context()
             context.set_alpn_protocols(["http/1.1"])
-            sni = request.extensions.get("sni_hostname")
+            sni = request.extensions.get("sni_hostname") if request is not None else None
             return await stream.start_tls(context, server_hostname=sni or host, timeout=timeout)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             raise
 
+    async def exchange(
+        self, target: bytes, headers: list[tuple[bytes, bytes]], content: bytes,
+        timeouts: Mapping[str, float | None],
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """POST ``content`` to ``target`` and read the whole answer: its status, headers
+        and body.  The direct POST's path (:mod:`rlm.providers._direct`): the same
+        exchange as :meth:`handle_async_request` without httpcore2's request and
+        response models or a body iterator.  The connection is idle again after it,
+        or closed if it failed or was cancelled."""
+        self._begin()
+        try:
+            stream = self._stream
+            if stream is None:
+                stream = self._stream = await self._connect(None, timeouts.get("connect"))
+            await self._send_whole(
+                stream, _request_event(b"POST", target, headers), content, timeouts.get("write")
+            )
+            read = timeouts.get("read")
+            head = await self._receive_head(stream, read)
+            body: list[bytes] = []
+            while True:
+                event = await self._next_event(stream, read)
+                if isinstance(event, h11.Data):
+                    body.append(event.data)
+                elif isinstance(event, h11.EndOfMessage) or event is h11.PAUSED:
+                    break
+        except BaseException:
+            await self.aclose()
+            raise
+        await self._response_closed()
+        return head.status_code, head.headers.raw_items(), b"".join(body)
+
+    def _begin(self) -> None:
+        if self._state not in ("new", "idle"):
+            raise httpcore2.ConnectionNotAvailable()
+        self._state = "active"
+        self._expire_at = None
+
+    async def _send_whole(
+        self, stream: httpcore2.AsyncNetworkStream, event: h11.Request, content: bytes,
+        timeout: float | None,  # noqa: ASYNC109
+    ) -> None:
+        """The request's head and whole body in one write."""
+        # As httpcore2: a server may close early and still answer (say a 413); the
+        # read that follows says which.
+        with contextlib.suppress(httpcore2.WriteError):
+            await stream.write(
+                (self._h11.send(event) or b"")
+                + (self._h11.send(h11.Data(data=content)) if content else b"")
+                + (self._h11.send(h11.EndOfMessage()) or b""),
+                timeout,
+            )
+
     async def _send(
         self, stream: httpcore2.AsyncNetworkStream, request: httpcore2.Request,
         timeout: float | None,  # noqa: ASYNC109
     ) -> None:
-        try:
-            event = h11.Request(
-                method=request.method, target=request.url.target, headers=request.headers
-            )
-        except h11.LocalProtocolError as exc:
-            raise httpcore2.LocalProtocolError(exc) from exc
-        try:
-            head = self._h11.send(event) or b""
-            body = request.stream
-            if isinstance(body, ByteStream):  # a whole body: one write
-                content = body._content
-                await stream.write(
-                    head + (self._h11.send(h11.Data(data=content)) if content else b"")
-                    + (self._h11.send(h11.EndOfMessage()) or b""),
-                    timeout,
-                )
-                return
-            await stream.write(head, timeout)
+        event = _request_event(request.method, request.url.target, request.headers)
+        body = request.stream
+        if isinstance(body, ByteStream):  # a whole body: one write
+            await self._send_whole(stream, event, body._content, timeout)
+            return
+        with contextlib.suppress(httpcore2.WriteError):  # as in _send_whole
+            await stream.write(self._h11.send(event) or b"", timeout)
             async for chunk in body:  # type: ignore[union-attr]
                 if chunk:
                     await stream.write(self._h11.send(h11.Data(data=chunk)) or b"", timeout)
             await stream.write(self._h11.send(h11.EndOfMessage()) or b"", timeout)
-        except httpcore2.WriteError:
-            # As httpcore2: a server may close early and still answer (say a 413);
-            # the read that follows says which.
-            pass
 
     async def _receive_head(
         self, stream: httpcore2.AsyncNetworkStream, timeout: float | None  # noqa: ASYNC109
@@ -199,6 +235,13 @@ class H11Connection:
         if stream is not None:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+
+
+def _request_event(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> h11.Request:
+    try:
+        return h11.Request(method=method, target=target, headers=headers)
+    except h11.LocalProtocolError as exc:
+        raise httpcore2.LocalProtocolError(exc) from exc
 
 
 class _Body:

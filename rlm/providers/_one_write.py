@@ -28,8 +28,8 @@ FLUSH_BYTES = 64 * 1024
 
 
 class OneWriteBackend(WrappedBackend):
-    """Dials through ``inner`` (httpcore's trio backend by default) and hands out
-    streams that send each request in one write."""
+    """Dials through ``inner`` (:class:`~rlm.providers._trio_network.TrioNetwork` by
+    default) and hands out streams that send each request in one write."""
 
     def wrap(self, stream: httpcore2.AsyncNetworkStream) -> httpcore2.AsyncNetworkStream:
         return OneWriteStream(stream)

@@ -24,13 +24,14 @@ connection still open is closed by :meth:`ConnectionPool.aclose`.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import httpcore2
 import trio
 from httpcore2._async.interfaces import AsyncRequestInterface
 
 from rlm.providers._h11_connection import H11Connection
+from rlm.providers._trio_network import TrioNetwork
 
 __all__ = ["ConnectionPool"]
 
@@ -52,7 +53,7 @@ class ConnectionPool(AsyncRequestInterface):
         self._slots = trio.Semaphore(max_connections)
         self._keepalive_expiry = keepalive_expiry
         self._ssl_context = ssl_context
-        self._network = network_backend if network_backend is not None else httpcore2.TrioBackend()
+        self._network = network_backend if network_backend is not None else TrioNetwork()
         self._idle: dict[_Key, list[H11Connection]] = {}
         self._open: set[H11Connection] = set()
 
@@ -66,18 +67,23 @@ class ConnectionPool(AsyncRequestInterface):
         """Requests holding a connection now."""
         return self._max - self._slots.value
 
-    async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
-        origin = request.url.origin
-        if origin.scheme not in (b"http", b"https"):
-            raise httpcore2.UnsupportedProtocol(
-                f"Request URL has an unsupported protocol '{origin.scheme.decode()}://'."
-            )
-        await self._take_slot(request)
+    async def exchange(
+        self, origin: httpcore2.Origin, target: bytes, headers: list[tuple[bytes, bytes]],
+        content: bytes, timeouts: Mapping[str, float | None],
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """POST ``content`` to ``origin`` and ``target``; the answer's status, headers and
+        whole body (:meth:`H11Connection.exchange`).  The connection is given back
+        before this returns or raises."""
+        connection = await self._checkout(origin, timeouts.get("pool"))
         try:
-            connection = await self._connection_to(origin)
-        except BaseException:
-            self._slots.release()
-            raise
+            return await connection.exchange(target, headers, content, timeouts)
+        finally:
+            await self._give_back(connection)
+
+    async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
+        connection = await self._checkout(
+            request.url.origin, request.extensions.get("timeout", {}).get("pool")
+        )
         try:
             response = await connection.handle_async_request(request)
         except BaseException:
@@ -90,13 +96,27 @@ class ConnectionPool(AsyncRequestInterface):
             extensions=response.extensions,
         )
 
-    async def _take_slot(self, request: httpcore2.Request) -> None:
+    async def _checkout(
+        self, origin: httpcore2.Origin, timeout: float | None  # noqa: ASYNC109
+    ) -> H11Connection:
+        """A free slot and a connection to ``origin``; :meth:`_give_back` returns both."""
+        if origin.scheme not in (b"http", b"https"):
+            raise httpcore2.UnsupportedProtocol(
+                f"Request URL has an unsupported protocol '{origin.scheme.decode()}://'."
+            )
+        await self._take_slot(timeout)
+        try:
+            return await self._connection_to(origin)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _take_slot(self, timeout: float | None) -> None:  # noqa: ASYNC109
         try:
             self._slots.acquire_nowait()  # the common case: no wait, no checkpoint
             return
         except trio.WouldBlock:
             pass
-        timeout = request.extensions.get("timeout", {}).get("pool")
         with trio.move_on_after(float("inf") if timeout is None else timeout):
             await self._slots.acquire()
             return

@@ -35,9 +35,9 @@ _CONNECT_TIMEOUT = 30.0  # as the client's own connects
 class WarmConnections(WrappedBackend):
     """A network backend for the HTTP pool that hands out pre-opened TCP connections.
 
-    ``inner`` does the dialling (httpcore's trio backend by default; tests
-    pass a fake).  Every connection it opened and did not hand out is closed
-    by :meth:`aclose`.
+    ``inner`` does the dialling (:class:`~rlm.providers._trio_network.TrioNetwork`
+    by default; tests pass a fake).  Every connection it opened and did not hand
+    out is closed by :meth:`aclose`.
     """
 
     def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:

@@ -15,14 +15,17 @@ from typing import Any
 
 import httpcore2
 
+from rlm.providers._trio_network import TrioNetwork
+
 __all__ = ["WrappedBackend", "WrappedStream"]
 
 
 class WrappedBackend(httpcore2.AsyncNetworkBackend):
-    """Dials through ``inner`` (httpcore's trio backend by default; tests pass a fake)."""
+    """Dials through ``inner`` (:class:`~rlm.providers._trio_network.TrioNetwork` by default;
+    tests pass a fake)."""
 
     def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
-        self._inner = inner if inner is not None else httpcore2.TrioBackend()
+        self._inner = inner if inner is not None else TrioNetwork()
 
     def wrap(self, stream: httpcore2.AsyncNetworkStream) -> httpcore2.AsyncNetworkStream:
         """What a dialled stream is handed out as (itself, unless a subclass wraps it)."""
