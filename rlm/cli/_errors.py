@@ -99,6 +99,8 @@ class RLMGroup(click.Group):
         except (KeyboardInterrupt, EOFError):
             say("Error: interrupted")
             sys.exit(130)
+        except BaseExceptionGroup as group:  # from inside trio nurseries (`rlm bench`, a stream)
+            self._grouped(group, argv)
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):  # stdout's reader went away: nothing to tell
                 silence(1)
@@ -107,6 +109,19 @@ class RLMGroup(click.Group):
         except Exception as exc:
             self._unexpected(exc, argv)
         sys.exit(code if isinstance(code, int) else 0)
+
+    @classmethod
+    def _grouped(cls, group: BaseExceptionGroup[BaseException], argv: list[str]) -> NoReturn:
+        """A nursery's errors: Ctrl-C and a vanished reader read as they do on their own."""
+        if group.subgroup(KeyboardInterrupt) is not None:  # Ctrl-C landed inside a nursery
+            say("Error: interrupted")
+            sys.exit(130)
+        if isinstance(leaf_error(group), BrokenPipeError):  # `rlm ... | head`: nothing to tell
+            silence(1)
+            sys.exit(1)
+        if not isinstance(group, Exception):  # SystemExit, GeneratorExit: not ours to report
+            raise group
+        cls._unexpected(group, argv)
 
     @staticmethod
     def _unexpected(exc: Exception, argv: list[str]) -> NoReturn:

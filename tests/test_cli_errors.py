@@ -1,0 +1,63 @@
+"""How a command ends when an error comes out of a trio nursery: as it would on its own.
+
+Ctrl-C during `rlm bench` reaches the top of the CLI as a KeyboardInterrupt
+inside (nested) exception groups, and a stdout reader that went away during
+`rlm run --stream --output-format jsonl | head -1` as a BrokenPipeError
+inside one; each must read as the bare error does: "Error: interrupted" and
+exit 130, or a silent exit 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rlm.cli._errors import RLMGroup
+from rlm.errors import UsageError
+
+
+def _group_raising(error: BaseException) -> RLMGroup:
+    group = RLMGroup("rlm")
+
+    @group.command("boom")
+    def boom() -> None:
+        raise error
+
+    return group
+
+
+def _ends(error: BaseException, capsys: pytest.CaptureFixture[str]) -> tuple[object, str]:
+    with pytest.raises(SystemExit) as ended:
+        _group_raising(error).main(["boom"])
+    return ended.value.code, capsys.readouterr().err
+
+
+def test_ctrl_c_inside_nested_nurseries_is_an_interrupt_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nested = BaseExceptionGroup("outer", [BaseExceptionGroup("inner", [KeyboardInterrupt()])])
+    code, err = _ends(nested, capsys)
+    assert code == 130
+    assert err == "Error: interrupted\n"
+
+
+def test_a_broken_pipe_inside_a_nursery_ends_silently(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, err = _ends(ExceptionGroup("stream", [BrokenPipeError(32, "Broken pipe")]), capsys)
+    assert code == 1
+    assert err == ""
+
+
+def test_an_rlm_error_inside_a_nursery_keeps_its_message_and_exit_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, err = _ends(ExceptionGroup("run", [UsageError("pass --model M")]), capsys)
+    assert code == 2
+    assert err == "Error: pass --model M\n"
+
+
+def test_a_system_exit_inside_a_nursery_is_not_reported_as_an_error() -> None:
+    group = BaseExceptionGroup("run", [SystemExit(3)])
+    with pytest.raises(BaseExceptionGroup) as raised:
+        _group_raising(group).main(["boom"])
+    assert raised.value is group
