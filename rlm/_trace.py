@@ -7,6 +7,7 @@ some other run is still writing, and a failed open leaves nothing behind.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import IO, Any
 from rlm._events import Event, TextDelta
 from rlm.errors import UsageError
 
-__all__ = ["CONTENT_FIELDS", "TraceWriter", "check_trace_path"]
+__all__ = ["CONTENT_FIELDS", "TraceWriter", "check_trace_path", "half_written", "part_path"]
 
 
 def check_trace_path(path: str | os.PathLike[str]) -> Path:
@@ -58,6 +59,25 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def part_path(path: Path, pid: int) -> Path:
+    """Where process ``pid`` writes the trace for ``path`` until its run ends."""
+    return path.with_name(f".{path.name}.{pid}.part")
+
+
+def half_written(path: Path) -> Path | None:
+    """The newest trace a killed run left unfinished under ``path``'s temporary name, or None.
+
+    A run killed with ``kill -9`` (or by the OOM killer) never renames its trace into
+    place: what it wrote is in ``.NAME.PID.part`` beside ``path``.
+    """
+    try:
+        parts = [p for p in path.parent.glob(f".{glob.escape(path.name)}.*.part")
+                 if p.name[len(path.name) + 2:-5].isdigit()]
+        return max(parts, key=lambda p: p.stat().st_mtime, default=None)
+    except OSError:  # the folder went away, or a part file between glob and stat
+        return None
+
+
 class TraceWriter:
     """A sink that appends each event as one JSON line (``text_delta`` excepted).
 
@@ -67,7 +87,7 @@ class TraceWriter:
     def __init__(self, path: str | os.PathLike[str], *, content: str = "full") -> None:
         self.path = check_trace_path(path)
         self._blank = content == "meta"
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
+        self._tmp = part_path(self.path, os.getpid())
         try:
             # A lone surrogate (from a source not cleaned where it enters) cannot be UTF-8:
             # backslashreplace writes it as the JSON escape \udXXX, which reads back the same

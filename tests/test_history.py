@@ -163,6 +163,32 @@ def test_a_killed_run_is_listed_as_killed_and_its_cut_trace_can_be_viewed(
     assert Path(done.stdout.strip()) == entry.path / "trace.html"
 
 
+def test_a_killed_run_with_trace_is_viewed_from_its_half_written_trace(
+        state: tuple[Path, dict[str, str], Path], tmp_path: Path) -> None:
+    """`rlm run --trace run.jsonl` killed: what it wrote is in .run.jsonl.PID.part beside
+    run.jsonl (which may hold an earlier run's trace), and `rlm view last` shows that."""
+    _, _, trace = state
+    history = RunHistory(tmp_path / "state" / "rlm" / "runs")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    user_trace = tmp_path / "run.jsonl"
+    user_trace.write_text("an earlier run's trace\n", encoding="utf-8")
+    entry = history.begin({"kind": "run", "query": "killed mid-run",
+                           "user_trace": str(user_trace)})
+    summary = json.loads(entry.summary_path.read_text(encoding="utf-8"))
+    entry.write_summary({**summary, "pid": int(dead.stdout)})
+    text = trace.read_text(encoding="utf-8")
+    part = tmp_path / f".run.jsonl.{dead.stdout.strip()}.part"
+    part.write_text(text[: len(text) // 2], encoding="utf-8")
+    shown = entry.summary()
+    assert shown["status"] == "killed"
+    assert shown["trace"] == str(part)
+    done = rlm_in_process("view", "last", env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert done.returncode == 0, done.stderr
+    assert "cut" in done.stderr
+    assert Path(done.stdout.strip()) == tmp_path / "run.html"
+
+
 def test_a_volley_is_kept_too(state: tuple[Path, dict[str, str], Path]) -> None:
     tmp, env, _ = state
     done = rlm("volley", "What is the magic number?", "Summarise it", "--context-file",

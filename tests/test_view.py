@@ -60,6 +60,18 @@ def test_default_output_is_the_trace_path_with_html(run_dir: Path) -> None:
     assert (run_dir / "t.html").stat().st_size > 0
 
 
+def test_a_killed_runs_trace_is_found_under_its_temporary_name(run_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """A run killed with `kill -9` never renamed .run.jsonl.PID.part to run.jsonl."""
+    text = (run_dir / "t.jsonl").read_text(encoding="utf-8")
+    (tmp_path / ".run.jsonl.4321.part").write_text(text[: len(text) // 2 - 7], encoding="utf-8")
+    done = rlm_in_process("view", str(tmp_path / "run.jsonl"))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == tmp_path / "run.html"
+    assert ".run.jsonl.4321.part" in done.stderr and "last line was cut" in done.stderr
+    assert page_data((tmp_path / "run.html").read_text(encoding="utf-8"))["calls"]
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (None, "no trace file at"),
     ("just some text\nnot json at all\n", "is not an rlm trace"),

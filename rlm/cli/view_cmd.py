@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from rlm._trace import half_written
 from rlm.errors import UsageError
 
 __all__ = ["view"]
@@ -42,6 +43,10 @@ def view(trace: str, output: str | None, open_page: bool) -> None:
 
     try:
         source = _resolve(trace)
+        if not source.exists() and (found := half_written(source)) is not None:
+            click.echo(f"note: {source} was never written in full; reading the unfinished "
+                       f"{found}", err=True)
+            source = found
         loaded = load_trace(source)
         target = Path(output) if output else _page_beside(source)
         if target.resolve() == source.resolve():
@@ -72,7 +77,8 @@ def _resolve(ref: str) -> Path:
 
 
 def _page_beside(trace: Path) -> Path:
-    """``run.jsonl`` → ``run.html``; a killed run's ``.trace.jsonl.PID.part`` → ``trace.html``."""
-    if trace.name.startswith(".") and trace.name.endswith(".part"):
-        return trace.with_name(trace.name[1:].split(".")[0] + ".html")
+    """``run.jsonl`` → ``run.html``; a killed run's ``.run.jsonl.PID.part`` → ``run.html``."""
+    stem, pid, part = trace.name.rsplit(".", 2) if trace.name.count(".") >= 3 else ("", "", "")
+    if trace.name.startswith(".") and part == "part" and pid.isdigit():
+        return trace.with_name(stem[1:]).with_suffix(".html")
     return trace.with_suffix(".html")

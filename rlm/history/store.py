@@ -28,6 +28,7 @@ from typing import Any
 import platformdirs
 
 from rlm._records import frozen_record
+from rlm._trace import half_written, part_path
 from rlm.errors import UsageError
 
 __all__ = ["DEFAULT_CAP_BYTES", "HISTORY_ENV", "RunEntry", "RunHistory", "history_enabled"]
@@ -61,20 +62,33 @@ class RunEntry:
         return self.path / "trace.jsonl"
 
     def trace_file(self) -> Path | None:
-        """The trace, or the half-written one a killed run left behind, or None."""
+        """The trace, or the half-written one a killed run left behind, or None.
+
+        A run given ``--trace PATH`` writes there and its trace is kept here when it
+        ends; a killed one's half-written trace is still beside PATH, named by its pid.
+        """
         if self.trace_path.exists():
             return self.trace_path
-        parts = sorted(self.path.glob(".trace.jsonl.*.part"), key=lambda p: p.stat().st_mtime)
-        return parts[-1] if parts else None
+        found = half_written(self.trace_path)
+        if found is not None:
+            return found
+        stored = self._stored()
+        user, pid = stored.get("user_trace"), stored.get("pid")
+        if isinstance(user, str) and user and isinstance(pid, int):
+            part = part_path(Path(user), pid)
+            return part if part.exists() else None
+        return None
 
-    def summary(self) -> dict[str, Any]:
-        """The stored summary (``status`` ``killed`` when its process died mid-run)."""
+    def _stored(self) -> dict[str, Any]:
         try:
             data = json.loads(self.summary_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            data = {"status": "unknown"}
-        if not isinstance(data, dict):
-            data = {"status": "unknown"}
+            return {"status": "unknown"}
+        return data if isinstance(data, dict) else {"status": "unknown"}
+
+    def summary(self) -> dict[str, Any]:
+        """The stored summary (``status`` ``killed`` when its process died mid-run)."""
+        data = self._stored()
         data["id"] = self.id
         if data.get("status") == "running" and not _alive(data.get("pid")):
             data["status"] = "killed"
