@@ -21,6 +21,7 @@ from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from rlm.journal.records import (
     Owner,
     Spend,
+    TaskRow,
     Verdict,
     VerdictRow,
     local_host,
@@ -113,6 +114,24 @@ def test_a_task_keeps_its_claim_time_apart_from_its_holders_process_start(
     done = stored_result(store, "v1")
     assert done.status == "succeeded" and done.summary.duration_sec == 6.0
     assert " in 6s" in format_summary(done).splitlines()[1]
+
+
+def test_a_claim_returns_each_task_as_a_later_read_of_it(store: JournalStore) -> None:
+    """What claim() returns is the row tasks() reads right after, the holder's process
+    start time included (``Owner.started`` takes no part in comparing owners)."""
+    store.create_volley("v1", {}, _tasks(3))
+    registered = Owner("host-a", 11, "wa", started=777)
+    store.register_worker("v1", registered)
+
+    def starts(rows: Sequence[TaskRow]) -> list[int | None]:
+        return [None if t.claimed_by is None else t.claimed_by.started for t in rows]
+
+    claimed = store.claim("v1", registered, 2)
+    assert starts(claimed) == [777, 777]
+    assert claimed == store.tasks("v1")[:2] and starts(store.tasks("v1")[:2]) == [777, 777]
+    # A worker that registered no start time (or none at all) has None, read either way.
+    unregistered = Owner("host-b", 22, "wb", started=888)
+    assert starts(store.claim("v1", unregistered, 1)) == [None] == starts(store.tasks("v1")[2:])
 
 
 def test_a_dead_worker_holding_claims_keeps_its_row_until_they_are_reopened(

@@ -269,8 +269,12 @@ class JournalStore:
     # -- claims -------------------------------------------------------------
 
     def claim(self, volley_id: str, owner: Owner, limit: int = 1) -> list[TaskRow]:
-        """Take up to ``limit`` open tasks, lowest index first, in one transaction."""
-        rows = self._claim(volley_id, owner, limit, _TASK_COLUMNS)
+        """Take up to ``limit`` open tasks, lowest index first, in one transaction.
+
+        Each row is as :meth:`tasks` would read it now, ``claimed_by.started`` included
+        (the start time ``owner``'s worker registered; None if it registered none).
+        """
+        rows = self._claim(volley_id, owner, limit, f"{_TASK_COLUMNS}, {_HOLDER_STARTED}")
         return sorted((_task_row(volley_id, row) for row in rows), key=lambda t: t.index)
 
     def claim_specs(self, volley_id: str, owner: Owner, limit: int = 1) -> list[dict[str, Any]]:
