@@ -6,16 +6,16 @@ import os
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from rlm.cli.volley_journal import stored_result
 from rlm.errors import JournalError, UnknownVolleyError, UsageError
-from rlm.journal._backends import SQLiteBackend, Tx
+from rlm.journal._backends import Backend, PostgresBackend, SQLiteBackend, Tx
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from rlm.journal.records import (
@@ -30,6 +30,8 @@ from rlm.journal.records import (
 )
 from rlm.journal.store import JournalStore
 from rlm.volley.output import format_summary
+
+_T = TypeVar("_T")
 
 
 class FakeClock:
@@ -163,39 +165,45 @@ def test_a_dead_worker_holding_claims_keeps_its_row_until_they_are_reopened(
 
 
 class _RecordingTx:
-    def __init__(self, tx: Tx, statements: list[str]) -> None:
+    def __init__(self, tx: Tx, backend: _RecordingSQLite) -> None:
         self._tx = tx
-        self._statements = statements
+        self._backend = backend
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._statements.append(sql)
+        self._backend.note(sql, params)
         return self._tx.rows(sql, params)
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._statements.append(sql)
+        self._backend.note(sql, params)
         return self._tx.run(sql, params)
 
     def many(self, sql: str, params: Sequence[Sequence[Any]]) -> int:
-        self._statements.append(sql)
+        self._backend.note(sql, params[0] if params else ())
         return self._tx.many(sql, params)
 
 
 class _RecordingSQLite(SQLiteBackend):
-    """A SQLite journal that notes every statement its transactions run."""
+    """A SQLite journal that notes every statement its transactions run (``statements``),
+    with its parameters (``calls``: the first row's, for a statement run per row)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.statements: list[str] = []
+        self.calls: list[tuple[str, Sequence[Any]]] = []
+
+    def note(self, sql: str, params: Sequence[Any]) -> None:
+        self.statements.append(sql)
+        self.calls.append((sql, params))
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
         with super().transaction() as tx:
-            yield _RecordingTx(tx, self.statements)
+            yield _RecordingTx(tx, self)
 
 
 def test_counting_live_workers_reads_no_task_while_every_worker_lives(tmp_path: Path) -> None:
     """It runs every second per worker under SQLite's write lock: with every worker
-    alive it must not look at the volley's tasks (which no index serves by worker)."""
+    alive it must not look at the volley's tasks at all."""
     backend = _RecordingSQLite(tmp_path / "j.sqlite3")
     store = JournalStore(backend, clock=FakeClock())
     try:
@@ -547,21 +555,53 @@ def test_the_shared_context_is_kept_with_its_digest(store: JournalStore) -> None
     assert digest is not None and len(digest) == 64 and store.volley("v2").context_digest is None
 
 
-def _journal_at(path: Path, version: int) -> None:
-    """A SQLite journal as rlm wrote it at schema ``version`` (SCHEMA, then the steps)."""
-    with sqlite3.connect(path) as conn:
-        for statement in SCHEMA:
-            conn.execute(statement)
-        for step in range(2, version + 1):
-            for statement in MIGRATIONS[step]:
-                conn.execute(statement)
-        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(version),))
+def _backend(spec: str | Path) -> Backend:
+    """A bare connection to journal ``spec`` (SQLite or PostgreSQL): no schema check."""
+    if str(spec).startswith("postgresql://"):
+        return PostgresBackend(str(spec))
+    return SQLiteBackend(spec)
+
+
+def _in_journal(spec: str | Path, work: Callable[[Tx], _T]) -> _T:
+    """``work`` in one transaction on journal ``spec``, outside any store."""
+    backend = _backend(spec)
+    try:
+        with backend.transaction() as tx:
+            return work(tx)
+    finally:
+        backend.close()
+
+
+def _journal_at(spec: str | Path, version: int) -> None:
+    """A journal as rlm wrote it at schema ``version`` (SCHEMA, then the steps)."""
     assert version < SCHEMA_VERSION
 
+    def work(tx: Tx) -> None:
+        for statement in SCHEMA:
+            tx.run(statement)
+        for step in range(2, version + 1):
+            for statement in MIGRATIONS[step]:
+                tx.run(statement)
+        tx.run("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(version),))
 
-def _schema_version(path: Path) -> str:
-    with sqlite3.connect(path) as conn:
-        return str(conn.execute("SELECT value FROM meta").fetchone()[0])
+    _in_journal(spec, work)
+
+
+def _schema_version(spec: str | Path) -> str:
+    rows = _in_journal(spec, lambda tx: tx.rows("SELECT value FROM meta"))
+    return str(rows[0][0])
+
+
+def _task_indexes(spec: str | Path) -> set[str]:
+    """The names of the indexes on the task table that rlm made (not a primary key's)."""
+    sql = (
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' "
+        "AND schemaname = current_schema() AND indexname <> 'tasks_pkey'"
+        if str(spec).startswith("postgresql://")
+        else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' "
+        "AND sql IS NOT NULL"
+    )
+    return {str(name) for (name,) in _in_journal(spec, lambda tx: tx.rows(sql))}
 
 
 def test_a_version_4_workers_row_has_no_start_time_and_its_pid_alone_decides(
@@ -604,7 +644,9 @@ def test_a_version_1_journal_is_migrated_forward(tmp_path: Path) -> None:
     assert _schema_version(path) == str(SCHEMA_VERSION)
 
 
-def test_a_version_2_journal_keeps_its_tasks_and_indexes_only_open_ones(tmp_path: Path) -> None:
+def test_a_version_2_journal_keeps_its_tasks_and_indexes_only_open_and_claimed_ones(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "v2.sqlite3"
     _journal_at(path, 2)
     with sqlite3.connect(path) as conn:  # a half-run volley, written by version 2
@@ -621,20 +663,113 @@ def test_a_version_2_journal_keeps_its_tasks_and_indexes_only_open_ones(tmp_path
         )
     store = open_store(str(path))
     assert _schema_version(path) == str(SCHEMA_VERSION)
-    with sqlite3.connect(path) as conn:
-        indexes = {
-            name
-            for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' "
-                "AND sql IS NOT NULL"
-            )
-        }
-    assert indexes == {"open_tasks"}
+    assert _task_indexes(path) == {"open_tasks", "claimed_tasks"}
     assert [t["index"] for t in store.claim_specs("v", A, 5)] == [3, 4]
     assert store.held_elsewhere("v", A) == 1
     assert store.finish("v", [Verdict(3, "done", output="x"), Verdict(4, "failed")]) == 2
     assert [t.status for t in store.tasks("v")] == ["done", "in_progress", "done", "failed"]
     store.close()
+
+
+def test_a_version_5_journal_is_upgraded_in_place_and_finds_claims_by_holder(
+    journal_spec: str, clock: FakeClock
+) -> None:
+    """Schema version 6 indexes the tasks in progress by volley and holder: a journal
+    of version 5 with a volley half run is upgraded when opened, on either back end,
+    and its claims are then found by holder as before."""
+    _journal_at(journal_spec, 5)
+    here = local_host()
+    dead = Owner(here, 101, "dead", started=7)
+    other = Owner("elsewhere", 5, "other")
+
+    def half_run(tx: Tx) -> None:
+        tx.run("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
+        tx.many(
+            "INSERT INTO tasks (volley_id, idx, spec, status, heartbeat_at, claimed_host, "
+            "claimed_pid, claimed_worker) VALUES ('v', ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (1, '{"index": 1}', "done", None, here, 101, "dead"),
+                (2, '{"index": 2}', "in_progress", clock.now, here, 101, "dead"),
+                (3, '{"index": 3}', "in_progress", clock.now, here, 101, "dead"),
+                (4, '{"index": 4}', "in_progress", clock.now, "elsewhere", 5, "other"),
+                (5, '{"index": 5}', "open", None, None, None, None),
+            ],
+        )
+        tx.run(
+            "INSERT INTO workers (worker, volley_id, host, pid, pid_start, started_at, "
+            "heartbeat_at) VALUES ('dead', 'v', ?, 101, 7, ?, ?)",
+            (here, clock.now, clock.now),
+        )
+
+    _in_journal(journal_spec, half_run)
+    assert _schema_version(journal_spec) == "5" and "claimed_tasks" not in _task_indexes(
+        journal_spec
+    )
+    store = open_store(journal_spec, clock=clock)
+    try:
+        assert _schema_version(journal_spec) == str(SCHEMA_VERSION) == "6"
+        assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
+        assert store.heartbeat(dead, "v") == 2
+        assert store.held_elsewhere("v", other) == 2
+        assert store.live_workers("v", 60, lambda pid, started: pid != 101) == 1  # at least 1
+        held = store.tasks("v")[1].claimed_by  # the dead one's row stays: it holds tasks
+        assert held is not None and held == dead and held.started == 7
+        found = store.recover_dead_local("v", lambda pid, started: pid != 101)
+        assert [(r.index, r.owner) for r in found] == [(2, dead), (3, dead)]
+        assert [t.status for t in store.tasks("v")] == [
+            "done", "open", "open", "in_progress", "open"
+        ]
+        clock.now += 120
+        assert [r.index for r in store.recover_stale("v", 60)] == [4]
+    finally:
+        store.close()
+    reopened = open_store(journal_spec, clock=clock)  # upgraded once: opens as it is
+    reopened.close()
+    assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
+
+
+def test_every_lookup_of_claims_reads_the_claimed_tasks_index(tmp_path: Path) -> None:
+    """SQLite's plan for each statement that looks for tasks in progress (a worker's
+    claims, whether a dead one holds any, stale or orphaned claims, claims held by
+    others) reads the claimed_tasks index, not every row of the volley."""
+    path = tmp_path / "j.sqlite3"
+    backend = _RecordingSQLite(path)
+    clock = FakeClock()
+    store = JournalStore(backend, clock=clock)
+    try:
+        store.create_volley("v1", {}, _tasks(40))
+        here = local_host()
+        workers = [Owner(here, 100 + i, f"w{i}") for i in range(3)]
+        for owner in workers:
+            store.register_worker("v1", owner)
+            store.claim_indices("v1", owner, 5)
+        store.finish("v1", [Verdict(1, "done")])
+        backend.calls.clear()
+
+        def alive(pid: int, started: int | None) -> bool:
+            return pid != 100
+
+        store.heartbeat(workers[1], "v1")
+        store.held_elsewhere("v1", workers[1])
+        store.live_workers("v1", 60, alive)
+        clock.now += 120
+        store.heartbeat(workers[2], "v1")
+        store.recover_stale("v1", 60)
+        store.recover_dead_local("v1", alive)
+        lookups = [
+            (sql, params)
+            for sql, params in backend.calls
+            if "tasks" in sql and "in_progress" in sql and "idx = ?" not in sql
+        ]
+        assert len(lookups) == 6
+        with sqlite3.connect(path) as conn:
+            for sql, params in lookups:
+                plan = " / ".join(
+                    str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+                )
+                assert "USING INDEX claimed_tasks" in plan, (sql, plan)
+    finally:
+        store.close()
 
 
 def test_many_connections_may_open_a_new_journal_at_once(tmp_path: Path) -> None:

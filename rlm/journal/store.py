@@ -414,8 +414,8 @@ class JournalStore:
     def heartbeat(self, owner: Owner, volley_id: str | None = None) -> int:
         """Refresh ``owner``'s liveness and the heartbeat of every task it holds.
 
-        Returns how many tasks it holds.  Given the volley, only its rows are
-        read (no index serves a worker's claims: see schema version 3).
+        Returns how many tasks it holds (found through the ``claimed_tasks`` index:
+        see schema version 6).
         """
         now = self.now()
         scope, params = ("volley_id = ? AND ", (volley_id,)) if volley_id else ("", ())
@@ -519,8 +519,10 @@ class JournalStore:
                 for w, host, pid, start in rows
                 if host == here and not alive(int(pid), _int_or_none(start))
             ]
-            # Only a dead worker's claims are looked for (no index serves them, and this
-            # runs every second under SQLite's write lock): live ones touch no task row.
+            # Only a dead worker's claims are looked for (this runs every second under
+            # SQLite's write lock): live ones touch no task row.  The claimed_tasks index
+            # finds a dead one's (schema version 6): without it, this NOT EXISTS read
+            # every row of the volley, or (PostgreSQL, by its statistics) of the table.
             if dead:
                 tx.many(
                     "DELETE FROM workers WHERE worker = ? AND NOT EXISTS (SELECT 1 FROM tasks "
@@ -558,8 +560,8 @@ class JournalStore:
         return _reopen(
             tx,
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at "
-            f"FROM tasks WHERE status = 'in_progress' AND heartbeat_at < ? {scope}"
-            f"ORDER BY volley_id, idx{self.backend.lock_clause}",
+            f"FROM tasks WHERE status = 'in_progress' AND heartbeat_at < ? "
+            f"{scope}{self.backend.lock_clause}",
             (now - timeout_s, *params),
             now,
             keep=lambda owner: False,
@@ -571,7 +573,7 @@ class JournalStore:
             tx,
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at, "
             f"{_HOLDER_STARTED} FROM tasks WHERE status = 'in_progress' AND volley_id = ? "
-            f"AND claimed_host = ? ORDER BY idx{self.backend.lock_clause}",
+            f"AND claimed_host = ?{self.backend.lock_clause}",
             (volley_id, local_host()),
             now,
             keep=lambda owner: owner is not None and alive(owner.pid, owner.started),
@@ -683,9 +685,17 @@ def _reopen(
     keep: Callable[[Owner | None], bool],
     reason: str,
 ) -> list[Recovered]:
-    """Reopen the claims ``select`` finds (unless ``keep``s its owner); each is logged."""
+    """Reopen the claims ``select`` finds (unless ``keep``s its owner), in task order;
+    each is logged.
+
+    ``select`` has no ORDER BY: ordered by task, SQLite reads the volley's rows through
+    its primary key (all of them) instead of the ``claimed_tasks`` index (only those in
+    progress); the few rows found are sorted here.
+    """
     found = []
-    for vid, idx, host, pid, worker, beat, *started in tx.rows(select, params):
+    rows = tx.rows(select, params)
+    rows.sort(key=lambda row: (str(row[0]), int(row[1])))
+    for vid, idx, host, pid, worker, beat, *started in rows:
         owner = (
             Owner(host, int(pid), worker, _int_or_none(started[0]) if started else None)
             if worker is not None
