@@ -357,3 +357,24 @@ def test_a_holder_with_many_reopened_claims_gets_one_stderr_line() -> None:
     ]
     many = recovery_lines([Recovered("v1", i, dead, 1.0, "gone") for i in range(1, 40, 2)])
     assert "(tasks 1, 3, 5, 7, 9, 11 and 14 more; gone;" in many[0]
+
+
+def test_a_hosted_api_without_a_key_stops_before_anything_is_sent(tmp_path: Path) -> None:
+    # As `rlm run` does: one line naming the variables (exit 4), not every task failing alone.
+    journal = tmp_path / "j.sqlite3"
+    hosted = ("--base-url", "https://api.openai.com/v1", "--model", "gpt-4.1",
+              "--max-retries", "0", "--journal", str(journal))
+    no_key = {"ANTHROPIC_API_KEY": ""}
+    said = "Error: no API key for https://api.openai.com/v1: set RLM_API_KEY (or OPENAI_API_KEY)"
+    done = rlm_in_process("volley", "a", "b", *hosted, env=no_key)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.startswith(said), done.stderr
+    assert rlm_in_process("volley", "list", "--journal", str(journal)).stdout == ""  # not stored
+    estimated = rlm_in_process("volley", "a", "b", *hosted, "--estimate", env=no_key)
+    assert estimated.returncode == 0 and "estimate: 2 tasks" in estimated.stdout  # sends nothing
+    volley_id = _create(journal, "a", "b", *hosted[:-2])  # recording one needs no key
+    for verb in (["volley", "--resume"], ["volley", "work"]):
+        done = rlm_in_process(*verb, volley_id, "--journal", str(journal), "-q", env=no_key)
+        assert done.returncode == 4, (verb, done.stderr)
+        assert done.stderr.startswith(said), done.stderr
+        assert _counts(journal, volley_id)["open"] == 2  # no task was tried

@@ -32,6 +32,7 @@ from rlm.cli.volley_journal import (
     JournalSession,
     api_key_for,
     config_provider,
+    require_key,
     resume_options,
     resume_overrides,
     resumed_fixture,
@@ -205,6 +206,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                                   estimate_only, no_estimate, yes,
                                   fixture or FixtureOptions()):
                     return
+                require_key(config)
                 if not skip_failed:
                     stored = reopen_failed(session.store, stored)
                 volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
@@ -218,6 +220,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 if not _confirmed(task_list, context, config, options, estimate_only,
                                   no_estimate, yes, fixture):
                     return
+                require_key(config)  # before the volley is stored: nothing to resume
                 volley_id, earlier, spent = new_volley_id(), [], Spend()
                 session.create(volley_id, config, dataclasses.asdict(options), task_list,
                                context, fixture)

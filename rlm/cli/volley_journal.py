@@ -81,6 +81,7 @@ __all__ = [
     "live_heartbeat_age",
     "open_journal",
     "pool_argv",
+    "require_key",
     "resume_options",
     "resume_overrides",
     "resumed_options",
@@ -430,6 +431,22 @@ def pool_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
 def api_key_for(provider: str) -> str | None:
     vendor = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
     return os.environ.get("RLM_API_KEY") or os.environ.get(vendor)
+
+
+def require_key(config: RunConfig) -> None:
+    """A hosted API and no key: stop before anything is sent (exit 4), as `rlm run` does.
+
+    Without it every task would send its request and fail on its own (a 401, or
+    no network), instead of one line naming the variables to set.
+    """
+    if config.api_key or config.provider == "fixture":
+        return
+    from rlm.providers.keys import missing_key_message  # httpx: not for fixture volleys
+
+    problem = missing_key_message(config)
+    if problem:
+        click.echo(f"Error: {problem}", err=True)
+        sys.exit(4)
 
 
 def explicit(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:

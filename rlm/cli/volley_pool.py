@@ -34,6 +34,7 @@ from rlm.cli.volley_journal import (
     config_provider,
     journal_option,
     pool_argv,
+    require_key,
     resume_overrides,
     resumed_fixture,
     resumed_options,
@@ -136,6 +137,7 @@ def _work(
             fixture = resumed_fixture(stored.settings, settings.pop("fixture_latency", None))
             provider = config_provider(settings, stored.settings)
             config = run_config(stored.settings, settings, api_key_for(provider))
+            require_key(config)
             options = resumed_options(stored.settings, overrides)
             toolbox = volley_cmd.host_tools(tools, options)
             worker = session.worker(stored.volley_id)
