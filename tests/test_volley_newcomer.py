@@ -124,3 +124,13 @@ def test_flags_after_a_double_dash_are_named_as_tasks(tmp_path: Path) -> None:
         assert done.stderr.startswith("Error: no model"), done.stderr
         assert "--provider came after `--`, so it was taken as one of the tasks" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_max_concurrent_zero_is_a_usage_error_not_the_default(tmp_path: Path) -> None:
+    # `--max-concurrent 0` used to run at the default of 16, as if it had not been given.
+    journal = {"RLM_JOURNAL": str(tmp_path / "j.sqlite3")}
+    done = rlm_in_process("volley", "a", "--provider", "fixture", "--max-concurrent", "0",
+                          env=journal)
+    assert done.returncode == 2
+    assert done.stderr == "Error: --max-concurrent must be a positive integer, got 0\n"
+    assert rlm_in_process("volley", "list", env=journal).stdout == ""  # nothing was stored

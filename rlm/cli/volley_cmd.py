@@ -355,9 +355,8 @@ def _config(settings: dict[str, Any], file_cap: int | None) -> RunConfig:
     settings["model"] = model_or_blank(settings["provider"], settings["model"])
     vendor = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
     profile_cap = settings.pop("profile_max_concurrent", None)
-    settings["max_concurrent"] = (
-        settings["max_concurrent"] or file_cap or profile_cap or DEFAULT_CONCURRENCY
-    )
+    caps = (settings["max_concurrent"], file_cap, profile_cap)  # 0 is a mistake, not "unset"
+    settings["max_concurrent"] = next((c for c in caps if c is not None), DEFAULT_CONCURRENCY)
     return RunConfig(
         **settings,
         api_key=os.environ.get("RLM_API_KEY") or os.environ.get(vendor),
