@@ -42,3 +42,28 @@ async def test_a_sandbox_that_ran_nothing_is_replaced_without_a_note() -> None:
         result = await slot.execute("sleep 0", nursery, _no_bridge, 5.0)
         assert result.output == "" and len(launcher.opened) == 2
         await slot.discard()
+
+
+async def test_a_step_cut_off_in_a_fan_out_kills_its_sandbox(autojump_clock: Any) -> None:
+    # A session's query interrupted while its code waits on llm_query_batched: the
+    # cancellation comes out of the fan-out's nursery inside an exception group.  The
+    # sandbox, still waiting for that reply, must not serve the next query (it took
+    # the next frame for a protocol error and exited: `chat.save()` then failed).
+    launcher = LineLauncher()
+    slot = SandboxSlot(launcher, "ctx", SandboxIdentity("root", None, 0))
+
+    async def fan_out(frame: dict[str, Any]) -> Any:
+        async with trio.open_nursery() as items:
+            items.start_soon(trio.sleep_forever)
+        raise AssertionError("the fan-out was to be cancelled")
+
+    async with trio.open_nursery() as nursery:
+        slot.spawn(nursery)
+        with trio.move_on_after(1.0):
+            await slot.execute("batch 2", nursery, fan_out, 60.0)
+        assert not launcher.opened[0].alive
+        assert await slot.export_variables() == ("{}", [])  # its variables went with it
+        after = await slot.execute("final done", nursery, _no_bridge, 5.0)
+        assert len(launcher.opened) == 2 and after.final == "done"
+        assert after.output.endswith("variables from earlier steps are gone]\n")
+        await slot.discard()

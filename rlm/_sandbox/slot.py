@@ -105,11 +105,6 @@ class SandboxSlot:
                 result, output=_LOST_NOTE + result.output,
                 output_chars=result.output_chars + len(_LOST_NOTE),
             )
-        except trio.Cancelled:
-            # Cut off mid-execution, it would go on running this code: a session's next
-            # query must not get it (the next execute finds it dead and starts afresh).
-            sandbox.kill("interrupted")
-            raise
         except (ExecutionTimeout, SandboxCrashed) as exc:
             self._failures += 1
             await self.discard()
@@ -130,6 +125,13 @@ class SandboxSlot:
                 final=None,
                 duration_s=round(trio.current_time() - started, 6),
             )
+        except BaseException:
+            # Cut off mid-execution (cancelled, bare or, from inside a bridge call's
+            # fan-out, in an exception group), it would go on running this code or wait
+            # for a reply that never comes: a session's next query must not get it (the
+            # next execute finds it dead and starts afresh).
+            sandbox.kill("interrupted")
+            raise
         finally:
             self.executing = False
 
