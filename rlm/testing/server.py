@@ -10,10 +10,13 @@ requests-per-minute limit and seeded fault injection.  Volley tasks report cache
 ``GET /v1/models`` lists the fixture names; ``GET /stats`` reports what the
 server saw (and is not counted).
 
-HTTP/1.1 keep-alive is served with h11, one task per connection inside
+HTTP/1.1 keep-alive is served one task per connection inside
 ``trio.serve_listeners``; a client that disconnects or speaks garbage only
-ends its own connection.  Cancelling the task running :meth:`FixtureServer.serve`
-closes every listener and connection.  Nothing is logged per request.
+ends its own connection.  Plain requests (:mod:`rlm.testing.plain_http`) are
+read without h11 and answered with the bytes h11 would write; from the first
+request that is not plain, h11 serves the connection.  Cancelling the task
+running :meth:`FixtureServer.serve` closes every listener and connection.
+Nothing is logged per request.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import functools
 import hmac
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,6 +45,7 @@ from rlm.testing.anthropic_dialect import (
     parse_anthropic,
 )
 from rlm.testing.arrival import ArrivalReader
+from rlm.testing.plain_http import Need, PlainRequest, RequestHead, parse_plain
 from rlm.testing.stream_reply import StreamReply, anthropic_stream_reply, stream_reply
 
 __all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
@@ -152,6 +157,12 @@ _Encode = Callable[[_Reply], bytes]
 #: A reply's status, content type, body length, extra headers and whether it closes.
 _HeadKey = tuple[int, bytes, int, tuple[tuple[bytes, bytes], ...], bool]
 
+#: The same without the length: a head's bytes before and after its content-length value.
+_WireKey = tuple[int, bytes, tuple[tuple[bytes, bytes], ...], bool]
+
+#: A plain request as h11 would see it: what h11 answers after it is what a plain one gets.
+_PLAIN_PROBE = b"POST / HTTP/1.1\r\nhost: fixture\r\ncontent-length: 0\r\n\r\n"
+
 
 class _BadRequest(Exception):
     """The chat request body is not what the OpenAI API accepts."""
@@ -169,6 +180,26 @@ def _error(status: int, message: str, kind: str, code: str | None = None, **extr
 def _rate_limited(message: str, retry_after: float) -> _Reply:
     headers = [(b"retry-after", f"{retry_after:g}".encode())]
     return _error(429, message, "rate_limit_exceeded", "rate_limit_exceeded", headers=headers)
+
+
+async def _send_all(stream: trio.abc.Stream, data: bytes) -> None:
+    """``stream.send_all(data)``, written at once when the socket takes it all.
+
+    trio's ``send_all`` ends with a checkpoint even then: the task goes round the
+    run loop once more before it reads the next request, ~10 us of this server's
+    CPU per reply.  The rest of a reply the socket did not take goes by ``send_all``.
+    """
+    if isinstance(stream, trio.SocketStream):
+        try:
+            sent = os.write(stream.socket.fileno(), data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:  # as trio says it (a closed stream's fileno is -1: EBADF)
+            raise trio.BrokenResourceError(str(exc)) from exc
+        if sent == len(data):
+            return
+        data = data[sent:]
+    await stream.send_all(data)
 
 
 def _sent(conn: h11.Connection, event: h11.Event) -> bytes:
@@ -250,6 +281,7 @@ class FixtureServer:
         self._cache = scripted.PrefixCache()
         self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
         self._heads: dict[_HeadKey, h11.Response] = {}  # see _response_head
+        self._wires: dict[_WireKey, tuple[bytes, bytes]] = {}  # see _wire
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -271,7 +303,7 @@ class FixtureServer:
         self.stats.connections += 1
         self.stats.open_connections += 1
         try:
-            await self._serve_connection(h11.Connection(h11.SERVER), stream, ArrivalReader(stream))
+            await self._serve_connection(stream, ArrivalReader(stream))
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             # The client went away or broke HTTP mid-exchange: only this connection ends.
             return
@@ -279,24 +311,80 @@ class FixtureServer:
             self.stats.open_connections -= 1
             await trio.aclose_forcefully(stream)
 
-    async def _serve_connection(
-        self, conn: h11.Connection, stream: trio.abc.Stream, reader: ArrivalReader
-    ) -> None:
+    async def _serve_connection(self, stream: trio.abc.Stream, reader: ArrivalReader) -> None:
+        """Plain requests while they come, then h11 for the rest of the connection."""
+        conn = h11.Connection(h11.SERVER)
+        pending = bytearray()  # read, not yet answered: h11 has seen none of it
+        while True:
+            plain, arrived, closed = await self._read_plain(reader, pending)
+            if plain is None:
+                break
+            raw = bytes(pending[:plain.end])
+            del pending[:plain.end]
+            reply = await self._dispatch(plain.head, raw[plain.body_start:], arrived, self._wire)
+            if reply is None:  # fault injection: drop the connection without a response
+                return
+            if isinstance(reply, StreamReply):
+                # h11 frames the stream (chunked): it reads the request first, as it
+                # would have, and its connection is between requests again after it.
+                conn.receive_data(raw)
+                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                    assert isinstance(event, h11.Request | h11.Data), event
+                if not await self._send_stream(conn, stream, reply):
+                    return  # a cut stream: close the connection mid-body
+                conn.start_next_cycle()
+                continue
+            await _send_all(stream, self._wire(reply) if reply.wire is None else reply.wire)
+            if reply.close:
+                return
+        if closed and not pending:  # the client closed between requests
+            return
+        conn.receive_data(bytes(pending))
+        if closed:
+            conn.receive_data(b"")
+        await self._serve_h11(conn, stream, reader, arrived)
+
+    async def _read_plain(
+        self, reader: ArrivalReader, pending: bytearray
+    ) -> tuple[PlainRequest | None, float | None, bool]:
+        """The plain request at the start of ``pending`` (read into it as needed) and
+        when its first bytes reached this host (trio time, :mod:`rlm.testing.arrival`);
+        ``None`` when h11 must read what is there, and whether the client has closed."""
+        arrived: float | None = None
+        while True:
+            found = parse_plain(pending, MAX_BODY_BYTES)
+            if isinstance(found, PlainRequest):
+                # (Already read with the previous request's bytes: it arrives now.)
+                return found, trio.current_time() if arrived is None else arrived, False
+            if found is Need.H11:
+                return None, arrived, False
+            data, came = await reader.receive(65536)
+            if not data:
+                return None, arrived, True
+            self.stats.reads += 1
+            pending += data
+            if arrived is None:
+                arrived = came
+
+    async def _serve_h11(self, conn: h11.Connection, stream: trio.abc.Stream,
+                         reader: ArrivalReader, arrived: float | None) -> None:
+        """Serve the connection with h11; ``arrived``: when the bytes it holds did."""
         while True:
             try:
-                request = await self._read_request(conn, stream, reader)
+                request = await self._read_request(conn, stream, reader, arrived)
             except h11.RemoteProtocolError as exc:
                 bad = _error(400, str(exc), "invalid_request_error", close=True)
                 await self._send(conn, stream, bad)
                 return
+            arrived = None
             if request is None:
                 return
-            head, body, arrived = request
+            head, body, came = request
             if len(body) > MAX_BODY_BYTES:
                 msg = f"request body is larger than {MAX_BODY_BYTES} bytes"
                 await self._send(conn, stream, _error(413, msg, "payload_too_large", close=True))
                 return
-            reply = await self._dispatch(head, body, arrived, functools.partial(self._encode, conn))
+            reply = await self._dispatch(head, body, came, functools.partial(self._encode, conn))
             if reply is None:  # fault injection: drop the connection without a response
                 return
             if isinstance(reply, StreamReply):
@@ -310,13 +398,14 @@ class FixtureServer:
             conn.start_next_cycle()
 
     async def _read_request(
-        self, conn: h11.Connection, stream: trio.abc.Stream, reader: ArrivalReader
-    ) -> tuple[h11.Request, bytes, float] | None:
+        self, conn: h11.Connection, stream: trio.abc.Stream, reader: ArrivalReader,
+        arrived: float | None = None,
+    ) -> tuple[RequestHead, bytes, float] | None:
         """The next request, its body and when its first bytes reached this host (trio
-        time, :mod:`rlm.testing.arrival`), or ``None`` when the client closed."""
-        head: h11.Request | None = None
+        time, :mod:`rlm.testing.arrival`; ``arrived`` if they were read before), or
+        ``None`` when the client closed."""
+        head: RequestHead | None = None
         body = bytearray()
-        arrived: float | None = None
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
@@ -329,7 +418,7 @@ class FixtureServer:
                 if arrived is None:
                     arrived = came
             elif isinstance(event, h11.Request):
-                head = event
+                head = RequestHead(event.method, event.target, list(event.headers))
                 if arrived is None:  # it was read with the previous request's bytes
                     arrived = trio.current_time()
             elif isinstance(event, h11.Data):
@@ -345,12 +434,36 @@ class FixtureServer:
         return head, bytes(body), arrived
 
     async def _send(self, conn: h11.Connection, stream: trio.abc.Stream, reply: _Reply) -> None:
-        await stream.send_all(self._encode(conn, reply) if reply.wire is None else reply.wire)
+        await _send_all(stream, self._encode(conn, reply) if reply.wire is None else reply.wire)
 
     def _encode(self, conn: h11.Connection, reply: _Reply) -> bytes:
         """The whole response's bytes; ``conn`` then holds it as sent."""
         return (_sent(conn, self._response_head(reply)) + _sent(conn, h11.Data(data=reply.body))
                 + _sent(conn, h11.EndOfMessage()))
+
+    def _wire(self, reply: _Reply) -> bytes:
+        """The whole response to a plain request: what h11 writes after one.
+
+        The bytes of a head come from h11 once per distinct head but for its length,
+        sent after a plain request on a connection of their own; a reply puts its
+        length in between.
+        """
+        key = (reply.status, reply.content_type, tuple(reply.headers), reply.close)
+        parts = self._wires.get(key)
+        length = str(len(reply.body)).encode()
+        if parts is None:
+            probe = h11.Connection(h11.SERVER)
+            probe.receive_data(_PLAIN_PROBE)
+            while not isinstance(probe.next_event(), h11.EndOfMessage):
+                pass
+            head = _sent(probe, self._response_head(reply))
+            mark = b"\r\ncontent-length: "
+            at = head.index(mark + length + b"\r\n") + len(mark)
+            parts = (head[:at], head[at + len(length):])
+            if len(self._wires) >= _MAX_HEADS:
+                self._wires.clear()
+            self._wires[key] = parts
+        return parts[0] + length + parts[1] + reply.body
 
     def _response_head(self, reply: _Reply) -> h11.Response:
         """The h11 event of ``reply``'s status line and headers, built once per distinct head.
@@ -400,7 +513,7 @@ class FixtureServer:
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     async def _dispatch(
-        self, head: h11.Request, body: bytes, arrived: float | None, encode: _Encode
+        self, head: RequestHead, body: bytes, arrived: float | None, encode: _Encode
     ) -> _Reply | StreamReply | None:
         path = head.target.split(b"?", 1)[0]
         if path == b"/stats" and head.method == b"GET":
@@ -414,7 +527,7 @@ class FixtureServer:
         return reply
 
     async def _route(
-        self, head: h11.Request, path: bytes, body: bytes, arrived: float | None, encode: _Encode
+        self, head: RequestHead, path: bytes, body: bytes, arrived: float | None, encode: _Encode
     ) -> _Reply | StreamReply | None:
         if path not in _CHAT_PATHS and path not in _MODEL_PATHS and path not in MESSAGES_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
@@ -465,7 +578,7 @@ class FixtureServer:
         self._rpm_tat = max(self._rpm_tat, now) + interval
         return True
 
-    def _authorized(self, head: h11.Request) -> bool:
+    def _authorized(self, head: RequestHead) -> bool:
         if self.options.api_key is None:
             return True
         headers = dict(head.headers)
