@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["MAX_PLAIN_HEAD", "Need", "PlainRequest", "RequestHead", "parse_plain"]
 
@@ -24,13 +24,15 @@ __all__ = ["MAX_PLAIN_HEAD", "Need", "PlainRequest", "RequestHead", "parse_plain
 MAX_PLAIN_HEAD = 8 * 1024
 
 # h11's grammar (h11/_abnf.py: RFC 7230), narrowed: the methods GET and POST,
-# HTTP/1.1, CRLF line ends, no obsolete line folding.
-_TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
+# HTTP/1.1, CRLF line ends, no obsolete line folding.  (Possessive quantifiers,
+# a third faster: each piece ends where the next one's characters begin, so
+# there is never anything to backtrack to.)
+_TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]++"
 _FIELD_VCHAR = rb"[^\x00\s]"
-_FIELD_VALUE = rb"(?:" + _FIELD_VCHAR + rb"+(?:[ \t]+" + _FIELD_VCHAR + rb"+)*)?"
+_FIELD_VALUE = rb"(?:" + _FIELD_VCHAR + rb"++(?:[ \t]++" + _FIELD_VCHAR + rb"++)*+)?+"
 _HEAD = re.compile(
-    rb"(GET|POST) ([\x21-\x7e]+) HTTP/1\.1\r\n"
-    rb"((?:" + _TOKEN + rb":[ \t]*" + _FIELD_VALUE + rb"[ \t]*\r\n)*)\r\n"
+    rb"(GET|POST) ([\x21-\x7e]++) HTTP/1\.1\r\n"
+    rb"((?:" + _TOKEN + rb":[ \t]*+" + _FIELD_VALUE + rb"[ \t]*+\r\n)*+)\r\n"
 )
 #: Where h11 sees a head end (h11/_receivebuffer.py): the first blank line, CRLF or LF.
 _BLANK_LINE = re.compile(rb"\n\r?\n")
@@ -39,8 +41,7 @@ _SPECIAL = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 _MAX_LENGTH_DIGITS = 20  # h11's CONTENT_LENGTH_MAX_DIGITS
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHead:
+class RequestHead(NamedTuple):
     """A request's method, target and headers (lower-case names), as the server routes it."""
 
     method: bytes
@@ -48,8 +49,7 @@ class RequestHead:
     headers: list[tuple[bytes, bytes]]
 
 
-@dataclass(frozen=True, slots=True)
-class PlainRequest:
+class PlainRequest(NamedTuple):
     """A whole plain request at the start of a buffer: its head, and where its body
     starts and ends."""
 
