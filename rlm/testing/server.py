@@ -147,10 +147,11 @@ class _Reply:
     content_type: bytes = b"application/json"
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     close: bool = False
-    wire: bytes | None = None  # the whole response, already through h11: only to be sent
+    wire: bytes | None = None  # the whole response, already encoded: only to be sent
 
 
-#: Turns a reply into the bytes of the whole response on its connection (h11's state moves on).
+#: Turns a reply into the bytes of the whole response on its connection (on a connection
+#: h11 serves, h11's state moves on; a plain one has none: FixtureServer._wire).
 _Encode = Callable[[_Reply], bytes]
 
 
@@ -602,7 +603,7 @@ class FixtureServer:
         # The latency counts from the request's arrival, as a provider's does, and the
         # fixture model answers while it runs: the server's own work (reading, parsing,
         # the reply) does not add to it, as it would not on a provider's machines.
-        # So a reply that does not stream is built, encoded and put through h11 before
+        # So a reply that does not stream is built and encoded (through h11) before
         # the latency ends, and at its end the server only writes it: when a wave's
         # requests end together, their answers are not queued behind each other's JSON
         # and HTTP encoding on this one thread (a wave of 16 lost ~5 ms so).
