@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import h11
 import pytest
 
 from rlm import RLM
@@ -17,6 +16,7 @@ from rlm.errors import AuthenticationError
 from rlm.providers._http import make_http_client
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import CompletionRequest
+from rlm.testing.plain_http import RequestHead
 from rlm.testing.server import FixtureServer, FixtureServerOptions, _Encode, _Reply
 from rlm.testing.stream_reply import StreamReply
 from tests.helpers import serving
@@ -33,7 +33,7 @@ class RecordingServer(FixtureServer):
         self.targets: list[bytes] = []
 
     async def _dispatch(
-        self, head: h11.Request, body: bytes, arrived: float | None, encode: _Encode
+        self, head: RequestHead, body: bytes, arrived: float | None, encode: _Encode
     ) -> _Reply | StreamReply | None:
         self.targets.append(head.target)
         return await super()._dispatch(head, body, arrived, encode)
