@@ -61,3 +61,25 @@ def test_a_system_exit_inside_a_nursery_is_not_reported_as_an_error() -> None:
     with pytest.raises(BaseExceptionGroup) as raised:
         _group_raising(group).main(["boom"])
     assert raised.value is group
+
+
+def test_a_ctrl_c_python_wrapped_is_an_interrupt_not_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Python 3.11 wraps what a class's __set_name__ raises (a dataclass being made
+    # while a command's modules load) in a RuntimeError caused by it.
+    wrapped = RuntimeError("Error calling __set_name__ on '_FieldInfo' instance 'x' in 'Config'")
+    wrapped.__cause__ = KeyboardInterrupt()
+    code, err = _ends(wrapped, capsys)
+    assert code == 130
+    assert err == "Error: interrupted\n"
+
+
+def test_an_error_without_a_ctrl_c_behind_it_is_still_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wrapped = RuntimeError("something broke")
+    wrapped.__context__ = ValueError("inner")
+    code, err = _ends(wrapped, capsys)
+    assert code == 1
+    assert err.startswith("Error: RuntimeError: something broke")

@@ -35,7 +35,26 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:  # imported inside console_main, where a Ctrl-C is handled
     from rlm._sandbox.early import EarlyZygote
 
-__all__ = ["collect_from_here", "console_main", "starts_a_run"]
+__all__ = ["caused_by_interrupt", "collect_from_here", "console_main", "starts_a_run"]
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised because of, a Ctrl-C: Python wraps an error
+    raised while a class is made (``RuntimeError: Error calling __set_name__``, a
+    dataclass's fields) and some libraries re-raise it as their own."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        one = pending.pop()
+        if one is None or id(one) in seen:
+            continue
+        seen.add(id(one))
+        if isinstance(one, KeyboardInterrupt):
+            return True
+        if isinstance(one, BaseExceptionGroup):
+            pending.extend(one.exceptions)
+        pending.extend((one.__cause__, one.__context__))
+    return False
 
 
 def starts_a_run(args: Sequence[str]) -> bool:
@@ -76,7 +95,11 @@ def console_main() -> NoReturn:
         main(obj=early)
     except SystemExit as exc:
         code = exc.code
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        # A Ctrl-C, bare or wrapped by Python (RuntimeError from a class made while
+        # the command's modules load); anything else is not ours to report here.
+        if not caused_by_interrupt(exc):
+            raise
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one cannot cut this short
         _flush_stderr("Error: interrupted\n")
         code = 130

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import click
 
 from rlm._spelling import settings_spelled_as
+from rlm.cli._console import caused_by_interrupt
 from rlm.cli._flags import cli_setting
 from rlm.cli._terminal import say, silence
 from rlm.errors import RLMError
@@ -125,6 +126,9 @@ class RLMGroup(click.Group):
 
     @staticmethod
     def _unexpected(exc: Exception, argv: list[str]) -> NoReturn:
+        if caused_by_interrupt(exc):  # a Ctrl-C that Python or a library wrapped
+            say("Error: interrupted")
+            sys.exit(130)
         if debug_wanted(argv):
             traceback.print_exception(exc)
         inner = leaf_error(exc)
