@@ -300,3 +300,13 @@ def test_the_probe_reads_past_a_value_cut_by_a_chunk_end() -> None:
     prompts, namespace = run_code(code, _needle_cut_at_a_chunk_end())
     assert namespace["printed"] == ["answer: 8599796"]
     assert len(prompts) == 2  # the hit, then the chunk that overlaps it
+
+
+def test_an_answer_field_named_with_backticks_stays_inside_the_code_block() -> None:
+    from rlm.providers._fixture_extras import _shaped_final
+
+    code = _shaped_final({"type": "object", "properties": {"a```b": {"type": "string"}}}, "v")
+    assert "```" not in code
+    namespace: dict[str, Any] = {"v": "7", "FINAL_VAR": lambda name: None}
+    exec(code, namespace)
+    assert namespace["answer_data"] == {"a```b": "7"}

@@ -119,6 +119,13 @@ def _answer_schema(content: str) -> dict[str, Any] | None:
     return schema if isinstance(schema, dict) else None
 
 
+def code_literal(text: str) -> str:
+    """``text`` as a Python string literal that can sit inside a fenced code block: its
+    backticks are written ``\\x60``, so a query or field name holding three of them
+    cannot end the block early."""
+    return repr(text).replace("`", "\\x60")
+
+
 def _shaped_final(schema: dict[str, Any], var: str) -> str:
     """Code building ``answer_data`` shaped by ``schema`` from the str ``var``, then
     ending with ``FINAL_VAR("answer_data")``."""
@@ -126,6 +133,6 @@ def _shaped_final(schema: dict[str, Any], var: str) -> str:
     for name, spec in (schema.get("properties") or {}).items():
         kind = spec.get("type") if isinstance(spec, dict) else None
         value = f"(int({var}) if {var}.isdigit() else None)" if kind == "integer" else var
-        fields.append(f"{name!r}: {value}")
+        fields.append(f"{code_literal(str(name))}: {value}")
     body = "{" + ", ".join(fields) + "}" if schema.get("type") == "object" else f"[{var}]"
     return f"answer_data = {body}\nFINAL_VAR(\"answer_data\")\n"

@@ -37,7 +37,7 @@ import trio
 
 from rlm._records import frozen_record
 from rlm.errors import ProviderConnectionError, ProviderStatusError, SettingError
-from rlm.providers._fixture_extras import extra_reply, structured_tail
+from rlm.providers._fixture_extras import code_literal, extra_reply, structured_tail
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
 
 __all__ = [
@@ -225,7 +225,7 @@ def _query_of(messages: Sequence[Message]) -> str:
 
 
 _CHUNKING = """\
-question = {question!r}
+question = {question}
 docs = context if isinstance(context, list) else [context]
 total = 0
 for doc in docs:
@@ -290,13 +290,13 @@ print(f"answer: {answer}")
 def step_one_code(question: str, model: FixtureModel) -> str:
     """The REPL code of the root's first step (without the fence)."""
     fan_out = _BATCHED if model.variant == "batched" else _SEQUENTIAL
-    chunking = _CHUNKING.format(question=question, chunks=model.chunks)
+    chunking = _CHUNKING.format(question=code_literal(question), chunks=model.chunks)
     return "import collections\n\n" + chunking + fan_out + _COLLECT
 
 
 def _probe_code(question: str, model: FixtureModel) -> str:
     """A simpler retry after step 1 failed: sequential, first hit wins, prints it."""
-    return _CHUNKING.format(question=question, chunks=model.chunks) + _PROBE
+    return _CHUNKING.format(question=code_literal(question), chunks=model.chunks) + _PROBE
 
 
 def _best_answer(messages: Sequence[Message]) -> str:
