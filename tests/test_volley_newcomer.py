@@ -134,3 +134,12 @@ def test_max_concurrent_zero_is_a_usage_error_not_the_default(tmp_path: Path) ->
     assert done.returncode == 2
     assert done.stderr == "Error: --max-concurrent must be a positive integer, got 0\n"
     assert rlm_in_process("volley", "list", env=journal).stdout == ""  # nothing was stored
+
+
+def test_one_task_is_one_task_in_the_estimate_and_the_list(tmp_path: Path) -> None:
+    journal = {"RLM_JOURNAL": str(tmp_path / "j.sqlite3")}
+    done = rlm_in_process("volley", "a", "--provider", "fixture", "--estimate", env=journal)
+    assert done.stdout.startswith("estimate: 1 task\n"), done.stdout
+    assert rlm_in_process("volley", "create", "a", "--provider", "fixture", env=journal).stdout
+    listed = rlm_in_process("volley", "list", env=journal).stdout
+    assert " 1 task: 0 done, 0 failed, 1 open " in listed, listed

@@ -37,6 +37,7 @@ from rlm._durations import format_duration, parse_duration
 from rlm.cli._profile_option import current_profile
 from rlm.cli._progress import stderr_console
 from rlm.cli._stale_lines import recovery_lines
+from rlm.cli._terminal import plural
 from rlm.errors import JournalError, RLMError, UnknownVolleyError, UsageError
 from rlm.journal import (
     JournalStore,
@@ -251,7 +252,7 @@ def list_cmd(journal_path: str | None, output_format: str) -> None:
         click.echo("no volleys yet", err=True)
     for item in items:
         click.echo(
-            f"{item['volley_id']}  {item['created']}  {item['tasks']} tasks: "
+            f"{item['volley_id']}  {item['created']}  {plural(item['tasks'], 'task')}: "
             f"{item['done']} done, {item['failed']} failed, "
             f"{item['open'] + item['in_progress']} open  ${item['cost']:.4f}"
         )

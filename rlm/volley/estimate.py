@@ -61,7 +61,7 @@ class Estimate:
         assumed = f" (assuming {ASSUMED_OUTPUT} per task)" if self.output_assumed else ""
         cost = "unpriced" if self.cost is None else f"${self.cost:.4f}"
         return [
-            f"estimate: {self.tasks:,} tasks",
+            f"estimate: {self.tasks:,} task{'' if self.tasks == 1 else 's'}",
             f"  tokens: ~{self.input_tokens:,} input{cached}, ~{self.output_tokens:,} "
             f"output{assumed}",
             f"  cost:   {cost}",
