@@ -72,6 +72,20 @@ def test_a_killed_runs_trace_is_found_under_its_temporary_name(run_dir: Path,
     assert page_data((tmp_path / "run.html").read_text(encoding="utf-8"))["calls"]
 
 
+def test_a_chats_trace_path_points_at_its_per_question_traces(run_dir: Path,
+                                                              tmp_path: Path) -> None:
+    """`rlm chat --trace chat.jsonl` writes chat.1.jsonl, chat.2.jsonl …, never chat.jsonl."""
+    text = (run_dir / "t.jsonl").read_text(encoding="utf-8")
+    for n in (1, 2, 10):
+        (tmp_path / f"chat.{n}.jsonl").write_text(text, encoding="utf-8")
+    done = rlm_in_process("view", str(tmp_path / "chat.jsonl"))
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"Error: no trace file at {tmp_path / 'chat.jsonl'}: a chat "
+                                  "given --trace chat.jsonl writes one per question "
+                                  "(chat.1.jsonl, chat.2.jsonl, chat.10.jsonl)"), done.stderr
+    assert f"`rlm view {tmp_path / 'chat.1.jsonl'}`" in done.stderr
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (None, "no trace file at"),
     ("just some text\nnot json at all\n", "is not an rlm trace"),

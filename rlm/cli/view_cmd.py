@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import sys
 import webbrowser
 from pathlib import Path
@@ -47,6 +48,11 @@ def view(trace: str, output: str | None, open_page: bool) -> None:
             click.echo(f"note: {source} was never written in full; reading the unfinished "
                        f"{found}", err=True)
             source = found
+        if not source.exists() and (numbered := _per_question(source)):
+            listed = ", ".join(p.name for p in numbered[:3]) + (", …" if len(numbered) > 3 else "")
+            raise UsageError(f"no trace file at {source}: a chat given --trace {source.name} "
+                             f"writes one per question ({listed}); view one of those, e.g. "
+                             f"`rlm view {numbered[0]}`")
         loaded = load_trace(source)
         target = Path(output) if output else _page_beside(source)
         if target.resolve() == source.resolve():
@@ -74,6 +80,17 @@ def _resolve(ref: str) -> Path:
     if trace is None:
         raise UsageError(f"run {entry.id} has no trace (it was killed before writing one)")
     return trace
+
+
+def _per_question(trace: Path) -> list[Path]:
+    """``chat.1.jsonl``, ``chat.2.jsonl`` … beside ``chat.jsonl`` (a session's traces), in order."""
+    pattern = f"{glob.escape(trace.stem)}.*{glob.escape(trace.suffix)}"
+    found: dict[int, Path] = {}
+    for path in trace.parent.glob(pattern):
+        number = path.name[len(trace.stem) + 1:len(path.name) - len(trace.suffix)]
+        if number.isdigit():
+            found[int(number)] = path
+    return [found[n] for n in sorted(found)]
 
 
 def _page_beside(trace: Path) -> Path:
