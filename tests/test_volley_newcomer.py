@@ -143,3 +143,23 @@ def test_one_task_is_one_task_in_the_estimate_and_the_list(tmp_path: Path) -> No
     assert rlm_in_process("volley", "create", "a", "--provider", "fixture", env=journal).stdout
     listed = rlm_in_process("volley", "list", env=journal).stdout
     assert " 1 task: 0 done, 0 failed, 1 open " in listed, listed
+
+
+def test_tasks_that_are_not_utf8_are_a_usage_error_and_encoding_reads_them(tmp_path: Path) -> None:
+    # --stdin used to end in "Error: UnicodeEncodeError ..." (exit 1) with the volley half
+    # stored, and -f named --encoding, which did not apply to task files.
+    journal = {"RLM_JOURNAL": str(tmp_path / "j.sqlite3")}
+    latin = "Qu'est-ce que le nombre magique, café ?\n".encode("latin-1")
+    (tmp_path / "tasks.txt").write_bytes(latin)
+    for source, stdin in ((["--stdin"], latin), (["-f", str(tmp_path / "tasks.txt")], None)):
+        done = rlm_in_process("volley", *source, "--provider", "fixture", "-q", env=journal,
+                              stdin=stdin)
+        assert done.returncode == 2, done.stderr
+        assert "is not valid utf-8 (byte 0xe9 at offset 36); pass the file's encoding, " \
+               "e.g. --encoding latin-1" in done.stderr, done.stderr
+        assert rlm_in_process("volley", "list", env=journal).stdout == ""  # nothing stored
+    for source, stdin in ((["--stdin"], latin), (["-f", str(tmp_path / "tasks.txt")], None)):
+        done = rlm_in_process("volley", *source, "--provider", "fixture", "-q",
+                              "--encoding", "latin-1", env=journal, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        assert "=== [1/1] ✓ Qu'est-ce que le nombre magique, café ? ===" in done.stdout

@@ -81,7 +81,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Shared context sent before every task (repeatable).")
 @click.option("--context-file", "context_files", multiple=True, metavar="PATH",
               help="Shared context from a file (repeatable; - reads stdin).")
-@click.option("--encoding", default="utf-8", show_default=True, help="Encoding of context files.")
+@click.option("--encoding", default="utf-8", show_default=True,
+              help="Encoding of context and task files (and of --stdin).")
 @click.option("--provider", type=click.Choice(["openai", "anthropic", "fixture"]),
               default="openai", show_default=True,
               help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API; "
@@ -305,7 +306,7 @@ def read_volley(
     timeout: float | None, settings: dict[str, Any],
 ) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
     """Tasks, shared context, run settings and volley options from the flags."""
-    parsed = _read_tasks(tasks, task_file, from_stdin, context_files)
+    parsed = _read_tasks(tasks, task_file, from_stdin, context_files, encoding)
     context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
     task_list = number_tasks(parsed.tasks)
     rlm_tasks = settings.pop("rlm_tasks", False)
@@ -327,7 +328,7 @@ def _take_profile(settings: dict[str, Any]) -> None:
 
 
 def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
-                context_files: tuple[str, ...]) -> TaskFile:
+                context_files: tuple[str, ...], encoding: str) -> TaskFile:
     if from_stdin and "-" in context_files:
         raise UsageError("--stdin and --context-file - both want stdin; put one in a file")
     if from_stdin and task_file == "-":
@@ -336,11 +337,11 @@ def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
     parsed = TaskFile([])
     if task_file is not None:
         name = "stdin" if task_file == "-" else task_file
-        parsed = parse_task_file(read_text(task_file, "utf-8", "task file"), name)
+        parsed = parse_task_file(read_text(task_file, encoding, "task file"), name)
         if not parsed.tasks and not items and not from_stdin:
             raise UsageError(f"task file {name} holds no tasks (blank lines are skipped): "
                              "one task per line, JSON or JSONL")
-    stdin_tasks = parse_lines(sys.stdin.read()) if from_stdin else []
+    stdin_tasks = parse_lines(read_text("-", encoding, "task file")) if from_stdin else []
     return TaskFile([*items, *parsed.tasks, *stdin_tasks], parsed.context, parsed.max_concurrent)
 
 
