@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -236,3 +237,20 @@ def test_a_meta_run_keeps_no_answer_in_the_history_either(tmp_path: Path) -> Non
     assert {p.name for p in kept} >= {"summary.json", "trace.jsonl"}
     for path in kept:
         assert str(needle.answer).encode() not in path.read_bytes(), path
+
+
+def test_a_query_from_bytes_that_are_not_utf8_is_kept_as_it_came(tmp_path: Path) -> None:
+    # A shell argument that is not UTF-8 reaches Python as a lone surrogate; writing the
+    # summary used to fail ("Error: UnicodeEncodeError", exit 1, a volley half stored).
+    history = RunHistory(tmp_path / "runs")
+    entry = history.begin({"kind": "run", "query": "q\udcff"})
+    assert entry.summary()["query"] == "q\udcff"
+    done = subprocess.run(
+        [sys.executable, "-m", "rlm", "run", b"What is it?\xff".decode(errors="surrogateescape"),
+         "--provider", "fixture", "-q"],
+        capture_output=True, text=True, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)},
+        check=False, timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Error: the query holds a character that is not valid Unicode text" in done.stderr
+    assert "Traceback" not in done.stderr and "UnicodeEncodeError" not in done.stderr

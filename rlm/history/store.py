@@ -98,7 +98,10 @@ class RunEntry:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         tmp = self.path / f".summary.{os.getpid()}.part"
-        tmp.write_text(json.dumps(dict(summary), ensure_ascii=False, indent=1), encoding="utf-8")
+        # A query from bytes that were not UTF-8 (a shell argument: a lone surrogate) is
+        # written as the JSON escape \udcXX, which reads back the same, as the trace does.
+        tmp.write_text(json.dumps(dict(summary), ensure_ascii=False, indent=1), encoding="utf-8",
+                       errors="backslashreplace")
         os.replace(tmp, self.summary_path)
 
 
