@@ -280,3 +280,14 @@ async def test_results_are_reported_only_after_the_sink_accepted_them(
     assert sorted(reported) == [(1, True), (2, True), (3, True)]
     assert store.unclaimed() == [] and isinstance(tasks[0], VolleyTask)
     assert result.summary.duration_sec == pytest.approx(11.0)
+
+
+@pytest.mark.parametrize("tasks", [[], ["", "  \n"]])
+def test_a_python_volley_without_tasks_says_so_in_python_terms(tasks: list[str]) -> None:
+    # It used to give the command line's advice (arguments, -f FILE, --stdin).
+    from rlm.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        RLM(provider="fixture").volley(tasks)
+    assert str(raised.value).startswith("no tasks: give a list of at least one prompt")
+    assert "--stdin" not in str(raised.value)

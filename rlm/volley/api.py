@@ -41,7 +41,8 @@ def make_volley(
         timeout=timeout, cache_warm=cache_warm, mode="rlm" if rlm else "completion"
     )
     return Volley(
-        tasks=number_tasks(tasks),
+        tasks=number_tasks(tasks, none="no tasks: give a list of at least one prompt that is "
+                                        "not blank (or task mappings with a 'prompt')"),
         context=documents,
         options=options,
         on_result=on_result,

@@ -154,10 +154,16 @@ def _task_object(item: dict[str, Any], where: str) -> dict[str, Any]:
     return dict(item)
 
 
-def number_tasks(items: Iterable[TaskInput], where: str = "task") -> list[VolleyTask]:
+_NO_TASKS_CLI = ("no tasks: give them as arguments, with -f FILE (one per line, JSON or JSONL) "
+                "or with --stdin (one per line)")
+
+
+def number_tasks(
+    items: Iterable[TaskInput], where: str = "task", *, none: str = _NO_TASKS_CLI
+) -> list[VolleyTask]:
     """Validate tasks and number them 1, 2, …; blank prompts are skipped.
 
-    Raises UsageError for a bad field, and for an empty list.
+    Raises UsageError for a bad field, and for an empty list (saying ``none``).
     """
     tasks: list[VolleyTask] = []
     for position, item in enumerate(items, 1):
@@ -180,10 +186,7 @@ def number_tasks(items: Iterable[TaskInput], where: str = "task") -> list[Volley
             )
         )
     if not tasks:
-        raise UsageError(
-            "no tasks: give them as arguments, with -f FILE (one per line, JSON or JSONL) "
-            "or with --stdin (one per line)"
-        )
+        raise UsageError(none)
     return tasks
 
 
