@@ -25,3 +25,49 @@ def test_readme_starts_with_a_run_command_and_a_test_command() -> None:
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert readme_commands()[1] in ci.splitlines()
+
+
+def _anchors(markdown: Path) -> set[str]:
+    """The #fragments GitHub gives a file's headings (repeats get -1, -2 …)."""
+    seen: dict[str, int] = {}
+    in_code = False
+    for line in markdown.read_text(encoding="utf-8").splitlines():
+        in_code = in_code != line.startswith("```")
+        heading = re.match(r"#+\s+(.*)", line)
+        if heading and not in_code:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            seen[slug] = seen.get(slug, -1) + 1
+            if seen[slug]:
+                slug = f"{slug}-{seen[slug]}"
+            seen.setdefault(slug, 0)
+    return set(seen)
+
+
+def _documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_every_link_between_the_docs_resolves() -> None:
+    broken = []
+    for doc in _documents():
+        for target, fragment in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)",
+                                           doc.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://")):
+                continue
+            path = (doc.parent / target) if target else doc
+            if not path.exists():
+                broken.append(f"{doc.name}: ({target}) does not exist")
+            elif fragment and path.suffix == ".md" and fragment not in _anchors(path):
+                broken.append(f"{doc.name}: ({target}#{fragment}) names no heading")
+    assert not broken
+
+
+def test_every_source_file_the_docs_name_exists() -> None:
+    named = {
+        path
+        for doc in _documents()
+        for path in re.findall(r"`((?:rlm|rlm_sandbox|benchmarks)/[\w/.-]+\.(?:py|md|json))`",
+                               doc.read_text(encoding="utf-8"))
+    }
+    assert named  # the pattern still finds what the docs name
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []
