@@ -254,3 +254,13 @@ def test_a_query_from_bytes_that_are_not_utf8_is_kept_as_it_came(tmp_path: Path)
     assert done.returncode == 2, done.stderr
     assert "Error: the query holds a character that is not valid Unicode text" in done.stderr
     assert "Traceback" not in done.stderr and "UnicodeEncodeError" not in done.stderr
+
+
+def test_a_state_directory_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("not a folder")
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    for args in (["runs"], ["runs", "show", "last"], ["view", "last"]):
+        done = rlm_in_process(*args, env=env)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("Error: cannot read the run history at "), done.stderr
+        assert "NotADirectoryError" not in done.stderr

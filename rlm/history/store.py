@@ -134,6 +134,9 @@ class RunHistory:
                            and not p.name.startswith("."))
         except FileNotFoundError:
             return []
+        except OSError as exc:  # XDG_STATE_HOME names a file, or a folder we cannot read
+            raise UsageError(f"cannot read the run history at {self.root}: {exc.strerror}; "
+                             "check XDG_STATE_HOME") from exc
         return [RunEntry(name, self.root / name) for name in names]
 
     def find(self, ref: str) -> RunEntry:
