@@ -280,7 +280,8 @@ def run(
     \b
     Streaming:
       rlm run "What is the magic number?" --context-file big.txt --provider fixture --stream
-      ... --stream --output-format jsonl | jq -r 'select(.event=="text_delta") | .text'
+      ... --stream --output-format jsonl \\
+          | jq -j 'select(.event=="text_delta" and .lane=="root") | .text'
 
     \b
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
