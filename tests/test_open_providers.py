@@ -3,6 +3,9 @@ servers on loopback."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from rlm._config import RunConfig
 from rlm.providers.base import CompletionRequest
 from rlm.providers.open import open_providers
@@ -31,3 +34,25 @@ async def test_a_sub_base_url_gets_a_provider_of_its_own() -> None:
             await providers["sub"].complete(ASK)
             await providers["root"].complete(ASK)
         assert (root_server.stats.total_requests, sub_server.stats.total_requests) == (1, 2)
+
+
+def test_after_load_http_transport_opening_providers_imports_nothing() -> None:
+    """What `rlm run` loads before its clock is all that opening HTTP providers needs
+    (a module imported on the way to the root's first request costs the run ~0.2-3 ms)."""
+    script = """
+import sys, trio
+from rlm._config import RunConfig
+from rlm.providers._http import load_http_transport
+from rlm.providers.open import open_providers
+load_http_transport()
+before = set(sys.modules)
+async def main():
+    config = RunConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    async with open_providers(config):
+        pass
+trio.run(main)
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert ran.stdout.split() == []

@@ -81,7 +81,7 @@ def load_http_transport() -> None:
     clock starts rather than between ``run_started`` and the root's first request:
     httpx2 imports its transport, httpcore2, on first use (~30 ms idle), and the
     process's first SSL context starts OpenSSL (1.4-18 ms here, loaded; later ones
-    take ~0.2 ms).  Every client makes one, for plain HTTP too.
+    take ~0.2 ms): a client for an ``https://`` endpoint, or through a proxy, makes one.
 
     Also the modules that open the run's providers (``rlm.providers.open`` imports
     them when a run starts, as a fixture run needs none: ~3 ms), and the first
@@ -103,6 +103,7 @@ _PROVIDER_MODULES = (
     "rlm.providers.keys",
     "rlm.providers.openai",
     "rlm.providers._one_write",
+    "rlm.providers._proxy",
     "rlm.providers._warm",
 )
 
