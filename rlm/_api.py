@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rlm._config import DEFAULTS, ProviderName, RunConfig, TraceContent, public_settings
+from rlm._config import (
+    DEFAULTS,
+    ProviderName,
+    RunConfig,
+    TraceContent,
+    shown_settings,
+)
 from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
 from rlm._run.call import CallOutcome, SessionCarry
@@ -476,7 +482,7 @@ class RLM:
         )
 
     def _run_started(self, query: str, context: Context, *, streams: bool) -> RunStarted:
-        public = public_settings(self.config)
+        public = shown_settings(self.config)
         # A live consumer (rlm run --stream, astream) makes every request stream, as
         # stream=True does: the recorded setting says what the run did.
         public["stream"] = self.config.stream or streams

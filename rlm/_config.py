@@ -22,7 +22,7 @@ from rlm.errors import SettingError
 __all__ = [
     "DEFAULTS", "DEFAULT_MAX_HISTORY_CHARS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY",
     "DEFAULT_TIMEOUT", "PROVIDERS", "ProviderName", "RunConfig", "TraceContent",
-    "public_settings",
+    "public_settings", "shown_settings",
 ]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
@@ -98,7 +98,7 @@ class RunConfig:
         # The dataclass's repr, but with the base URLs' credentials taken out, as
         # everywhere else a setting is shown: a config reaches logs, tracebacks and
         # debuggers (the key is not shown at all: repr=False).
-        shown = public_settings(self)
+        shown = shown_settings(self)
         body = ", ".join(f"{f.name}={shown[f.name]!r}" for f in fields(self) if f.repr)
         return f"{type(self).__qualname__}({body})"
 
@@ -220,6 +220,17 @@ def public_settings(config: RunConfig) -> dict[str, Any]:
     for name in ("base_url", "sub_base_url"):
         if public[name]:
             public[name] = redact_url(public[name])
+    return public
+
+
+def shown_settings(config: RunConfig) -> dict[str, Any]:
+    """:func:`public_settings` for what is only shown (a trace's ``run_started``, a repr):
+    the cache journal's URL without its credentials too (``postgresql://***@host/db``
+    keeps the rest).  A saved session or a volley keeps the cache path as given, to use it
+    again."""
+    public = public_settings(config)
+    if public["cache_path"]:
+        public["cache_path"] = redact_url(public["cache_path"])
     return public
 
 

@@ -196,3 +196,19 @@ def test_config_show_names_the_base_url_without_its_credentials() -> None:
         assert done.returncode == 0, done.stderr
         assert SECRET not in done.stdout and "sk-q" not in done.stdout, done.stdout
         assert "http://***@h/v1?key=***" in done.stdout
+
+
+def test_a_cache_journals_password_is_kept_out_of_the_trace_and_the_repr(tmp_path: Path) -> None:
+    # --cache postgresql://user:password@host/db: run_started recorded it whole.
+    cache = f"postgresql://alice:{SECRET}@127.0.0.1:1/db"
+    assert SECRET not in repr(RunConfig(cache_path=cache))
+    assert "cache_path='postgresql://***@127.0.0.1:1/db'" in repr(RunConfig(cache_path=cache))
+    assert public_settings(RunConfig(cache_path=cache))["cache_path"] == cache  # to use again
+    trace = tmp_path / "t.jsonl"
+    done = rlm_in_process("run", "What is the magic number?", "--provider", "fixture",
+                          "--cache", cache, "--trace", str(trace), "--no-history", "-q",
+                          stdin="")
+    assert done.returncode == 1  # nothing listens on port 1
+    text = trace.read_text(encoding="utf-8")
+    assert '"cache_path": "postgresql://***@127.0.0.1:1/db"' in text
+    assert SECRET not in text and SECRET not in done.stderr
