@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +97,31 @@ def test_chat_trace_writes_one_trace_per_question_and_a_bad_path_stops_before_as
     (line,) = refused.stdout.splitlines()
     assert json.loads(line)["status"] == "usage_error" and "does not exist" in line
     assert "Traceback" not in refused.stderr
+
+
+def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(tmp_path: Path) -> None:
+    # `rlm run` and `rlm volley` end on SIGTERM as on Ctrl-C; a chat was killed outright,
+    # and --save, written at the end, never was.
+    context = tmp_path / "big.txt"
+    context.write_text(generate_needle(20_000, seed=1).text, encoding="utf-8")
+    saved = tmp_path / "s.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "chat", "--context-file", str(context), "--provider",
+         "fixture", "--save", str(saved)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**env, "XDG_STATE_HOME": str(tmp_path / "state")},
+    )
+    try:
+        assert chat.stdin is not None and chat.stdout is not None
+        chat.stdin.write("What is the magic number?\n")
+        chat.stdin.flush()
+        answer = chat.stdout.readline().strip()  # the question is answered: the chat waits
+        chat.send_signal(signal.SIGTERM)
+        _, err = chat.communicate(timeout=60)
+    finally:
+        chat.kill()
+    assert answer.isdigit(), err
+    assert chat.returncode == 130, err
+    assert "Error: terminated" in err and f"session saved to {saved}" in err
+    assert json.loads(saved.read_text(encoding="utf-8"))["queries"] == 1

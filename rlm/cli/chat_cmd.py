@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 import click
@@ -98,12 +100,18 @@ def _chat(
     except RLMError as exc:
         fail(usage_message(exc, chat), exc.exit_code, as_json=as_json)
     exit_code = 0
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         if interactive:
             import readline  # noqa: F401  (line editing and history for input())
 
             say(_BANNER)
-        exit_code = _loop(session, interactive=interactive, as_json=as_json)
+        try:
+            exit_code = _loop(session, interactive=interactive, as_json=as_json)
+        except _Terminated:  # as `rlm run` and `rlm volley` end on it; the chat is still saved
+            say("Error: terminated")
+            exit_code = 130
+        signal.signal(signal.SIGTERM, previous)  # a second SIGTERM while saving ends at once
         if save is not None:
             skipped = session.save(save)
             note = f" (not plain data, left out: {', '.join(skipped)})" if skipped else ""
@@ -122,8 +130,17 @@ def _check_writable(path: str) -> None:
         raise UsageError(f"--save {path}: cannot write there; pick a file in a writable folder")
 
 
+class _Terminated(Exception):
+    """SIGTERM: end the chat as end of input does (the session is saved), exit 130."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
 def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
-    """Answer questions until end of input; the exit code (4 when credentials were refused)."""
+    """Answer questions until end of input; the exit code (4 when credentials were refused).
+    SIGTERM raises _Terminated out of it, the question in progress cancelled."""
     while True:
         try:
             line = input("rlm> " if interactive else "")
@@ -145,6 +162,10 @@ def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
             session.interrupt()
             say("(cancelled)")
             continue
+        except _Terminated:
+            session.interrupt()
+            say("(cancelled)")
+            raise
         except RLMError as exc:
             if as_json:
                 click.echo(json.dumps({"query": query, "status": "error", "error": str(exc)}))
