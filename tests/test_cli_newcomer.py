@@ -315,6 +315,19 @@ def test_multidoc_writes_a_directory_that_run_reads(tmp_path: Path) -> None:
     assert len(read_context((str(tmp_path / "docs"),), "utf-8")) == 3 == len(facts)
 
 
+def test_multidoc_into_the_same_directory_again_leaves_only_the_new_set(tmp_path: Path) -> None:
+    # --docs 8 then --docs 3 left doc-004 … doc-008 behind: `rlm run` read 8 documents while
+    # the facts printed (and .facts.json) named 3.  A file of the user's own stays.
+    docs = tmp_path / "docs"
+    for count in ("8", "3"):
+        made = CliRunner().invoke(main, ["fixture", "multidoc", "--docs", count, "--chars", "2000",
+                                         "--output-dir", str(docs)])
+        assert made.exit_code == 0, made.output
+        (docs / "notes.txt").write_text("mine")
+    assert sorted(p.name for p in docs.iterdir()) == [
+        ".facts.json", "doc-001.txt", "doc-002.txt", "doc-003.txt", "notes.txt"]
+
+
 def test_generated_files_are_readable_like_any_file_the_user_writes(tmp_path: Path) -> None:
     needle_file, docs = tmp_path / "needle.txt", tmp_path / "docs"
     for args in (["needle", "--chars", "2000", "--output", str(needle_file)],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def fixture_group(ctx: click.Context) -> None:
         command = group.get_command(ctx, name)
         summary = command.get_short_help_str(limit=90) if command is not None else ""
         click.echo(f"  {name:<9} {summary}")
+
+
+def _earlier_docs(facts: Path) -> list[str]:
+    """The doc-NNN.txt files an earlier ``multidoc`` wrote, as its .facts.json names them."""
+    try:
+        named = json.loads(facts.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(named, dict):
+        return []
+    return [n for n in named if isinstance(n, str) and re.fullmatch(r"doc-\d{3,}\.txt", n)]
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -171,7 +183,8 @@ def oolong(records: int, users: int, seed: int, output: Path | None) -> None:
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Directory to write doc-NNN.txt files into (created if missing).",
+    help="Directory to write doc-NNN.txt files into (created if missing; a set written "
+    "there before is replaced).",
 )
 def multidoc(docs: int, chars: int, facts: int, seed: int, output_dir: Path) -> None:
     """N documents with known facts each ("The project codename is ORION."), one file each.
@@ -195,7 +208,10 @@ def multidoc(docs: int, chars: int, facts: int, seed: int, output_dir: Path) -> 
             f"doc-{number:03d}.txt": doc.facts
             for number, doc in enumerate(fixture.documents, start=1)
         }
+        stale = set(_earlier_docs(output_dir / ".facts.json")) - set(facts_by_file)
         _write_atomically(output_dir / ".facts.json", json.dumps(facts_by_file, indent=1) + "\n")
+        for name in stale:  # an earlier, larger set's: the directory is this set alone
+            (output_dir / name).unlink(missing_ok=True)
     except OSError as exc:
         raise click.UsageError(f"cannot write to {output_dir}: {exc.strerror or exc}") from exc
     for name, planted in facts_by_file.items():
