@@ -378,3 +378,14 @@ def test_a_hosted_api_without_a_key_stops_before_anything_is_sent(tmp_path: Path
         assert done.returncode == 4, (verb, done.stderr)
         assert done.stderr.startswith(said), done.stderr
         assert _counts(journal, volley_id)["open"] == 2  # no task was tried
+
+
+def test_show_does_not_claim_a_peak_of_zero_in_flight(tmp_path: Path) -> None:
+    # The journal keeps each task's retries, not the volley's peak or its 429s: `show`
+    # printed "peak 0 in flight, ... 0 rate limited" for a volley that ran 3 at once.
+    journal = str(tmp_path / "j.sqlite3")
+    ran = rlm_in_process("volley", "a", "b", "c", "--provider", "fixture", "--journal", journal)
+    assert "traffic: peak " in ran.stdout and "traffic: peak 0 " not in ran.stdout
+    shown = rlm_in_process("volley", "show", "last", "--journal", journal)
+    assert shown.stdout.rstrip().endswith(
+        "traffic: 0 retries (peak in flight and 429s: not in the journal)"), shown.stdout
