@@ -125,3 +125,15 @@ def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(tmp_path: P
     assert chat.returncode == 130, err
     assert "Error: terminated" in err and f"session saved to {saved}" in err
     assert json.loads(saved.read_text(encoding="utf-8"))["queries"] == 1
+
+
+def test_a_cache_that_cannot_be_opened_stops_the_chat_before_it_starts(tmp_path: Path) -> None:
+    # Each question failed alone with the same error, and the chat exited 0.
+    context = tmp_path / "c.txt"
+    context.write_text("The magic number is 4.", encoding="utf-8")
+    (tmp_path / "bad.db").write_text("not a database")
+    done = rlm_in_process("chat", "--context-file", str(context), "--provider", "fixture",
+                          "--cache", str(tmp_path / "bad.db"), stdin="q\nq2\n")
+    assert done.returncode == 1
+    assert done.stderr == (f"Error: cannot open journal {tmp_path / 'bad.db'}: file is not a "
+                           "database (is it an rlm journal?)\n")

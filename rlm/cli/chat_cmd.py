@@ -87,6 +87,8 @@ def _chat(
             problem = missing_key_message(model.config)
             if problem:
                 fail(problem, 4, as_json=as_json)
+        if model.config.cache_path is not None:
+            _check_cache(model.config.cache_path, model.config.cache_mode)
         context = read_context(context_paths(context_files, more_paths), encoding, glob_pattern)
         options = {"max_history_chars": max_history_chars,
                    "max_total_llm_calls": max_total_llm_calls, "max_total_cost": max_total_cost}
@@ -119,6 +121,15 @@ def _chat(
     finally:
         session.close()
     sys.exit(exit_code)
+
+
+def _check_cache(path: str, mode: str) -> None:
+    """Open the --cache journal once before the chat starts: a bad path is one error, not
+    the same error for every question (with exit code 0)."""
+    from rlm.journal import parse_cache_mode  # only chats that cache
+    from rlm.journal.cache import open_cache_store
+
+    open_cache_store(path, parse_cache_mode(mode)).close()
 
 
 def _check_writable(path: str) -> None:
