@@ -102,6 +102,8 @@ def test_show_of_a_volley_nobody_worked_on_says_created_not_interrupted(tmp_path
     assert text.returncode == 0
     assert text.stdout.splitlines()[0] == f"=== volley {volley_id}: created ==="
     assert f"not started yet: `rlm volley work {volley_id}` runs it" in text.stdout
+    # Its tasks are still to run, not "2 cancelled".
+    assert text.stdout.splitlines()[1] == "tasks: 0 succeeded, 0 failed, 2 open of 2 in 0ms"
     assert rlm_in_process("volley", "work", volley_id, "--journal", journal, "-q").returncode == 0
     shown = rlm_in_process(
         "volley", "show", volley_id, "--journal", journal, "--output-format", "json"

@@ -94,9 +94,12 @@ def format_summary(result: VolleyResult) -> str:
     cost = "unpriced" if s.total_cost is None else f"${s.total_cost:.4f}"
     age = result.heartbeat_age_sec
     beat = "" if age is None else f" (heartbeat {heartbeat_age(age)} ago)"
+    # Shown from the journal while no worker has ended it, a task without a verdict is
+    # still to run, not cancelled.
+    left = "open" if result.status in ("created", "running") else "cancelled"
     lines = [
         f"=== volley {result.volley_id}: {result.status}{beat} ===",
-        f"tasks: {s.succeeded} succeeded, {s.failed} failed, {s.cancelled} cancelled "
+        f"tasks: {s.succeeded} succeeded, {s.failed} failed, {s.cancelled} {left} "
         f"of {s.total_tasks} in {format_duration(s.duration_sec)}",
         f"tokens: {s.tokens_input:,} in ({s.tokens_cached:,} cached), {s.tokens_output:,} out; "
         f"cost {cost}",
