@@ -27,7 +27,7 @@ from rlm._traffic.budget import Budget, BudgetLimits
 from rlm.cli._live import LiveDisplay
 from rlm.cli._progress import ProgressPrinter, format_cost, stderr_console
 from rlm.cli._terminal import _strip, safe_text
-from rlm.errors import BudgetExceeded
+from rlm.errors import BudgetExceeded, ProviderStatusError
 from rlm.testing.provider import FunctionProvider
 from tests.helpers import repl, serving
 
@@ -94,6 +94,22 @@ async def test_forced_final_step_is_numbered_once_and_plurals_read_right() -> No
     assert shown.count("step 1 →") == 1 and shown.count("step 2 →") == 1
     assert "final-answer step" in shown
     assert "1 code block" in shown and "(s)" not in shown and "1 LLM calls" not in shown
+
+
+async def test_a_batch_none_of_whose_items_was_answered_is_not_called_answered() -> None:
+    # Every sub-query failed (a run cut off by its --timeout or Ctrl-C reads the same):
+    # it said "llm_query_batched × 3 answered in 0.00s, 3 failed".
+    printer, out = _printer(width=100)
+    provider = FunctionProvider.scripted(
+        [repl("print(llm_query_batched(['a', 'b', 'c']))"), "FINAL(done)"],
+        fail=lambda r: None if r.lane == "root" else ProviderStatusError(
+            "bad request", url="fixture:", status=400),
+    )
+    model = RLM(providers={"root": provider, "sub": provider}, sinks=[printer])
+    await model.acompletion("q", "some context")
+    shown = out.getvalue()
+    assert "llm_query_batched × 3 in 0.00s: all 3 failed" in shown, shown
+    assert "× 3 answered" not in shown
 
 
 async def test_a_refused_batch_says_refused() -> None:

@@ -180,6 +180,10 @@ class ProgressPrinter:
             self._refused.discard(event.call_id)
             return [who, (f": {event.fn} × {event.items} ", None), ("refused", "red"),
                     (": more than the budget has left (nothing was sent)", None)]
+        if event.failed_items and event.failed_items == event.items:  # none answered
+            every = "failed" if event.items == 1 else f"all {event.items} failed"
+            return [who, (f": {event.fn} × {event.items} in {event.duration_s:.2f}s: ", None),
+                    (every, "red")]
         line: Segments = [
             who, (f": {event.fn} × {event.items} answered in {event.duration_s:.2f}s", None)
         ]
