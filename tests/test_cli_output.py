@@ -243,3 +243,17 @@ def test_a_refused_query_reads_in_the_singular_or_plural() -> None:
     budget.spent.calls = 1  # the one call the limit allows has been sent
     with pytest.raises(BudgetExceeded, match="a batch of 1 sub-query needs 1 LLM call,"):
         budget.check_batch(1)
+
+
+def test_a_fixture_run_that_gave_no_answer_is_not_said_to_be_answered(tmp_path: Path) -> None:
+    context = tmp_path / "c.txt"
+    context.write_text("filler. " * 2000 + "The magic number is 5.", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    done = subprocess.run(
+        [*RLM_CMD, "run", "What is the magic number?", "--context-file", str(context),
+         "--provider", "fixture", "--max-llm-calls", "1", "--no-history"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+    assert done.returncode == 3 and "no answer candidate" in done.stderr, done.stderr
+    assert "note: run on the built-in fixture model (scripted" in done.stderr
+    assert "answered by the built-in fixture model" not in done.stderr

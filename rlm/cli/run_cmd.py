@@ -403,7 +403,8 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
         if summary:
             say(summary)
     if result.fixture and not quiet:
-        say("note: answered by the built-in fixture model (scripted, not a language model)")
+        who = "answered by" if result.answer is not None else "run on"
+        say(f"note: {who} the built-in fixture model (scripted, not a language model)")
     if result.status != "answered":
         reason = result.error or {
             "iterations": "the root call gave no final answer within --max-iterations",
