@@ -389,3 +389,34 @@ def test_show_does_not_claim_a_peak_of_zero_in_flight(tmp_path: Path) -> None:
     shown = rlm_in_process("volley", "show", "last", "--journal", journal)
     assert shown.stdout.rstrip().endswith(
         "traffic: 0 retries (peak in flight and 429s: not in the journal)"), shown.stdout
+
+
+def test_show_of_a_volley_with_no_verdict_yet_claims_no_peak_of_zero_either(
+    tmp_path: Path,
+) -> None:
+    # Read back while its first tasks are in flight (no verdict yet), a volley's traffic
+    # line still said "peak 0 in flight, 0 retries, 0 rate limited": the journal keeps
+    # neither, whether or not a task has finished.
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "--provider", "fixture")
+    store = open_store(str(journal))
+    try:
+        store.claim(volley_id, Owner("elsewhere~0a1b2c3d", 4242, "w1"))
+    finally:
+        store.close()
+    shown = rlm_in_process("volley", "show", volley_id, "--journal", str(journal))
+    assert shown.stdout.startswith(f"=== volley {volley_id}: running "), shown.stdout
+    assert "traffic: 0 retries (peak in flight and 429s: not in the journal)" in shown.stdout
+    assert "traffic: peak 0 in flight" not in shown.stdout
+
+
+def test_a_resume_with_nothing_left_to_run_claims_no_peak_of_zero(tmp_path: Path) -> None:
+    # Every result is the journal's: this process sent nothing, the runs that did kept no
+    # peak in flight or 429s there.
+    journal = str(tmp_path / "j.sqlite3")
+    ran = rlm_in_process("volley", "a", "b", "--provider", "fixture", "--journal", journal)
+    assert "traffic: peak " in ran.stdout and "traffic: peak 0 " not in ran.stdout
+    volley_id = ran.stdout.split("=== volley ")[1].split(":")[0]
+    resumed = rlm_in_process("volley", "--resume", volley_id, "--journal", journal)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "traffic: 0 retries (peak in flight and 429s: not in the journal)" in resumed.stdout

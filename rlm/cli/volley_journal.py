@@ -329,7 +329,8 @@ def stored_result(
         rate_limited=0,
     )
     return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks),
-                        heartbeat_age_sec=None if age is None else round(age, 3))
+                        heartbeat_age_sec=None if age is None else round(age, 3),
+                        read_back=True)
 
 
 def _claim_note(task: TaskRow, now: float) -> str:

@@ -128,6 +128,7 @@ class Volley:
         self._sinks = list(sinks)
         self._trace_path = trace_path
         self._results: dict[int, TaskResult] = {r.index: r for r in earlier}
+        self._earlier = len(self._results)  # finished before this process (a resume)
         store = MemoryStore(t for t in self.tasks if t.index not in self._results)
         self._source: TaskSource = source or store
         self._sink: ResultSink = sink or store
@@ -381,6 +382,9 @@ class Volley:
             tasks=tasks,
             error=stop.message if stop is not None else None,
             fixture=self._tally.fixture,
+            # A resume that ran and sent nothing: every result is the journal's, which
+            # keeps no peak in flight or 429s of the runs that gave them.
+            read_back=0 < self._earlier == len(self._results) and not self._tally.max_in_flight,
         )
 
     def settings(self) -> dict[str, Any]:

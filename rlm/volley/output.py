@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from rlm._durations import format_duration
-from rlm.volley.records import TaskResult, VolleyResult, VolleySummary
+from rlm.volley.records import TaskResult, VolleyResult
 
 __all__ = ["OrderedWriter", "OutputFormat", "format_summary", "heartbeat_age", "task_label"]
 
@@ -74,10 +74,12 @@ class OrderedWriter:
         self._write(f"{header}\n{body or ''}\n")
 
 
-def _traffic(s: VolleySummary) -> str:
+def _traffic(result: VolleyResult) -> str:
     """The traffic line; a volley read back from its journal (`show`, a resume with nothing
-    left to run) knows its retries but not its peak in flight or its 429s."""
-    if s.max_concurrent_used == 0 and s.succeeded + s.failed:
+    left to run) knows its retries but not its peak in flight or its 429s, whether or not
+    any of its tasks has finished."""
+    s = result.summary
+    if result.read_back:
         return f"traffic: {s.total_retries} retries (peak in flight and 429s: not in the journal)"
     return (f"traffic: peak {s.max_concurrent_used} in flight, {s.total_retries} retries, "
             f"{s.rate_limited} rate limited")
@@ -103,7 +105,7 @@ def format_summary(result: VolleyResult) -> str:
         f"of {s.total_tasks} in {format_duration(s.duration_sec)}",
         f"tokens: {s.tokens_input:,} in ({s.tokens_cached:,} cached), {s.tokens_output:,} out; "
         f"cost {cost}",
-        _traffic(s),
+        _traffic(result),
     ]
     if result.error:
         lines.append(f"stopped: {result.error}")

@@ -151,6 +151,9 @@ class VolleyResult:
     # worker's claim on the volley; a worker killed on another host ages it until the
     # stale timeout reopens its tasks.  None for any other status.
     heartbeat_age_sec: float | None = None
+    # Built from the journal's rows alone (``rlm volley show``, a resume with nothing left
+    # to run), which keep each task's retries but not the peak in flight or the 429s.
+    read_back: bool = False
 
     @property
     def exit_code(self) -> int:
