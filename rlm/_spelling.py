@@ -18,7 +18,7 @@ from contextvars import ContextVar
 
 from rlm.errors import SettingNamer, python_setting
 
-__all__ = ["setting", "settings_spelled_as"]
+__all__ = ["give_key", "key_source", "python_spelled", "setting", "settings_spelled_as"]
 
 _NAMER: ContextVar[SettingNamer] = ContextVar("rlm_setting_namer", default=python_setting)
 
@@ -26,6 +26,29 @@ _NAMER: ContextVar[SettingNamer] = ContextVar("rlm_setting_namer", default=pytho
 def setting(name: str, value: object = None) -> str:
     """``name`` (with ``value``) as the current caller spells a setting."""
     return _NAMER.get()(name, None if value is None else str(value))
+
+
+def python_spelled() -> bool:
+    """Whether messages now name settings as the Python API does (not inside a CLI command)."""
+    return _NAMER.get() is python_setting
+
+
+def key_source(variables: tuple[str, str] | None = None) -> str:
+    """Where the caller's API key comes from: ``api_key`` from Python; from the command
+    line (which never takes a key as an argument) the environment ``variables``, the
+    generic one first (all three when the provider is not known)."""
+    if python_spelled():
+        return "api_key"
+    if variables is None:
+        return "RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+    return f"{variables[0]} (or {variables[1]})"
+
+
+def give_key(variables: tuple[str, str] | None = None) -> str:
+    """How the caller gives a key: ``pass api_key=...`` or ``set RLM_API_KEY ...``."""
+    if python_spelled():
+        return "pass the key to RLM(api_key=KEY)"
+    return f"set {key_source(variables)} in the environment"
 
 
 @contextlib.contextmanager

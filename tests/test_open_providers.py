@@ -6,6 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+from rlm import RLM, SettingError
 from rlm._config import RunConfig
 from rlm.providers.base import CompletionRequest
 from rlm.providers.open import open_providers
@@ -56,3 +59,16 @@ print(" ".join(sorted(set(sys.modules) - before)))
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=60, check=True)
     assert ran.stdout.split() == []
+
+
+async def test_a_hosted_api_without_a_key_is_refused_before_anything_is_sent() -> None:
+    config = RunConfig(model="gpt-4.1", base_url="https://api.openai.com/v1")
+    with pytest.raises(SettingError, match=r"no API key for https://api\.openai\.com/v1: pass "
+                       r"the key to RLM\(api_key=KEY\)"):
+        async with open_providers(config):
+            pass
+
+
+def test_the_python_api_says_to_pass_api_key() -> None:
+    with pytest.raises(SettingError, match=r"RLM\(api_key=KEY\)"):
+        RLM(model="gpt-4.1").completion("q", "context")

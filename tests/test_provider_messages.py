@@ -8,6 +8,8 @@ from collections.abc import Mapping
 import httpx2
 import pytest
 
+from rlm._spelling import settings_spelled_as
+from rlm.cli._flags import cli_setting
 from rlm.errors import AuthenticationError, ProviderConnectionError
 from rlm.providers._http import post_json
 
@@ -52,7 +54,7 @@ def _answer_401() -> httpx2.MockTransport:
     ("headers", "advice"),
     [
         ({"Authorization": "Bearer sk-wrong"}, "The provider refused the key"),
-        ({}, "No API key was sent: set RLM_API_KEY"),
+        ({}, "No API key was sent: pass the key to RLM(api_key=KEY)"),
     ],
 )
 async def test_a_401_says_whether_a_key_was_sent(headers: dict[str, str], advice: str) -> None:
@@ -62,6 +64,23 @@ async def test_a_401_says_whether_a_key_was_sent(headers: dict[str, str], advice
     message = str(caught.value)
     assert ".." not in message and advice in message
     assert "Incorrect API key provided" in message and "sk-wrong" not in message
+
+
+@pytest.mark.parametrize(
+    ("headers", "advice"),
+    [
+        ({"Authorization": "Bearer sk-wrong"}, "The provider refused the key: check RLM_API_KEY"),
+        ({}, "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"),
+    ],
+)
+async def test_from_the_command_line_a_401_names_the_environment_variables(
+    headers: dict[str, str], advice: str
+) -> None:
+    # The command line takes no key as an argument: the environment is where it comes from.
+    async with _client(_answer_401()) as client:
+        with settings_spelled_as(cli_setting), pytest.raises(AuthenticationError) as caught:
+            await post_json(client, URL, {}, headers)
+    assert advice in str(caught.value)
 
 
 def _answer_403(body: Mapping[str, object] | None) -> httpx2.MockTransport:
@@ -76,7 +95,7 @@ def _answer_403(body: Mapping[str, object] | None) -> httpx2.MockTransport:
         (URL, {"Authorization": "Bearer sk-wrong"}, "may not accept the key for it"),
         ("https://***@api.example.test/v1/chat/completions", {},
          "may not accept the user:password in the base URL (shown as ***@) for it"),
-        (URL, {}, "No API key was sent: if it wants one, set RLM_API_KEY"),
+        (URL, {}, "No API key was sent: if it wants one, pass the key to RLM(api_key=KEY)"),
     ],
 )
 async def test_a_403_says_what_the_server_said_and_the_credentials_are_one_possible_cause(

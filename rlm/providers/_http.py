@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import httpcore2
 import httpx2
 
-from rlm._spelling import setting
+from rlm._spelling import give_key, key_source, setting
 from rlm._text import clean_text
 from rlm._url_userinfo import redact_url, redacted
 from rlm.errors import (
@@ -365,14 +365,14 @@ def _credentials_advice(url: str, key_sent: bool) -> str:
     if redacted(url):  # its user:password went as Basic auth, in place of any key
         return (
             "The provider refused the user:password in the base URL (shown as ***@): "
-            "check them, or take them out to send RLM_API_KEY instead"
+            f"check them, or take them out to send {key_source()} instead"
         )
     if key_sent:
         return (
-            "The provider refused the key: check RLM_API_KEY (or OPENAI_API_KEY / "
-            "ANTHROPIC_API_KEY) and that it is valid for this endpoint"
+            f"The provider refused the key: check {key_source()} and that it is valid for "
+            "this endpoint"
         )
-    return "No API key was sent: set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+    return f"No API key was sent: {give_key()}"
 
 
 def _forbidden_advice(url: str, key_sent: bool, *, said: bool) -> str:
@@ -382,15 +382,14 @@ def _forbidden_advice(url: str, key_sent: bool, *, said: bool) -> str:
     why = "its message says why" if said else "it gave no reason"
     if redacted(url):
         sent = "the user:password in the base URL (shown as ***@)"
-        fix = "check them, or take them out to send RLM_API_KEY instead"
+        fix = f"check them, or take them out to send {key_source()} instead"
     elif key_sent:
         sent = "the key"
-        fix = "check RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+        fix = f"check {key_source()}"
     else:
         return (
             f"The server forbade the request ({why}). No API key was sent: if it wants one, "
-            "set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY); else the model, the "
-            "region or the server's policy is not allowed"
+            f"{give_key()}; else the model, the region or the server's policy is not allowed"
         )
     return (
         f"The server forbade the request ({why}): it may not accept {sent} for it ({fix}), "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import httpx2
 
 from rlm._config import RunConfig
+from rlm._spelling import give_key
 from rlm._url_userinfo import redact_url
 from rlm.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 
@@ -51,6 +52,5 @@ def missing_key_message(config: RunConfig) -> str | None:
     base = config.base_url or default_base_url(config.provider) or ""
     for url in (base, config.sub_base_url or base):
         if url and httpx2.URL(url).host in HOSTED_APIS:
-            first, vendor = key_variables(config.provider)
-            return f"no API key for {redact_url(url)}: set {first} (or {vendor}) in the environment"
+            return f"no API key for {redact_url(url)}: {give_key(key_variables(config.provider))}"
     return None

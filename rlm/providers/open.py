@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from rlm._config import RunConfig
+from rlm.errors import SettingError
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureOptions
 
@@ -42,9 +43,14 @@ async def open_providers(
     from rlm.providers._proxy import proxied_client
     from rlm.providers._warm import WarmConnections
     from rlm.providers.anthropic import AnthropicProvider
-    from rlm.providers.keys import default_base_url
+    from rlm.providers.keys import default_base_url, missing_key_message
     from rlm.providers.openai import OpenAIProvider, make_http_client
 
+    # A hosted API answers 401 to a request without a key: say so before sending one
+    # (the command line checks this itself, first; this is the Python API's check).
+    problem = missing_key_message(config)
+    if problem is not None:
+        raise SettingError(problem)
     kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
     base_url = config.base_url or default_base_url(config.provider) or ""
     urls = [base_url, config.sub_base_url or base_url]
