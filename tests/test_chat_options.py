@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -112,6 +113,9 @@ def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(tmp_path: P
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**env, "XDG_STATE_HOME": str(tmp_path / "state")},
     )
+    # A chat that hangs is killed (its stdout then ends), so the readline cannot block forever.
+    watchdog = threading.Timer(60, chat.kill)
+    watchdog.start()
     try:
         assert chat.stdin is not None and chat.stdout is not None
         chat.stdin.write("What is the magic number?\n")
@@ -120,6 +124,7 @@ def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(tmp_path: P
         chat.send_signal(signal.SIGTERM)
         _, err = chat.communicate(timeout=60)
     finally:
+        watchdog.cancel()
         chat.kill()
     assert answer.isdigit(), err
     assert chat.returncode == 130, err

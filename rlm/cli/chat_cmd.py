@@ -104,16 +104,18 @@ def _chat(
     exit_code = 0
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        if interactive:
-            import readline  # noqa: F401  (line editing and history for input())
-
-            say(_BANNER)
         try:
-            exit_code = _loop(session, interactive=interactive, as_json=as_json)
+            try:
+                if interactive:
+                    import readline  # noqa: F401  (line editing and history for input())
+
+                    say(_BANNER)
+                exit_code = _loop(session, interactive=interactive, as_json=as_json)
+            finally:  # a second SIGTERM while saving ends at once
+                signal.signal(signal.SIGTERM, previous)
         except _Terminated:  # as `rlm run` and `rlm volley` end on it; the chat is still saved
             say("Error: terminated")
             exit_code = 130
-        signal.signal(signal.SIGTERM, previous)  # a second SIGTERM while saving ends at once
         if save is not None:
             skipped = session.save(save)
             note = f" (not plain data, left out: {', '.join(skipped)})" if skipped else ""
