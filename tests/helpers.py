@@ -66,8 +66,10 @@ def rlm_in_process(*args: str, env: dict[str, str] | None = None,
 
     from rlm.cli import main
 
+    # RLM_DEBUG is named even when unset: `--debug` sets it in os.environ, and the runner
+    # puts back only the variables it was given, so it would stay on for later tests.
     unset: dict[str, str | None] = {
-        k: None for k in os.environ if k.startswith(("RLM_", "OPENAI_"))
+        "RLM_DEBUG": None, **{k: None for k in os.environ if k.startswith(("RLM_", "OPENAI_"))}
     }
     runner = CliRunner(env={**unset, **(env or {})})
     result = runner.invoke(main, list(args), input=stdin, catch_exceptions=False)

@@ -212,3 +212,18 @@ def test_a_cache_journals_password_is_kept_out_of_the_trace_and_the_repr(tmp_pat
     text = trace.read_text(encoding="utf-8")
     assert '"cache_path": "postgresql://***@127.0.0.1:1/db"' in text
     assert SECRET not in text and SECRET not in done.stderr
+
+
+def test_a_cache_journal_url_that_does_not_parse_keeps_its_password_out_of_the_error(
+    tmp_path: Path,
+) -> None:
+    # libpq quotes a URL it cannot parse whole: the password went to stderr and the trace.
+    cache = f"postgresql://alice:{SECRET}@[::1"
+    trace = tmp_path / "t.jsonl"
+    done = rlm_in_process("run", "What is the magic number?", "--provider", "fixture",
+                          "--cache", cache, "--trace", str(trace), "--no-history", "-q",
+                          "--debug", stdin="")
+    assert done.returncode != 0
+    assert "cannot open journal postgresql://alice:***@[::1" in done.stderr, done.stderr
+    assert SECRET not in done.stderr, done.stderr  # --debug: the traceback too
+    assert not trace.exists() or SECRET not in trace.read_text(encoding="utf-8")

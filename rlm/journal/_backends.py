@@ -238,7 +238,9 @@ class PostgresBackend:
                 url, autocommit=True, connect_timeout=30
             )
         except psycopg.Error as exc:
-            raise JournalError(f"cannot open journal {self.where}: {exc}".strip()) from exc
+            # libpq quotes a URL it cannot parse whole, password and all.
+            said = str(exc).replace(url, self.where)
+            raise JournalError(f"cannot open journal {self.where}: {said}".strip()) from None
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
