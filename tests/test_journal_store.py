@@ -200,6 +200,11 @@ class _RecordingSQLite(SQLiteBackend):
         with super().transaction() as tx:
             yield _RecordingTx(tx, self)
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Tx]:
+        with super().snapshot() as tx:
+            yield _RecordingTx(tx, self)
+
 
 def test_counting_live_workers_reads_no_task_while_every_worker_lives(tmp_path: Path) -> None:
     """It runs every second per worker under SQLite's write lock: with every worker
@@ -813,3 +818,50 @@ def test_the_local_host_name_tells_apart_machines_and_containers_that_share_a_ho
     store.create_volley("v1", {}, _tasks(2))
     store.claim("v1", Owner(socket.gethostname(), 11, "same-name"), 1)  # not local_host()
     assert store.recover_dead_local("v1", alive=lambda pid, started: False) == []
+
+
+def test_a_write_held_up_by_another_process_says_so_then_goes_on(tmp_path: Path) -> None:
+    """Another process holds the SQLite write lock: the write says (once) that it waits
+    and who is registered, then commits once the lock is let go."""
+    path = tmp_path / "j.sqlite3"
+    first = open_store(str(path))
+    first.create_volley("v1", {}, _tasks(1))
+    first.register_worker("v1", A)
+    first.close()
+    notes: list[str] = []
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+
+    def let_go(message: str) -> None:
+        notes.append(message)
+        holder.execute("ROLLBACK")
+
+    store = JournalStore(SQLiteBackend(path, notice_after_s=0.05, on_wait=let_go))
+    try:
+        assert store.volley("v1").total == 1  # a read waits on nothing
+        assert notes == []
+        store.register_worker("v1", B)
+        assert len(notes) == 1
+        assert "another process holds its write lock" in notes[0]
+        assert "pid 11 on host-a (volley v1)" in notes[0]
+    finally:
+        store.close()
+        holder.close()
+
+
+def test_a_write_lock_held_too_long_fails_saying_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite3"
+    open_store(str(path)).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    store = JournalStore(SQLiteBackend(path, busy_timeout_s=0.2, notice_after_s=0.05))
+    try:
+        assert store.volleys() == []
+        with pytest.raises(JournalError, match="is locked: another process") as raised:
+            store.create_volley("v1", {}, _tasks(1))
+        assert "no rlm worker is registered in it" in str(raised.value)
+        assert "let it finish (or stop it), then run this again" in str(raised.value)
+    finally:
+        store.close()
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -420,3 +421,28 @@ def test_a_resume_with_nothing_left_to_run_claims_no_peak_of_zero(tmp_path: Path
     resumed = rlm_in_process("volley", "--resume", volley_id, "--journal", journal)
     assert resumed.returncode == 0, resumed.stderr
     assert "traffic: 0 retries (peak in flight and 429s: not in the journal)" in resumed.stdout
+
+
+def test_list_and_show_answer_while_another_process_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    """A volley writing to the journal holds SQLite's write lock; reading the journal
+    (list, show) takes none under WAL, so it answers rather than waiting on the writer."""
+    journal = tmp_path / "j.sqlite3"
+    volley_id = _create(journal, "a", "b", "--provider", "fixture")
+    writer = sqlite3.connect(journal, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE tasks SET attempts = attempts + 1")  # uncommitted
+        listed = rlm_in_process("volley", "list", "--journal", str(journal),
+                                "--output-format", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [row["volley_id"] for row in json.loads(listed.stdout)] == [volley_id]
+        shown = rlm_in_process("volley", "show", "last", "--journal", str(journal),
+                               "--output-format", "json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["volley_id"] == volley_id
+        assert "waiting" not in listed.stderr + shown.stderr
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

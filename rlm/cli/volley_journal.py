@@ -175,7 +175,11 @@ def open_journal(path: str | None, *, existing: bool = False) -> JournalStore:
                 f"no journal at {where}: check --journal (or RLM_JOURNAL); a volley run or "
                 "`rlm volley create` makes one"
             )
-    return open_store(path)
+    return open_store(path, on_wait=_say_waiting)
+
+
+def _say_waiting(message: str) -> None:
+    click.echo(f"note: {message}", err=True)
 
 
 def resolve_volley(store: JournalStore, ref: str, journal_path: str | None) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,6 +71,11 @@ class Backend(Protocol):
         """A context manager yielding a :class:`Tx`; commits on success, rolls back on error."""
         ...
 
+    def snapshot(self) -> Any:
+        """A context manager yielding a :class:`Tx` that only reads: one consistent view of
+        the journal that takes no write lock, so it never waits on a writer."""
+        ...
+
     def ready(self) -> None:
         """Called once the schema is checked."""
         ...
@@ -101,6 +106,12 @@ class SQLiteBackend:
     ``synchronous=FULL`` makes a commit survive a power cut as well as a
     ``kill -9``; the async layer batches commits so the fsync is paid per batch,
     not per result.
+
+    A write transaction (``BEGIN IMMEDIATE``) waits for the file's write lock while
+    another process holds it: after ``notice_after_s`` it says so through ``on_wait``
+    (once per wait), and after ``busy_timeout_s`` it fails saying what holds the lock
+    and what to do.  A read (:meth:`snapshot`) takes no write lock: under WAL it
+    answers at once while another process writes.
     """
 
     lock_clause = ""  # BEGIN IMMEDIATE already holds the file's write lock
@@ -112,9 +123,20 @@ class SQLiteBackend:
     def json_item(self, i: int) -> str:
         return f"json_extract(value, '$[{i}]')"
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 60.0,
+        notice_after_s: float = 5.0,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
         self.where = str(path)
         self._busy_timeout_s = busy_timeout_s
+        # SQLite's own busy handler waits this long at a time; a write transaction
+        # that is refused for longer says so and tries again until busy_timeout_s.
+        self._wait_step_s = min(notice_after_s, busy_timeout_s)
+        self._on_wait = on_wait
         target = Path(path)
         if target.is_dir():
             raise JournalError(f"--journal {self.where} is a directory; give a file path")
@@ -127,7 +149,7 @@ class SQLiteBackend:
                 self.where,
                 isolation_level=None,
                 check_same_thread=False,
-                timeout=busy_timeout_s,
+                timeout=self._wait_step_s,
             )
         except sqlite3.Error as exc:
             raise JournalError(f"cannot open journal {self.where}: {exc}") from exc
@@ -165,10 +187,65 @@ class SQLiteBackend:
 
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
+        self._begin_immediate()
+        with self._open_tx() as tx:
+            yield tx
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Tx]:
+        # A deferred transaction: under WAL its reads take no lock a writer holds.
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("BEGIN")
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.where}: {exc}") from exc
+        with self._open_tx() as tx:
+            yield tx
+
+    def _begin_immediate(self) -> None:
+        deadline = time.monotonic() + self._busy_timeout_s
+        said = False
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                # SQLite's busy handler has waited _wait_step_s already.
+                if not _is_busy(exc):
+                    raise JournalError(f"journal {self.where}: {exc}") from exc
+                if time.monotonic() >= deadline:
+                    raise JournalError(
+                        f"journal {self.where} is locked: another process has held its "
+                        f"write lock for {self._busy_timeout_s:g} s{self._holders()}; "
+                        "let it finish (or stop it), then run this again"
+                    ) from exc
+                if not said and self._on_wait is not None:
+                    said = True
+                    self._on_wait(
+                        f"waiting for journal {self.where}: another process holds its "
+                        f"write lock{self._holders()}; waiting up to "
+                        f"{self._busy_timeout_s:g} s (Ctrl-C to stop)"
+                    )
+            except sqlite3.Error as exc:
+                raise JournalError(f"journal {self.where}: {exc}") from exc
+
+    def _holders(self) -> str:
+        """Who may hold the write lock, as far as the journal says: the workers
+        registered in it (readable while another process writes)."""
+        try:
+            with self.snapshot() as tx:
+                rows = tx.rows(
+                    "SELECT host, pid, volley_id FROM workers ORDER BY heartbeat_at DESC LIMIT 4"
+                )
+        except JournalError:
+            return ""  # not a journal yet, or a journal before schema version 2
+        if not rows:
+            return " (no rlm worker is registered in it: another program, or a volley being made)"
+        named = ", ".join(f"pid {pid} on {host} (volley {vid})" for host, pid, vid in rows[:3])
+        more = ", ..." if len(rows) > 3 else ""
+        return f" (workers registered in it: {named}{more})"
+
+    @contextmanager
+    def _open_tx(self) -> Iterator[Tx]:
         try:
             yield _SQLiteTx(self._conn)
             self._conn.execute("COMMIT")
@@ -250,11 +327,22 @@ class PostgresBackend:
         except self._errors as exc:
             raise JournalError(f"journal {self.where}: {exc}".strip()) from exc
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Tx]:
+        # A PostgreSQL read never waits on another transaction's row locks.
+        with self.transaction() as tx:
+            yield tx
+
     def ready(self) -> None:
         pass
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def _redact(url: str) -> str:

@@ -30,8 +30,16 @@ def is_postgres(spec: str) -> bool:
     return spec.startswith(_PG_SCHEMES)
 
 
-def open_store(spec: str | None = None, *, clock: Callable[[], float] = time.time) -> JournalStore:
-    """Open (creating when new) the journal ``spec`` names; JournalError when it cannot be used."""
+def open_store(
+    spec: str | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    on_wait: Callable[[str], None] | None = None,
+) -> JournalStore:
+    """Open (creating when new) the journal ``spec`` names; JournalError when it cannot be used.
+
+    ``on_wait`` is told (a line of text) when a write waits long on a SQLite journal
+    whose write lock another process holds."""
     backend: Backend
     if spec is not None and is_postgres(spec):
         backend = PostgresBackend(spec)
@@ -56,5 +64,5 @@ def open_store(spec: str | None = None, *, clock: Callable[[], float] = time.tim
                     f"--journal {spec!r}: only postgresql:// URLs and file paths are journals"
                 )
             path = Path(spec).expanduser()
-        backend = SQLiteBackend(path)
+        backend = SQLiteBackend(path, on_wait=on_wait)
     return JournalStore(backend, clock=clock)

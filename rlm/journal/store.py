@@ -98,7 +98,7 @@ class JournalStore:
         if sql is None:
             return 0.0
         before = self.clock()
-        rows = self._tx(lambda tx: tx.rows(sql))
+        rows = self._read(lambda tx: tx.rows(sql))
         after = self.clock()
         return float(rows[0][0]) - (before + after) / 2
 
@@ -109,6 +109,13 @@ class JournalStore:
     # -- schema -------------------------------------------------------------
 
     def _check_schema(self) -> None:
+        # A journal already at this version is only read: opening one to read it (volley
+        # list, show) takes no write lock, so it never waits on a volley writing to it.
+        with self._lock, self.backend.snapshot() as tx:
+            tables = {str(name) for (name,) in tx.rows(self.backend.tables_sql)}
+            version = _version(tx) if "meta" in tables else 0
+        if version == SCHEMA_VERSION:
+            return
         with self._lock, self.backend.transaction() as tx:
             if self.backend.lock_clause:
                 # Two PostgreSQL workers creating one journal at once must not race.
@@ -125,8 +132,7 @@ class JournalStore:
                 for statement in SCHEMA:
                     tx.run(statement)
                 tx.run("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
-            rows = tx.rows("SELECT value FROM meta WHERE key = 'schema_version'")
-            version = int(rows[0][0]) if rows else 0
+            version = _version(tx)
             if version > SCHEMA_VERSION:
                 raise JournalError(
                     f"journal {self.where} was written by a newer rlm (schema version "
@@ -144,6 +150,11 @@ class JournalStore:
 
     def _tx(self, work: Callable[[Tx], _T]) -> _T:
         with self._lock, self.backend.transaction() as tx:
+            return work(tx)
+
+    def _read(self, work: Callable[[Tx], _T]) -> _T:
+        """``work`` in a transaction that only reads (no write lock: see ``Backend.snapshot``)."""
+        with self._lock, self.backend.snapshot() as tx:
             return work(tx)
 
     # -- volleys ------------------------------------------------------------
@@ -184,7 +195,7 @@ class JournalStore:
     def resolve(self, ref: str) -> str:
         """A volley id from ``ref``: an id, or ``last`` for the most recently created."""
         if ref == "last":
-            rows = self._tx(
+            rows = self._read(
                 lambda tx: tx.rows(
                     "SELECT volley_id FROM volleys ORDER BY created_at DESC, volley_id DESC LIMIT 1"
                 )
@@ -198,7 +209,7 @@ class JournalStore:
         return ref
 
     def volley(self, volley_id: str) -> VolleyRow:
-        rows = self._tx(lambda tx: self._volley_rows(tx, volley_id))
+        rows = self._read(lambda tx: self._volley_rows(tx, volley_id))
         if not rows:
             raise UnknownVolleyError(
                 f"no volley {volley_id!r} in journal {self.where} (see `rlm volley list`)",
@@ -209,7 +220,7 @@ class JournalStore:
 
     def volleys(self) -> list[VolleyRow]:
         """Every volley, newest first."""
-        return self._tx(lambda tx: self._volley_rows(tx, None))
+        return self._read(lambda tx: self._volley_rows(tx, None))
 
     def _volley_rows(self, tx: Tx, volley_id: str | None) -> list[VolleyRow]:
         where, params = ("WHERE volley_id = ?", (volley_id,)) if volley_id else ("", ())
@@ -242,7 +253,7 @@ class JournalStore:
 
     def context(self, volley_id: str) -> list[str]:
         """The volley's shared context documents, in order."""
-        rows = self._tx(
+        rows = self._read(
             lambda tx: tx.rows(
                 "SELECT text FROM volley_context WHERE volley_id = ? ORDER BY position",
                 (volley_id,),
@@ -253,7 +264,7 @@ class JournalStore:
     def tasks(self, volley_id: str) -> list[TaskRow]:
         """Every task of a volley, in task order (a holder's process start time included,
         as its worker registered it: ``Owner.started``)."""
-        rows = self._tx(
+        rows = self._read(
             lambda tx: tx.rows(
                 f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
                 "ORDER BY idx",
@@ -432,7 +443,7 @@ class JournalStore:
 
     def held_elsewhere(self, volley_id: str, owner: Owner) -> int:
         """Tasks of the volley in progress under other workers' claims."""
-        rows = self._tx(
+        rows = self._read(
             lambda tx: tx.rows(
                 "SELECT COUNT(*) FROM tasks WHERE volley_id = ? AND status = 'in_progress' "
                 "AND claimed_worker <> ?",
@@ -596,7 +607,7 @@ class JournalStore:
     def log(self, kind: str | None = None) -> list[tuple[float, str, str | None, int | None, str]]:
         """The journal's log lines (``stale_recovery`` ...), oldest first."""
         where, params = ("WHERE kind = ?", (kind,)) if kind else ("", ())
-        rows = self._tx(
+        rows = self._read(
             lambda tx: tx.rows(
                 f"SELECT at, kind, volley_id, idx, detail FROM journal_log {where} ORDER BY at",
                 params,
@@ -610,7 +621,7 @@ class JournalStore:
 
     def cached(self, digest: str) -> str | None:
         """The stored completion (JSON) for a request digest, if any."""
-        rows = self._tx(
+        rows = self._read(
             lambda tx: tx.rows("SELECT completion FROM responses WHERE digest = ?", (digest,))
         )
         return str(rows[0][0]) if rows else None
@@ -626,6 +637,11 @@ class JournalStore:
                 [(d, now, p, m, c) for d, p, m, c in entries],
             )
         )
+
+
+def _version(tx: Tx) -> int:
+    rows = tx.rows("SELECT value FROM meta WHERE key = 'schema_version'")
+    return int(rows[0][0]) if rows else 0
 
 
 def context_digest(context: Sequence[str]) -> str | None:
