@@ -24,6 +24,7 @@ from rlm.providers.fixture import (
     is_root_request,
     parse_fixture_model,
     sub_reply,
+    volley_reply,
 )
 
 # RestrictedPython warns that the code prints without reading `printed`; the sandbox
@@ -310,3 +311,11 @@ def test_an_answer_field_named_with_backticks_stays_inside_the_code_block() -> N
     namespace: dict[str, Any] = {"v": "7", "FINAL_VAR": lambda name: None}
     exec(code, namespace)
     assert namespace["answer_data"] == {"a```b": "7"}
+
+
+@pytest.mark.parametrize(
+    ("task", "words"), [("Summarise", "1 word"), ("Say hi", "2 words"), ("", "0 words")]
+)
+def test_a_volley_acknowledgement_counts_its_words_in_good_english(task: str, words: str) -> None:
+    reply = volley_reply([Message(role="user", content=task)])
+    assert f"({words} of task, 0 chars of shared context)" in reply

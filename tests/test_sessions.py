@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from rlm import RLM, UsageError
+from rlm._events import BridgeCallStarted
 from rlm.fixtures import generate_needle
 from rlm.providers.base import Completion, CompletionRequest, Message
-from rlm.providers.fixture import FixtureProvider
+from rlm.providers.fixture import FixtureOptions, FixtureProvider
 from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
 from rlm.view.load import load_trace
@@ -249,6 +250,31 @@ def test_a_follow_up_stopped_by_the_session_total_reports_no_earlier_answer() ->
         session.completion("What is the magic number?")  # 17 calls
         second = session.completion("How many chunks did you search?")  # 1 step, then refused
     assert second.status == "budget_exceeded" and second.answer is None
+
+
+async def test_a_follow_up_after_a_question_stopped_mid_code_says_nothing_is_left() -> None:
+    """Ctrl-C while the first question's code runs leaves no `answer` (nor `chunks`) in
+    the REPL: the follow-ups say there is nothing to answer from, not NameError."""
+    stopped: list[BridgeCallStarted] = []
+
+    def stop_in_code(event: object) -> None:
+        if isinstance(event, BridgeCallStarted) and not stopped:
+            stopped.append(event)
+            model.interrupt()  # as `rlm chat` does on Ctrl-C
+
+    model = RLM(provider="fixture", fixture=FixtureOptions(sub_latency=0.5),
+                sinks=[stop_in_code])
+    async with model.asession(TEXT) as session:
+        first = await session.acompletion("What is the magic number?")
+        again = await session.acompletion("And the magic number again?")
+        chunks = await session.acompletion("How many chunks did you search?")
+        shaped = await session.acompletion("The magic number?", schema={"number": "str"})
+    assert stopped and first.status == "interrupted"
+    for follow in (again, chunks):
+        assert follow.status == "answered", follow.error
+        assert follow.answer is not None and follow.answer.startswith("NOT FOUND (")
+        assert "ask the question itself again" in follow.answer
+    assert shaped.status == "answered" and shaped.data == {"number": again.answer}
 
 
 def test_a_summary_refused_by_the_session_total_ends_the_query_as_budget_exceeded() -> None:

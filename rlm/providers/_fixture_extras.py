@@ -6,8 +6,10 @@ exist so sessions, tools and schemas are exercised offline, end to end.
 - **A session's follow-up** (a later ``Query:`` message): the root answers from
   variables an earlier query left in the REPL — ``len(chunks)`` when the
   question mentions chunks, else ``answer`` — printing ``answer: X``, then ends
-  with ``FINAL(X)``; when that message holds an ``Answer schema:``, its code
-  builds ``answer_data`` from X and ends with ``FINAL_VAR("answer_data")``.
+  with ``FINAL(X)`` (``NOT FOUND (...)`` saying why when no earlier question left
+  the variable, e.g. it was cancelled mid-code); when that message holds an
+  ``Answer schema:``, its code builds ``answer_data`` from X and ends with
+  ``FINAL_VAR("answer_data")``.
 - **A tool call** (a query ``Call NAME(ARGS)`` with NAME listed in the system
   prompt's host tools): the root calls it in code and answers with its result,
   or with the ``ToolError`` it raised.
@@ -34,6 +36,11 @@ ANSWER_SCHEMA_PREFIX = "Answer schema: "
 _TOOL_QUERY = re.compile(r"^Call (\w+)\((.*)\)\s*$")
 _ANSWER_LINE = re.compile(r"^answer: (.+)$", re.MULTILINE)
 _ERROR_LINE = re.compile(r"^(\w*Error: .+)$", re.MULTILINE)
+#: A follow-up's answer when no earlier question left the variable it reads.
+_NO_EARLIER = (
+    "NOT FOUND (no earlier question finished its work in this session, "
+    "so there is nothing to answer from: ask the question itself again)"
+)
 _GIVEN_CODE = re.compile(r"^```repl\n(.*?\n)```", re.MULTILINE | re.DOTALL)
 
 
@@ -75,10 +82,16 @@ def extra_reply(messages: Sequence[Message]) -> str | None:
         return None
     if steps == 0:
         name = "len(chunks)" if "chunk" in query.lower() else "answer"
-        code = f"print(f\"answer: {{{name}}}\")\n"
+        # An earlier question stopped mid-code (Ctrl-C, a limit) may have left no such
+        # variable: answer that it is missing, never with a NameError.
+        code = (
+            f"try:\n    followed = str({name})\nexcept NameError:\n"
+            f"    followed = {code_literal(_NO_EARLIER)}\n"
+            "print(f\"answer: {followed}\")\n"
+        )
         schema = _answer_schema(messages[latest]["content"])
         if schema is not None:  # a structured follow-up: hand the value over as data
-            code = f"followed = str({name})\n{code}{_shaped_final(schema, 'followed')}"
+            code += _shaped_final(schema, "followed")
         return f"The REPL still holds my earlier work.\n\n```repl\n{code}```"
     return _final_from(since)
 
@@ -92,7 +105,8 @@ def _final_from(since: Sequence[Message]) -> str:
             return f"The code failed.\nFINAL({error.group(1).strip()})"
         found = _ANSWER_LINE.findall(message["content"])
         if found:
-            return f"Found it.\nFINAL({found[-1].strip()})"
+            said = "Nothing to answer from" if found[-1].strip() == _NO_EARLIER else "Found it"
+            return f"{said}.\nFINAL({found[-1].strip()})"
     return "Nothing was printed.\nFINAL(NOT FOUND)"
 
 

@@ -131,8 +131,9 @@ def volley_reply(messages: Sequence[Message]) -> str:
     first_line = task.strip().partition("\n")[0]
     if _QUESTION_RE.match(first_line):
         return sub_reply(f"{first_line}\n{shared or task}")
+    words = len(task.split())
     return (
-        f"Done: {first_line[:200]} ({len(task.split())} words of task, "
+        f"Done: {first_line[:200]} ({words:,} word{'' if words == 1 else 's'} of task, "
         f"{len(shared):,} chars of shared context)"
     )
 
