@@ -26,6 +26,7 @@ from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget, root
 from rlm._run.schema import SchemaError, normalise_schema
 from rlm._run.tools import HostTool, ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
+from rlm._spelling import python_spelled
 from rlm._status import RunStatus
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import SessionTotals
@@ -598,6 +599,11 @@ def _check_inputs(query: str, context: Context) -> None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
+            if not python_spelled():  # a command line's argument: bytes that were not UTF-8
+                raise UsageError(
+                    f"{name} holds bytes that are not UTF-8 text (at character {exc.start}): "
+                    "give it as UTF-8 (check the encoding of the terminal or script it came from)"
+                ) from exc
             raise UsageError(
                 f"{name} holds a character that is not valid Unicode text (a lone surrogate at "
                 f"index {exc.start}); decode the input with errors='replace' first"

@@ -252,7 +252,10 @@ def test_a_query_from_bytes_that_are_not_utf8_is_kept_as_it_came(tmp_path: Path)
         check=False, timeout=60,
     )
     assert done.returncode == 2, done.stderr
-    assert "Error: the query holds a character that is not valid Unicode text" in done.stderr
+    # Advice for a command line, not for Python ("decode ... with errors='replace'").
+    assert ("Error: the query holds bytes that are not UTF-8 text (at character 11): give it "
+            "as UTF-8") in done.stderr, done.stderr
+    assert "errors=" not in done.stderr
     assert "Traceback" not in done.stderr and "UnicodeEncodeError" not in done.stderr
 
 
