@@ -452,8 +452,9 @@ class Call:
     def _conclude(self, outcome: CallOutcome) -> None:
         self.outcome = outcome
         events = self._parts.events
-        self.concluded_at = events.now()
-        events.emit(
+        # The call ends when its call_finished event says so: the run's duration (the root's
+        # answer) is that event's time, not a moment before the event was made.
+        finished = events.emit(
             CallFinished(
                 **self._ids(),
                 status=outcome.status,
@@ -463,6 +464,7 @@ class Call:
                 duration_s=round(events.now() - self._started_at, 6),
             )
         )
+        self.concluded_at = finished.t
 
     async def _close(self) -> None:
         """Kill the sandbox; if the call never concluded, conclude it as stopped.
