@@ -45,6 +45,10 @@ def test_a_json_list_of_tasks_is_tasks() -> None:
         ("t.json", "[1,2\n", "t.json is not valid JSON (Expecting ',' delimiter, line 2"),
         ("t.json", "tasks: a\n", "t.json is not JSON: a .json task file holds"),
         ("t.jsonl", "a\nb\n", "t.jsonl is not JSON: a .json task file holds"),
+        # Valid JSON, but one value: "is not JSON" was wrong about it.
+        ("t.json", '"What is x?"\n', "t.json holds a JSON string, not tasks: a .json task"),
+        ("t.json", "42", "t.json holds a JSON number, not tasks"),
+        ("t.jsonl", "null\n", "t.jsonl holds a JSON null, not tasks"),
         ("t.json", "{}", "t.json, line 1: a task object needs a 'prompt' string"),
         ("t.jsonl", '{"prompt": "a"}\n{"timeout": 5}\n', "t.jsonl, line 2: a task object needs"),
     ],

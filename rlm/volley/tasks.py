@@ -78,8 +78,27 @@ def parse_task_file(text: str, name: str) -> TaskFile:
         if stripped.startswith("{"):
             return TaskFile(_jsonl(text, name))
     if stripped and (json_named or name.lower().endswith(".jsonl")):
+        kind = _json_scalar_kind(stripped)
+        if kind is not None:  # JSON, but one value and not tasks
+            raise UsageError(f"{name} holds a JSON {kind}, not tasks: {_JSON_FORMS}")
         raise UsageError(f"{name} is not JSON: {_JSON_FORMS}")
     return TaskFile(parse_lines(text))
+
+
+def _json_scalar_kind(text: str) -> str | None:
+    """What one JSON value other than an object or a list is (``string``, ``number``...),
+    or None when ``text`` is not one."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "null" if value is None else None
 
 
 _JSON_FORMS = (
