@@ -65,4 +65,7 @@ def write_page(trace: LoadedTrace, out: str | os.PathLike[str]) -> Path:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
+    except BaseException:  # Ctrl-C mid-write: no half page left beside the trace
+        tmp.unlink(missing_ok=True)
+        raise
     return path
