@@ -28,7 +28,7 @@ _TESTS = Path(__file__).resolve().parent
 
 # One PostgreSQL server for the whole session: imported into each test module instead,
 # its session-scoped fixture was a separate definition per module, one server each.
-pytest_plugins = ("tests.journal_fixtures",)
+pytest_plugins = ("tests.journal_fixtures", "tests.journal_store_fixtures")
 
 _STATE = tempfile.mkdtemp(prefix="rlm-tests-state-")
 os.environ["XDG_STATE_HOME"] = _STATE

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
 from rlm.cli.volley_journal import stored_result
 from rlm.errors import JournalError, UnknownVolleyError, UsageError
-from rlm.journal._backends import Backend, PostgresBackend, SQLiteBackend, Tx
 from rlm.journal._open import open_store
-from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from rlm.journal.records import (
     Owner,
     Spend,
@@ -30,49 +24,13 @@ from rlm.journal.records import (
 )
 from rlm.journal.store import JournalStore
 from rlm.volley.output import format_summary
-
-_T = TypeVar("_T")
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def journal_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "journal.sqlite3")
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(journal_spec: str, clock: FakeClock) -> Iterator[JournalStore]:
-    opened = open_store(journal_spec, clock=clock)
-    yield opened
-    opened.close()
-
-
-def _tasks(n: int) -> list[dict[str, object]]:
-    return [{"index": i, "prompt": f"task {i}"} for i in range(1, n + 1)]
-
-
-A = Owner("host-a", 11, "wa")
-B = Owner("host-b", 22, "wb")
+from tests.journal_store_fixtures import A, B, FakeClock, RecordingSQLite, task_specs
 
 
 def test_a_dead_worker_of_this_host_is_not_live_and_its_row_goes(
     store: JournalStore, clock: FakeClock
 ) -> None:
-    store.create_volley("v1", {}, _tasks(3))
+    store.create_volley("v1", {}, task_specs(3))
     here = local_host()
     dead, survivor = Owner(here, 101, "dead"), Owner(here, 102, "survivor")
     for owner in (dead, survivor, A):
@@ -94,7 +52,7 @@ def test_a_task_keeps_its_claim_time_apart_from_its_holders_process_start(
 ) -> None:
     """``started_at`` is when the task was claimed (the journal's clock); the holder's
     process start time (clock ticks since boot) goes only into ``claimed_by``."""
-    store.create_volley("v1", {}, _tasks(2))
+    store.create_volley("v1", {}, task_specs(2))
     worker = Owner.here("w")  # a live process: the volley shows as running
     store.register_worker("v1", worker)
     claimed = store.claim("v1", worker, 2)
@@ -121,7 +79,7 @@ def test_a_task_keeps_its_claim_time_apart_from_its_holders_process_start(
 def test_a_claim_returns_each_task_as_a_later_read_of_it(store: JournalStore) -> None:
     """What claim() returns is the row tasks() reads right after, the holder's process
     start time included (``Owner.started`` takes no part in comparing owners)."""
-    store.create_volley("v1", {}, _tasks(3))
+    store.create_volley("v1", {}, task_specs(3))
     registered = Owner("host-a", 11, "wa", started=777)
     store.register_worker("v1", registered)
 
@@ -139,7 +97,7 @@ def test_a_claim_returns_each_task_as_a_later_read_of_it(store: JournalStore) ->
 def test_a_dead_worker_holding_claims_keeps_its_row_until_they_are_reopened(
     store: JournalStore,
 ) -> None:
-    store.create_volley("v1", {}, _tasks(3))
+    store.create_volley("v1", {}, task_specs(3))
     here = local_host()
     dead = Owner(here, 101, "dead", started=777)
     live = Owner(here, 102, "live", started=888)
@@ -164,55 +122,13 @@ def test_a_dead_worker_holding_claims_keeps_its_row_until_they_are_reopened(
     assert store.live_workers("v1", 60, lambda pid, started: True) == 1
 
 
-class _RecordingTx:
-    def __init__(self, tx: Tx, backend: _RecordingSQLite) -> None:
-        self._tx = tx
-        self._backend = backend
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._backend.note(sql, params)
-        return self._tx.rows(sql, params)
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._backend.note(sql, params)
-        return self._tx.run(sql, params)
-
-    def many(self, sql: str, params: Sequence[Sequence[Any]]) -> int:
-        self._backend.note(sql, params[0] if params else ())
-        return self._tx.many(sql, params)
-
-
-class _RecordingSQLite(SQLiteBackend):
-    """A SQLite journal that notes every statement its transactions run (``statements``),
-    with its parameters (``calls``: the first row's, for a statement run per row)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.statements: list[str] = []
-        self.calls: list[tuple[str, Sequence[Any]]] = []
-
-    def note(self, sql: str, params: Sequence[Any]) -> None:
-        self.statements.append(sql)
-        self.calls.append((sql, params))
-
-    @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        with super().transaction() as tx:
-            yield _RecordingTx(tx, self)
-
-    @contextmanager
-    def snapshot(self) -> Iterator[Tx]:
-        with super().snapshot() as tx:
-            yield _RecordingTx(tx, self)
-
-
 def test_counting_live_workers_reads_no_task_while_every_worker_lives(tmp_path: Path) -> None:
     """It runs every second per worker under SQLite's write lock: with every worker
     alive it must not look at the volley's tasks at all."""
-    backend = _RecordingSQLite(tmp_path / "j.sqlite3")
+    backend = RecordingSQLite(tmp_path / "j.sqlite3")
     store = JournalStore(backend, clock=FakeClock())
     try:
-        store.create_volley("v1", {}, _tasks(20))
+        store.create_volley("v1", {}, task_specs(20))
         workers = [Owner(local_host(), 100 + i, f"w{i}") for i in range(4)]
         for owner in workers:
             store.register_worker("v1", owner)
@@ -251,7 +167,7 @@ def test_a_claim_whose_pid_was_reused_is_reopened_at_once(store: JournalStore) -
     """The holder's pid runs, but it is another process (its start time differs from
     the one its worker registered): the claim is reopened, the worker's row goes.  A
     live holder (the recorded start time matches) keeps its claim."""
-    store.create_volley("v1", {}, _tasks(3))
+    store.create_volley("v1", {}, task_specs(3))
     reused, live = _reused("reused"), Owner.here("live")
     for owner in (reused, live):
         store.register_worker("v1", owner)
@@ -272,7 +188,7 @@ def test_a_claim_whose_pid_was_reused_is_reopened_at_once(store: JournalStore) -
 def test_a_reused_pid_holding_no_claim_is_not_live_and_its_row_goes(
     store: JournalStore,
 ) -> None:
-    store.create_volley("v1", {}, _tasks(1))
+    store.create_volley("v1", {}, task_specs(1))
     store.register_worker("v1", _reused("reused"))
     store.register_worker("v1", Owner.here("live"))
     assert store.live_workers("v1", 60) == 1
@@ -283,7 +199,7 @@ def test_a_reused_pid_holding_no_claim_is_not_live_and_its_row_goes(
 def test_a_verdict_group_sent_again_adds_its_spend_once(store: JournalStore) -> None:
     """A worker retries a group whose writer died before answering: no row and no
     spend twice; a new group of the same worker adds its own."""
-    store.create_volley("v1", {}, _tasks(3))
+    store.create_volley("v1", {}, task_specs(3))
     store.register_worker("v1", A)
     store.claim("v1", A, 3)
     rows: list[VerdictRow] = [(1, "done", "x", {}, 0.25, None), (2, "done", "y", {}, 0.25, None)]
@@ -296,7 +212,7 @@ def test_a_verdict_group_sent_again_adds_its_spend_once(store: JournalStore) -> 
 
 
 def test_claims_take_open_tasks_in_order_and_never_twice(store: JournalStore) -> None:
-    store.create_volley("v1", {"model": "fixture"}, _tasks(5))
+    store.create_volley("v1", {"model": "fixture"}, task_specs(5))
     first = store.claim("v1", A, 2)
     second = store.claim("v1", B, 10)
     assert [t.index for t in first] == [1, 2]
@@ -306,8 +222,8 @@ def test_claims_take_open_tasks_in_order_and_never_twice(store: JournalStore) ->
     assert first[0].spec == {"index": 1, "prompt": "task 1"}
 
 
-def test_claims_of_indices_and_of_specs_take_the_lowest_open_tasks(store: JournalStore) -> None:
-    store.create_volley("v1", {}, _tasks(6))
+def test_claims_of_indices_and_of_specs_take_the_lowest_opentask_specs(store: JournalStore) -> None:
+    store.create_volley("v1", {}, task_specs(6))
     assert store.claim_indices("v1", A, 2) == [1, 2]
     assert store.claim_specs("v1", B, 3) == [
         {"index": i, "prompt": f"task {i}"} for i in (3, 4, 5)
@@ -322,7 +238,7 @@ def test_claims_of_indices_and_of_specs_take_the_lowest_open_tasks(store: Journa
 
 
 def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) -> None:
-    store.create_volley("v1", {}, _tasks(2))
+    store.create_volley("v1", {}, task_specs(2))
     store.claim("v1", A, 2)
     done = Verdict(
         1, "done", output="one", cost=0.5, usage={"tokens_input": 3}, spend=Spend(0.5, 1, 5, 2)
@@ -338,7 +254,7 @@ def test_finish_keeps_the_first_verdict_and_counts_spend(store: JournalStore) ->
 def test_a_group_of_verdicts_keeps_every_character_and_number(store: JournalStore) -> None:
     # A group is written as one JSON document: nothing may be lost or changed on the way.
     texts = ['say "hi"\n\tand \\ back', "ünïcödé ✓ 😀", "", "'; DROP TABLE tasks; --", "[1]"]
-    store.create_volley("v1", {}, _tasks(len(texts) + 1))
+    store.create_volley("v1", {}, task_specs(len(texts) + 1))
     store.claim("v1", A, 10)
     usage = {"tokens_input": 2**40, "nested": {"x": [1, 2.5, None, "é"]}}
     verdicts = [
@@ -356,7 +272,7 @@ def test_a_group_of_verdicts_keeps_every_character_and_number(store: JournalStor
 
 
 def test_the_first_verdict_wins_within_one_group(store: JournalStore) -> None:
-    store.create_volley("v1", {}, _tasks(1))
+    store.create_volley("v1", {}, task_specs(1))
     store.claim("v1", A, 1)
     group = [Verdict(1, "done", output="first"), Verdict(1, "failed", error="second")]
     assert store.finish("v1", group) == 1
@@ -364,7 +280,7 @@ def test_the_first_verdict_wins_within_one_group(store: JournalStore) -> None:
 
 
 def test_release_reopens_only_the_owners_claims(store: JournalStore) -> None:
-    store.create_volley("v1", {}, _tasks(2))
+    store.create_volley("v1", {}, task_specs(2))
     store.claim("v1", A, 2)
     assert store.release("v1", B, [1, 2]) == 0
     assert store.release("v1", A, [2], Spend(0.1, 1, 0)) == 1
@@ -374,7 +290,7 @@ def test_release_reopens_only_the_owners_claims(store: JournalStore) -> None:
 
 
 def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: FakeClock) -> None:
-    store.create_volley("v1", {}, _tasks(2))
+    store.create_volley("v1", {}, task_specs(2))
     store.claim("v1", A, 1)
     store.claim("v1", B, 1)
     for minute in range(20):  # both run for 10 minutes, heartbeating every 30 s; B dies at 5
@@ -401,7 +317,7 @@ def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> N
     clock_b.now += 3600  # B's clock runs an hour ahead of A's
     a, b = open_store(pg_url, clock=clock_a), open_store(pg_url, clock=clock_b)
     try:
-        a.create_volley("v1", {}, _tasks(2))
+        a.create_volley("v1", {}, task_specs(2))
         a.claim("v1", A, 1)
         for _ in range(4):  # A heartbeats every 30 s; B sweeps with a 60 s timeout
             clock_a.now += 30
@@ -420,7 +336,7 @@ def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> N
 
 def test_dead_local_claims_are_recovered_at_once(store: JournalStore) -> None:
     here = Owner.here("dead")
-    store.create_volley("v1", {}, _tasks(3))
+    store.create_volley("v1", {}, task_specs(3))
     store.claim("v1", here, 2)
     store.claim("v1", A, 1)  # another host: left to the stale timeout
     recovered = store.recover_dead_local("v1", alive=lambda pid, started: False)
@@ -435,7 +351,7 @@ def test_join_registers_and_reopens_orphans_and_leave_gives_back_and_retires(
     """A worker's start and end are one transaction each, with the same effects as the
     calls they stand for."""
     dead = Owner.here("dead")
-    store.create_volley("v1", {}, _tasks(5))
+    store.create_volley("v1", {}, task_specs(5))
     store.claim("v1", dead, 2)  # a process of this host that is gone: reopened at once
     store.claim("v1", A, 1)  # another host's, silent for 90 s: stale
     clock.now += 90
@@ -455,9 +371,9 @@ def test_join_registers_and_reopens_orphans_and_leave_gives_back_and_retires(
 
 
 def test_reopen_failed_and_list(store: JournalStore, clock: FakeClock) -> None:
-    store.create_volley("v1", {"model": "m"}, _tasks(3))
+    store.create_volley("v1", {"model": "m"}, task_specs(3))
     clock.now += 1
-    store.create_volley("v2", {}, _tasks(1))
+    store.create_volley("v2", {}, task_specs(1))
     store.claim("v1", A, 3)
     store.finish("v1", [Verdict(1, "done", output="x"), Verdict(2, "failed", error="boom")])
     v1 = store.volley("v1")
@@ -473,9 +389,9 @@ def test_unknown_and_duplicate_volleys_are_clear_errors(store: JournalStore) -> 
     with pytest.raises(UnknownVolleyError, match="holds no volley") as empty:
         store.resolve("last")
     assert empty.value.ref == "last" and empty.value.journal == store.where
-    store.create_volley("v1", {}, _tasks(1))
+    store.create_volley("v1", {}, task_specs(1))
     with pytest.raises(JournalError, match="already exists") as exists:
-        store.create_volley("v1", {}, _tasks(1))
+        store.create_volley("v1", {}, task_specs(1))
     assert not isinstance(exists.value, UnknownVolleyError)
     for ask in (store.resolve, store.volley, store.spent):
         with pytest.raises(UnknownVolleyError, match="no volley 'nope'") as unknown:
@@ -485,7 +401,7 @@ def test_unknown_and_duplicate_volleys_are_clear_errors(store: JournalStore) -> 
         assert isinstance(unknown.value, UsageError) and isinstance(unknown.value, JournalError)
         assert unknown.value.exit_code == 2 and unknown.value.ref == "nope"
     with pytest.raises(ValueError, match="API key"):
-        store.create_volley("v2", {"api_key": "sk-x"}, _tasks(1))
+        store.create_volley("v2", {"api_key": "sk-x"}, task_specs(1))
 
 
 def test_response_cache_round_trip(store: JournalStore) -> None:
@@ -497,309 +413,19 @@ def test_response_cache_round_trip(store: JournalStore) -> None:
 
 def test_reopening_keeps_everything(journal_spec: str, clock: FakeClock) -> None:
     first = open_store(journal_spec, clock=clock)
-    first.create_volley("v1", {}, _tasks(2))
+    first.create_volley("v1", {}, task_specs(2))
     first.close()
     second = open_store(journal_spec, clock=clock)
     assert second.volley("v1").total == 2
     second.close()
 
 
-def test_a_newer_journal_is_refused_untouched(tmp_path: Path) -> None:
-    path = tmp_path / "j.sqlite3"
-    open_store(str(path)).close()
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    before = path.read_bytes()
-    with pytest.raises(JournalError, match="newer rlm"):
-        open_store(str(path))
-    assert path.read_bytes() == before
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (b"not a database at all, just some text " * 200, "not a database"),
-        (None, "not an rlm journal"),
-    ],
-)
-def test_a_foreign_file_is_refused_untouched(
-    tmp_path: Path, content: bytes | None, message: str
-) -> None:
-    path = tmp_path / "other.db"
-    if content is None:
-        with sqlite3.connect(path) as conn:
-            conn.execute("CREATE TABLE mine (x)")
-    else:
-        path.write_bytes(content)
-    before = path.read_bytes()
-    with pytest.raises(JournalError, match=message):
-        open_store(str(path))
-    assert path.read_bytes() == before
-
-
-def test_bad_paths_are_clear_errors(tmp_path: Path) -> None:
-    with pytest.raises(JournalError, match="does not exist"):
-        open_store(str(tmp_path / "missing" / "j.sqlite3"))
-    with pytest.raises(JournalError, match="is a directory"):
-        open_store(str(tmp_path))
-    with pytest.raises(JournalError, match="only postgresql://"):
-        open_store("mysql://x/y")
-
-
-def test_an_unreachable_postgres_is_a_clear_error() -> None:
-    pytest.importorskip("psycopg")
-    with pytest.raises(JournalError, match=r"cannot open journal postgresql://u:\*\*\*@127"):
-        open_store("postgresql://u:secret@127.0.0.1:1/nodb?connect_timeout=2")
-
-
 def test_the_shared_context_is_kept_with_its_digest(store: JournalStore) -> None:
-    store.create_volley("v1", {}, _tasks(1), context=["doc one", "doc two"])
-    store.create_volley("v2", {}, _tasks(1))
+    store.create_volley("v1", {}, task_specs(1), context=["doc one", "doc two"])
+    store.create_volley("v2", {}, task_specs(1))
     assert store.context("v1") == ["doc one", "doc two"] and store.context("v2") == []
     digest = store.volley("v1").context_digest
     assert digest is not None and len(digest) == 64 and store.volley("v2").context_digest is None
-
-
-def _backend(spec: str | Path) -> Backend:
-    """A bare connection to journal ``spec`` (SQLite or PostgreSQL): no schema check."""
-    if str(spec).startswith("postgresql://"):
-        return PostgresBackend(str(spec))
-    return SQLiteBackend(spec)
-
-
-def _in_journal(spec: str | Path, work: Callable[[Tx], _T]) -> _T:
-    """``work`` in one transaction on journal ``spec``, outside any store."""
-    backend = _backend(spec)
-    try:
-        with backend.transaction() as tx:
-            return work(tx)
-    finally:
-        backend.close()
-
-
-def _journal_at(spec: str | Path, version: int) -> None:
-    """A journal as rlm wrote it at schema ``version`` (SCHEMA, then the steps)."""
-    assert version < SCHEMA_VERSION
-
-    def work(tx: Tx) -> None:
-        for statement in SCHEMA:
-            tx.run(statement)
-        for step in range(2, version + 1):
-            for statement in MIGRATIONS[step]:
-                tx.run(statement)
-        tx.run("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(version),))
-
-    _in_journal(spec, work)
-
-
-def _schema_version(spec: str | Path) -> str:
-    rows = _in_journal(spec, lambda tx: tx.rows("SELECT value FROM meta"))
-    return str(rows[0][0])
-
-
-def _task_indexes(spec: str | Path) -> set[str]:
-    """The names of the indexes on the task table that rlm made (not a primary key's)."""
-    sql = (
-        "SELECT indexname FROM pg_indexes WHERE tablename = 'tasks' "
-        "AND schemaname = current_schema() AND indexname <> 'tasks_pkey'"
-        if str(spec).startswith("postgresql://")
-        else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' "
-        "AND sql IS NOT NULL"
-    )
-    return {str(name) for (name,) in _in_journal(spec, lambda tx: tx.rows(sql))}
-
-
-def test_a_version_4_workers_row_has_no_start_time_and_its_pid_alone_decides(
-    tmp_path: Path,
-) -> None:
-    """A worker registered before version 5 recorded no start time: after the
-    migration its claims are judged by its pid alone, as before."""
-    path = tmp_path / "v4.sqlite3"
-    _journal_at(path, 4)
-    here = local_host()
-    with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
-        conn.execute(
-            "INSERT INTO tasks (volley_id, idx, spec, status, heartbeat_at, claimed_host, "
-            "claimed_pid, claimed_worker) VALUES ('v', 1, '{}', 'in_progress', 1, ?, ?, 'old')",
-            (here, os.getpid()),
-        )
-        conn.execute(
-            "INSERT INTO workers (worker, volley_id, host, pid, started_at, heartbeat_at) "
-            "VALUES ('old', 'v', ?, ?, 1, 1)",
-            (here, os.getpid()),
-        )
-    store = open_store(str(path))
-    try:
-        assert store.recover_dead_local("v", pid_alive) == []  # this pid runs: kept
-        assert store.tasks("v")[0].claimed_by == Owner(here, os.getpid(), "old")
-        assert store.tasks("v")[0].claimed_by.started is None  # type: ignore[union-attr]
-    finally:
-        store.close()
-    assert _schema_version(path) == str(SCHEMA_VERSION)
-
-
-def test_a_version_1_journal_is_migrated_forward(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite3"
-    _journal_at(path, 1)
-    store = open_store(str(path))
-    store.create_volley("v1", {}, _tasks(1), context=["c"])
-    assert store.context("v1") == ["c"]
-    store.close()
-    assert _schema_version(path) == str(SCHEMA_VERSION)
-
-
-def test_a_version_2_journal_keeps_its_tasks_and_indexes_only_open_and_claimed_ones(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "v2.sqlite3"
-    _journal_at(path, 2)
-    with sqlite3.connect(path) as conn:  # a half-run volley, written by version 2
-        conn.execute("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
-        conn.executemany(
-            "INSERT INTO tasks (volley_id, idx, spec, status, claimed_host, claimed_pid, "
-            "claimed_worker) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                ("v", 1, '{"index": 1}', "done", None, None, None),
-                ("v", 2, '{"index": 2}', "in_progress", "h", 9, "gone"),
-                ("v", 3, '{"index": 3}', "open", None, None, None),
-                ("v", 4, '{"index": 4}', "open", None, None, None),
-            ],
-        )
-    store = open_store(str(path))
-    assert _schema_version(path) == str(SCHEMA_VERSION)
-    assert _task_indexes(path) == {"open_tasks", "claimed_tasks"}
-    assert [t["index"] for t in store.claim_specs("v", A, 5)] == [3, 4]
-    assert store.held_elsewhere("v", A) == 1
-    assert store.finish("v", [Verdict(3, "done", output="x"), Verdict(4, "failed")]) == 2
-    assert [t.status for t in store.tasks("v")] == ["done", "in_progress", "done", "failed"]
-    store.close()
-
-
-def test_a_version_5_journal_is_upgraded_in_place_and_finds_claims_by_holder(
-    journal_spec: str, clock: FakeClock
-) -> None:
-    """Schema version 6 indexes the tasks in progress by volley and holder: a journal
-    of version 5 with a volley half run is upgraded when opened, on either back end,
-    and its claims are then found by holder as before."""
-    _journal_at(journal_spec, 5)
-    here = local_host()
-    dead = Owner(here, 101, "dead", started=7)
-    other = Owner("elsewhere", 5, "other")
-
-    def half_run(tx: Tx) -> None:
-        tx.run("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
-        tx.many(
-            "INSERT INTO tasks (volley_id, idx, spec, status, heartbeat_at, claimed_host, "
-            "claimed_pid, claimed_worker) VALUES ('v', ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (1, '{"index": 1}', "done", None, here, 101, "dead"),
-                (2, '{"index": 2}', "in_progress", clock.now, here, 101, "dead"),
-                (3, '{"index": 3}', "in_progress", clock.now, here, 101, "dead"),
-                (4, '{"index": 4}', "in_progress", clock.now, "elsewhere", 5, "other"),
-                (5, '{"index": 5}', "open", None, None, None, None),
-            ],
-        )
-        tx.run(
-            "INSERT INTO workers (worker, volley_id, host, pid, pid_start, started_at, "
-            "heartbeat_at) VALUES ('dead', 'v', ?, 101, 7, ?, ?)",
-            (here, clock.now, clock.now),
-        )
-
-    _in_journal(journal_spec, half_run)
-    assert _schema_version(journal_spec) == "5" and "claimed_tasks" not in _task_indexes(
-        journal_spec
-    )
-    store = open_store(journal_spec, clock=clock)
-    try:
-        assert _schema_version(journal_spec) == str(SCHEMA_VERSION) == "6"
-        assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
-        assert store.heartbeat(dead, "v") == 2
-        assert store.held_elsewhere("v", other) == 2
-        assert store.live_workers("v", 60, lambda pid, started: pid != 101) == 1  # at least 1
-        held = store.tasks("v")[1].claimed_by  # the dead one's row stays: it holds tasks
-        assert held is not None and held == dead and held.started == 7
-        found = store.recover_dead_local("v", lambda pid, started: pid != 101)
-        assert [(r.index, r.owner) for r in found] == [(2, dead), (3, dead)]
-        assert [t.status for t in store.tasks("v")] == [
-            "done", "open", "open", "in_progress", "open"
-        ]
-        clock.now += 120
-        assert [r.index for r in store.recover_stale("v", 60)] == [4]
-    finally:
-        store.close()
-    reopened = open_store(journal_spec, clock=clock)  # upgraded once: opens as it is
-    reopened.close()
-    assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
-
-
-def test_every_lookup_of_claims_reads_the_claimed_tasks_index(tmp_path: Path) -> None:
-    """SQLite's plan for each statement that looks for tasks in progress (a worker's
-    claims, whether a dead one holds any, stale or orphaned claims, claims held by
-    others) reads the claimed_tasks index, not every row of the volley."""
-    path = tmp_path / "j.sqlite3"
-    backend = _RecordingSQLite(path)
-    clock = FakeClock()
-    store = JournalStore(backend, clock=clock)
-    try:
-        store.create_volley("v1", {}, _tasks(40))
-        here = local_host()
-        workers = [Owner(here, 100 + i, f"w{i}") for i in range(3)]
-        for owner in workers:
-            store.register_worker("v1", owner)
-            store.claim_indices("v1", owner, 5)
-        store.finish("v1", [Verdict(1, "done")])
-        backend.calls.clear()
-
-        def alive(pid: int, started: int | None) -> bool:
-            return pid != 100
-
-        store.heartbeat(workers[1], "v1")
-        store.held_elsewhere("v1", workers[1])
-        store.live_workers("v1", 60, alive)
-        clock.now += 120
-        store.heartbeat(workers[2], "v1")
-        store.recover_stale("v1", 60)
-        store.recover_dead_local("v1", alive)
-        lookups = [
-            (sql, params)
-            for sql, params in backend.calls
-            if "tasks" in sql and "in_progress" in sql and "idx = ?" not in sql
-        ]
-        assert len(lookups) == 6
-        with sqlite3.connect(path) as conn:
-            for sql, params in lookups:
-                plan = " / ".join(
-                    str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-                )
-                assert "USING INDEX claimed_tasks" in plan, (sql, plan)
-    finally:
-        store.close()
-
-
-def test_many_connections_may_open_a_new_journal_at_once(tmp_path: Path) -> None:
-    # Several connections switching one new file to WAL at the same moment deadlock
-    # inside SQLite, which refuses one of them without waiting ("database is
-    # locked"): a worker pool starting together, or a volley and `rlm volley list`.
-    failures: list[str] = []
-    for round_ in range(20):
-        path = str(tmp_path / f"new-{round_}.sqlite3")
-        start = threading.Barrier(6)
-
-        def open_a_few(path: str = path, start: threading.Barrier = start) -> None:
-            start.wait()
-            try:
-                for _ in range(4):
-                    open_store(path).close()
-            except JournalError as exc:
-                failures.append(str(exc))
-
-        threads = [threading.Thread(target=open_a_few) for _ in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    assert failures == []
 
 
 def test_the_local_host_name_tells_apart_machines_and_containers_that_share_a_host_name(
@@ -815,53 +441,6 @@ def test_the_local_host_name_tells_apart_machines_and_containers_that_share_a_ho
     assert local_host("box", "2b7adfec-11dc", 4026532999) == "box~2b7adfec~pidns4026532999"
     assert local_host("box", "", init) == "box"  # no boot id to read (not Linux)
     assert Owner.here().host == local_host()
-    store.create_volley("v1", {}, _tasks(2))
+    store.create_volley("v1", {}, task_specs(2))
     store.claim("v1", Owner(socket.gethostname(), 11, "same-name"), 1)  # not local_host()
     assert store.recover_dead_local("v1", alive=lambda pid, started: False) == []
-
-
-def test_a_write_held_up_by_another_process_says_so_then_goes_on(tmp_path: Path) -> None:
-    """Another process holds the SQLite write lock: the write says (once) that it waits
-    and who is registered, then commits once the lock is let go."""
-    path = tmp_path / "j.sqlite3"
-    first = open_store(str(path))
-    first.create_volley("v1", {}, _tasks(1))
-    first.register_worker("v1", A)
-    first.close()
-    notes: list[str] = []
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    holder.execute("BEGIN IMMEDIATE")
-
-    def let_go(message: str) -> None:
-        notes.append(message)
-        holder.execute("ROLLBACK")
-
-    store = JournalStore(SQLiteBackend(path, notice_after_s=0.05, on_wait=let_go))
-    try:
-        assert store.volley("v1").total == 1  # a read waits on nothing
-        assert notes == []
-        store.register_worker("v1", B)
-        assert len(notes) == 1
-        assert "another process holds its write lock" in notes[0]
-        assert "pid 11 on host-a (volley v1)" in notes[0]
-    finally:
-        store.close()
-        holder.close()
-
-
-def test_a_write_lock_held_too_long_fails_saying_what_to_do(tmp_path: Path) -> None:
-    path = tmp_path / "j.sqlite3"
-    open_store(str(path)).close()
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
-    store = JournalStore(SQLiteBackend(path, busy_timeout_s=0.2, notice_after_s=0.05))
-    try:
-        assert store.volleys() == []
-        with pytest.raises(JournalError, match="is locked: another process") as raised:
-            store.create_volley("v1", {}, _tasks(1))
-        assert "no rlm worker is registered in it" in str(raised.value)
-        assert "let it finish (or stop it), then run this again" in str(raised.value)
-    finally:
-        store.close()
-        holder.execute("ROLLBACK")
-        holder.close()
