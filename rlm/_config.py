@@ -11,10 +11,9 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from dataclasses import asdict, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args, get_origin
 
-from rlm._records import frozen_record
 from rlm._sandbox.isolation import parse_layers
 from rlm._url_userinfo import redact_url, redacted, redacted_params
 from rlm.errors import SettingError
@@ -47,7 +46,7 @@ _MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its o
 DEFAULT_MAX_HISTORY_CHARS = 200_000
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class RunConfig:
     """Everything a run needs to know.  ``validate()`` names the offending setting.
 

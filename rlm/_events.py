@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import trio
 
-from rlm._records import frozen_record
 from rlm._status import AttemptStatus, CallStatus, RunStatus
 
 __all__ = [
@@ -50,7 +49,7 @@ __all__ = [
 ]
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
     """Base of every event.  ``kind`` is the event's name in traces."""
 
@@ -110,7 +109,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RunStarted(Event):
     """The run began (its query, context size and settings)."""
 
@@ -123,7 +122,7 @@ class RunStarted(Event):
     system_prompt: str | None = None  # content: the root model's system prompt, sent once here
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFinished(Event):
     """The run ended, for any reason: its status, answer and usage totals."""
 
@@ -140,7 +139,7 @@ class RunFinished(Event):
     teardown_s: float = 0.0  # after the outcome was known, before this event: not in duration_s
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CallStarted(Event):
     """A call (root or child) began."""
 
@@ -150,7 +149,7 @@ class CallStarted(Event):
     context_chars: int
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CallFinished(Event):
     """A call ended."""
 
@@ -162,7 +161,7 @@ class CallFinished(Event):
     duration_s: float
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class StepCompleted(Event):
     """One generation of a call's model came back."""
 
@@ -181,7 +180,7 @@ class StepCompleted(Event):
     request: dict[str, Any] | None = None
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CodeExecuted(Event):
     """One code block ran in the call's sandbox."""
 
@@ -198,7 +197,7 @@ class CodeExecuted(Event):
     code: str | None = None  # content: the block's source
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BridgeCallStarted(Event):
     """Sandbox code called llm_query or llm_query_batched."""
 
@@ -209,7 +208,7 @@ class BridgeCallStarted(Event):
     mode: str
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BridgeCallFinished(Event):
     """An llm_query or llm_query_batched call returned to sandbox code."""
 
@@ -225,7 +224,7 @@ class BridgeCallFinished(Event):
     answers: list[str] | None = None
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class HistoryCompacted(Event):
     """A session's conversation grew past its limit: older steps became a summary."""
 
@@ -236,7 +235,7 @@ class HistoryCompacted(Event):
     summary: str
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolCalled(Event):
     """Sandbox code called a host tool; ``error`` is what model code saw as ToolError."""
 
@@ -247,7 +246,7 @@ class ToolCalled(Event):
     duration_s: float
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LLMRequest(Event):
     """An attempt was sent to a provider."""
 
@@ -263,7 +262,7 @@ class LLMRequest(Event):
     in_flight: int
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LLMResponse(Event):
     """The provider answered, or the attempt failed."""
 
@@ -284,7 +283,7 @@ class LLMResponse(Event):
     ttft_s: float | None = None
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LLMCached(Event):
     """A request answered from the response cache: nothing was sent, nothing spent."""
 
@@ -299,7 +298,7 @@ class LLMCached(Event):
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LLMRetry(Event):
     """A failed attempt will be retried."""
 
@@ -312,7 +311,7 @@ class LLMRetry(Event):
     retry_after: bool
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class TextDelta(Event):
     """A piece of streamed text, attributed to its call, request and attempt."""
 
@@ -325,7 +324,7 @@ class TextDelta(Event):
     task_title: str | None = None
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class StreamDiscarded(Event):
     """A streaming attempt failed after some text: that text is void."""
 
@@ -338,7 +337,7 @@ class StreamDiscarded(Event):
     task: int | None = None
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BudgetRefused(Event):
     """The budget ledger refused to spend."""
 
@@ -350,7 +349,7 @@ class BudgetRefused(Event):
     reason: str
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CapacityChanged(Event):
     """Adaptive concurrency changed the sub lane's permits."""
 
@@ -361,7 +360,7 @@ class CapacityChanged(Event):
     reason: str
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RateLimitLearned(Event):
     """The provider announced a limit in its headers and the pacer adopted it."""
 
@@ -371,7 +370,7 @@ class RateLimitLearned(Event):
     source: str
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxStarted(Event):
     """A sandbox process is ready to execute code."""
 
@@ -381,7 +380,7 @@ class SandboxStarted(Event):
     isolation: list[str]
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SandboxExited(Event):
     """A sandbox process is gone (always killed and reaped)."""
 
@@ -440,12 +439,7 @@ class EventBus:
     def emit(self, event: Event) -> Event:
         if isinstance(event, RunFinished):
             self.finished = True
-        # A copy with ``t`` set.  dataclasses.replace would re-run __init__ (a third of a
-        # zero-latency request's time); the fields are already set, so copy them as they are.
-        stamped = object.__new__(type(event))
-        stamped.__dict__.update(event.__dict__)
-        stamped.__dict__["t"] = round(self.now(), 6)
-        stamped.__dict__.pop(_RECORD, None)  # made before ``t`` was set
+        stamped = dataclasses.replace(event, t=round(self.now(), 6))
         if self._keep:
             self.events.append(stamped)
         for sink in self._sinks:
@@ -459,12 +453,7 @@ class EventBus:
 
         Not kept in :attr:`events`.  Cancellation while waiting drops the event.
         """
-        # A copy with ``t`` set.  dataclasses.replace would re-run __init__ (a third of a
-        # zero-latency request's time); the fields are already set, so copy them as they are.
-        stamped = object.__new__(type(event))
-        stamped.__dict__.update(event.__dict__)
-        stamped.__dict__["t"] = round(self.now(), 6)
-        stamped.__dict__.pop(_RECORD, None)  # made before ``t`` was set
+        stamped = dataclasses.replace(event, t=round(self.now(), 6))
         for sink in self._sinks:
             sink(stamped)
         for stream in self._streams:

@@ -28,14 +28,13 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
 from rlm._config import RunConfig
-from rlm._records import frozen_record
 from rlm.errors import UsageError
 
 __all__ = ["PROJECT_FILE", "Profile", "config_files", "load_profile", "user_config_file"]
@@ -44,7 +43,7 @@ PROJECT_FILE = "rlm.toml"
 _SECRET_KEYS = frozenset({"api_key"})
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class Profile:
     """Settings from config files, by RunConfig field name, and where each came from."""
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from rlm._records import frozen_record
 from rlm._status import RunStatus
 from rlm._traffic.usage import Usage
 
@@ -21,7 +20,7 @@ STATUS_EXIT_CODES: dict[RunStatus, int] = {
 }
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class RunResult:
     """The outcome of one run.
 

@@ -28,6 +28,7 @@ import os
 import tempfile
 import threading
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,6 @@ import trio
 
 from rlm._config import DEFAULT_MAX_HISTORY_CHARS, RunConfig, public_settings
 from rlm._events import EventBus
-from rlm._records import frozen_record
 from rlm._result import RunResult
 from rlm._run.call import SessionCarry
 from rlm._run.context import Context
@@ -59,7 +59,7 @@ __all__ = [
 SESSION_FORMAT = 1
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class SavedSession:
     """What a saved session file holds (see :meth:`AsyncSession.save`)."""
 

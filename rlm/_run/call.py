@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -31,7 +31,6 @@ import trio
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepCompleted
-from rlm._records import frozen_record, record
 from rlm._run.context import Context, context_chars, describe_context
 from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
@@ -53,7 +52,7 @@ __all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
 
 # No generated __eq__/__repr__ for this file's internal records: nothing compares or
 # prints them, and each generated method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class CallOutcome:
     """How a call ended.
 
@@ -71,7 +70,7 @@ class CallOutcome:
     last_output: str | None = None
 
 
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class CallParts:
     """What every call of one run uses; the root and all its descendants share it.
 
@@ -90,7 +89,7 @@ class CallParts:
     answer_schema: JsonSchema | None = None
 
 
-@record(eq=False, repr=False)
+@dataclass(slots=True, eq=False)
 class SessionCarry:
     """What a session's root call keeps from one query to the next.
 
@@ -106,7 +105,7 @@ class SessionCarry:
     max_history_chars: int | None = None
 
 
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class _Step:
     reply: str
     blocks: list[str]
@@ -120,7 +119,7 @@ class _Step:
         return bool(self.blocks) or (self.final is not None and self.final.variable is not None)
 
 
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class _Executed:
     """What a step's code did: a final answer, feedback for the model, or a failure."""
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-
-from rlm._records import frozen_record
+from dataclasses import dataclass
 
 __all__ = [
     "BlockSplitter",
@@ -27,9 +26,7 @@ _FINAL_START = re.compile(r"^[ \t]*FINAL\(", re.MULTILINE)
 _FINAL_SPAN = re.compile(r"(.*)\)[ \t]*$", re.DOTALL)
 
 
-# No generated __eq__/__repr__: nothing compares or prints these, and each generated
-# method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class FinalDirective:
     """A FINAL found in the text: either the answer itself or a variable to read."""
 

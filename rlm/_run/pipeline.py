@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
-from rlm._records import frozen_record
 from rlm._run.parsing import BlockSplitter
 from rlm._sandbox.launcher import ExecResult
 from rlm.errors import RLMError
@@ -31,9 +31,7 @@ from rlm.errors import RLMError
 __all__ = ["BlockPipeline", "Ran"]
 
 
-# No generated __eq__/__repr__: nothing compares or prints these, and each generated
-# method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class Ran:
     """One block that ran: its code, its result, and whether the sandbox was lost in it."""
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import trio
 
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import EventBus, HistoryCompacted
-from rlm._records import frozen_record
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call, CallOutcome, CallParts, SessionCarry
 from rlm._run.context import Context
@@ -55,9 +55,7 @@ _EXTRACT_SYSTEM = (
 )
 
 
-# No generated __eq__/__repr__: nothing compares or prints these, and each generated
-# method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class RunOutcome:
     """How the run ended: the root call's outcome, or the error that stopped it."""
 

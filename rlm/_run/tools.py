@@ -19,12 +19,11 @@ import os
 import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from rlm._records import record
 from rlm._run.schema import JsonSchema, SchemaError, is_plain_data, schema_from_hint
 from rlm._run.schema import validation_error as _validation_error
 from rlm.errors import UsageError
@@ -44,7 +43,7 @@ class ToolFailure(Exception):
     """A tool call that did not produce a value; the message is shown to model code."""
 
 
-@record
+@dataclass(slots=True)
 class HostTool:
     """One registered tool: its function, its checked signature and its limits."""
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import trio
 
 from rlm._events import EventBus, SandboxExited, SandboxStarted
-from rlm._records import frozen_record, record
 from rlm._sandbox.isolation import HOST_LAYERS, active_layers
 from rlm._spelling import setting
 from rlm.errors import ExecutionTimeout, SandboxCrashed
@@ -58,7 +58,7 @@ BridgeHandler = Callable[[dict[str, Any]], Awaitable[BridgeAnswer]]
 
 # No generated __eq__/__repr__ for this file's internal records: nothing compares or
 # prints them, and each generated method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class SandboxIdentity:
     """Who owns a sandbox, for its events."""
 
@@ -67,7 +67,7 @@ class SandboxIdentity:
     depth: int
 
 
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class ExecResult:
     """The outcome of one code execution."""
 
@@ -98,7 +98,7 @@ class ChildProcess(Protocol):
         """Reap the child (after ``kill``); the caller shields and bounds this."""
 
 
-@record(eq=False, repr=False)
+@dataclass(slots=True, eq=False)
 class HostEnds:
     """The host's ends of a sandbox's channels."""
 

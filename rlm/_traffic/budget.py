@@ -23,10 +23,9 @@ Guarantees
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from rlm._records import frozen_record, record
 from rlm._spelling import setting
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.usage import Usage, estimate_io, prefix_tokens
@@ -36,7 +35,7 @@ from rlm.providers.base import Completion, CompletionRequest
 __all__ = ["Budget", "BudgetLimits", "SessionTotals", "Ticket", "UsageBreakdown"]
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class BudgetLimits:
     """The hard limits of one run; ``None`` means unlimited."""
 
@@ -47,7 +46,7 @@ class BudgetLimits:
     max_cost: float | None = None
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class SessionTotals:
     """A session's total limits that bound this query, and what its earlier queries spent.
 
@@ -65,7 +64,7 @@ class SessionTotals:
 
 # No generated __eq__/__repr__ for this file's internal records: nothing compares or
 # prints them, and each generated method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class Ticket:
     """One reservation: what an attempt is expected to spend."""
 
@@ -77,7 +76,7 @@ class Ticket:
     cost: float
 
 
-@record(eq=False, repr=False)
+@dataclass(slots=True, eq=False)
 class UsageBreakdown:
     """Usage of one model, lane or depth."""
 
@@ -97,7 +96,7 @@ class UsageBreakdown:
         }
 
 
-@record(eq=False, repr=False)
+@dataclass(slots=True, eq=False)
 class _Totals:
     calls: int = 0
     input_tokens: int = 0
@@ -105,7 +104,7 @@ class _Totals:
     cost: float = 0.0
 
 
-@record(eq=False, repr=False)
+@dataclass(slots=True, eq=False)
 class Budget:
     """The shared ledger.  All methods are synchronous and so atomic under trio."""
 

@@ -13,18 +13,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 
 import trio
 
-from rlm._records import frozen_record
 from rlm.providers.base import Lane
 
 __all__ = ["LimiterStatistics", "TieredLimiter"]
 
 
-# No generated __eq__/__repr__: nothing compares or prints these, and each generated
-# method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class LimiterStatistics:
     total: int
     reserved_root: int

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
-
-from rlm._records import record
 
 __all__ = ["LaneMetrics", "TrafficMetrics"]
 
 
-# No generated __eq__/__repr__: nothing compares or prints these, and each generated
-# method is compiled at import, on every start.
-@record(eq=False, repr=False)
+@dataclass(slots=True, eq=False)
 class LaneMetrics:
     """Counters for one lane.  Latencies are per attempt; waits are per attempt."""
 

@@ -19,17 +19,16 @@ than that only queue here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import trio
 
-from rlm._records import frozen_record
 from rlm.providers.base import Lane
 
 __all__ = ["Pacer", "PacerStatistics"]
 
 
-# No generated __eq__/__repr__: nothing compares or prints these, and each generated
-# method is compiled at import, on every start.
-@frozen_record(eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class PacerStatistics:
     rpm: float | None
     tpm: float | None

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from rlm._records import frozen_record
 from rlm.errors import UsageError
 
 __all__ = ["CACHE_WRITE_FACTOR", "ModelPrice", "PriceTable"]
@@ -26,7 +26,7 @@ _DATA = Path(__file__).resolve().parent.parent / "data"
 CACHE_WRITE_FACTOR = 1.25
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class ModelPrice:
     """USD per token.  ``cache_write_input`` prices input written to a prompt cache
     (reported by Anthropic as ``cache_creation_input_tokens``); a table entry

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import random
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from rlm._records import record
 from rlm.errors import ProviderError, ProviderStatusError, RateLimitError
 
 __all__ = ["RetryPolicy", "is_overload"]
@@ -24,7 +23,7 @@ def is_overload(exc: ProviderError) -> bool:
     )
 
 
-@record
+@dataclass(slots=True)
 class RetryPolicy:
     """Exponential backoff with equal jitter, capped; ``Retry-After`` wins when given.
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rlm._records import frozen_record
+from dataclasses import dataclass
+
 from rlm.providers.base import CompletionRequest
 
 __all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "estimate_io", "prefix_tokens"]
@@ -24,7 +25,7 @@ def prefix_tokens(request: CompletionRequest) -> int:
     return sum(len(m["content"]) for m in request.messages[: request.cache_prefix]) // 4
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class Usage:
     """What a run has spent so far.  ``llm_calls`` counts requests sent to a provider."""
 

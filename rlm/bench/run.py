@@ -205,11 +205,9 @@ def _one_run(s: Scenario) -> tuple[RunResult, float]:
         early.wait_ready()
         boot_s = time.perf_counter() - started
         sandboxes = functools.partial(default_launcher, early_zygote=early)
-        # `rlm run` freezes what it loaded before its run starts (rlm.cli._console);
-        # this process also holds earlier scenarios' results, which a fresh `rlm run`
-        # would not: collect them and freeze the rest, off the clock.
+        # This process holds earlier scenarios' results, which a fresh `rlm run` would
+        # not: collect them off the clock.
         gc.collect()
-        gc.freeze()
         return trio.run(runner, s, text, question, sandboxes, *extra), boot_s
 
 

@@ -1,6 +1,6 @@
 """The ``rlm`` executable: what happens before the command line is parsed and after it ran.
 
-Two things here are about start-up and exit time, not behaviour:
+One thing here is about start-up time, not behaviour:
 
 - ``rlm run`` starts its sandbox zygote first thing, before click, trio and
   the runtime are imported, so that the zygote's own start (an interpreter,
@@ -9,12 +9,6 @@ Two things here are about start-up and exit time, not behaviour:
   closed (killed and reaped if no run took it) before the process exits.  A run
   that took it does not wait for its exit: the zygote reaps the run's sandboxes
   and exits while the answer is printed, and closing it reaps it.
-- Once the command has returned and its output is flushed, the process ends
-  with :func:`os._exit` after running the ``atexit`` handlers and waiting for
-  non-daemon threads, as the interpreter would, but without tearing every
-  module and object down one by one: that teardown took longer than a tiny
-  run's own work, after its answer was already printed.  Nothing is left to
-  it: every file, sandbox and connection is closed by the command itself.
 
 ``python -m rlm`` goes through here too.  :func:`rlm.cli.main` (the click
 group, what tests drive in-process) exits normally.
@@ -22,20 +16,16 @@ group, what tests drive in-process) exits normally.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
-import os
 import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:  # imported inside console_main, where a Ctrl-C is handled
     from rlm._sandbox.early import EarlyZygote
 
-__all__ = ["caused_by_interrupt", "collect_from_here", "console_main", "starts_a_run"]
+__all__ = ["caused_by_interrupt", "console_main", "starts_a_run"]
 
 
 def caused_by_interrupt(exc: BaseException) -> bool:
@@ -67,7 +57,7 @@ def starts_a_run(args: Sequence[str]) -> bool:
 
 
 def console_main() -> NoReturn:
-    """Run the ``rlm`` command line, then end the process at once with its exit code.
+    """Run the ``rlm`` command line and exit with its code.
 
     A Ctrl-C before the command's own handling of it began (while click, the
     command or the runtime is imported) ends it as one does later: ``Error:
@@ -86,10 +76,6 @@ def console_main() -> NoReturn:
 
             # reap_at_close: the answer is printed while the zygote exits; closing reaps it.
             early = EarlyZygote.begin(reap_at_close=True)
-            # Importing the runtime allocates tens of thousands of long-lived objects, and
-            # the collector kept walking them (~60 collections, 30-65 ms of a tiny run on
-            # this 2-core machine): it is off until the run starts (run_cmd settles it).
-            gc.disable()
         from rlm.cli._group import main
 
         main(obj=early)
@@ -110,45 +96,8 @@ def console_main() -> NoReturn:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if early is not None:
             early.close()
-    exit_now(code)
-
-
-def collect_from_here() -> None:
-    """Freeze what the process holds now and turn the collector on (again).
-
-    Called once a run's modules are loaded, just before it starts: the modules,
-    classes and functions loaded so far live as long as the process, so no
-    collection during the run walks them again.  Harmless when the collector was
-    never paused (``rlm.cli.main`` driven in-process).
-    """
-    gc.freeze()
-    gc.enable()
-
-
-def exit_now(code: object) -> NoReturn:
-    """End the process with ``code`` the way the interpreter would, without its teardown.
-
-    Standard streams are flushed, non-daemon threads joined and ``atexit``
-    handlers run first.  A code that is not an int, or a stdout that cannot be
-    flushed, takes the interpreter's ordinary exit instead, which reports it.
-    """
-    if not isinstance(code, int) or isinstance(code, bool):
-        raise SystemExit(code)
-    try:
-        if sys.stdout is not None:  # None when the process started with fd 1 closed
-            sys.stdout.flush()
-    except (OSError, ValueError):
-        raise SystemExit(code) from None
     _flush_stderr()
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    with contextlib.suppress(OSError, ValueError):  # what a handler wrote, if it can go
-        if sys.stdout is not None:
-            sys.stdout.flush()
-    _flush_stderr()
-    os._exit(code)
+    raise SystemExit(code)
 
 
 def _flush_stderr(text: str = "") -> None:

@@ -304,7 +304,6 @@ def run(
     from rlm._run.runtime import default_launcher
     from rlm._run.tools import load_tool
     from rlm._trace import check_trace_path
-    from rlm.cli._console import collect_from_here
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
     from rlm.cli._signals import run_with_signals
@@ -354,7 +353,6 @@ def run(
         warn_if_empty(paths, context)
         on_event = _live_output(events_out) if stream else None
         keeper.attach(model)
-        collect_from_here()
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
         keeper.close(getattr(exc, "result", None), str(exc), page=False)

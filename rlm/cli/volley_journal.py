@@ -60,7 +60,6 @@ from rlm.journal.volleys import (
 from rlm.journal.worker import (
     DEFAULT_STALE_TIMEOUT,
     JournalWorker,
-    fewer_collections,
     pid_alive,
 )
 from rlm.providers.fixture import FixtureOptions
@@ -557,20 +556,18 @@ class JournalSession:
         worker.on_recovered = recovered
         try:
             # A SQLite journal's claims and verdicts go to a writer process of their own
-            # (off the event loop's GIL: rlm/journal/_writer.py), and the collector runs
-            # less often while results wait for their group commit (fewer_collections).
-            with fewer_collections():
-                async with (
-                    writes_for(self.store) as writes,
-                    worker.running(writes),
-                    trio.open_nursery() as nursery,
-                ):
-                    await self._count_live(run, worker.volley_id)  # the share before a claim
-                    nursery.start_soon(self._share_limits, run, worker.volley_id)
-                    try:
-                        return await main(run)
-                    finally:
-                        nursery.cancel_scope.cancel()
+            # (off the event loop's GIL: rlm/journal/_writer.py).
+            async with (
+                writes_for(self.store) as writes,
+                worker.running(writes),
+                trio.open_nursery() as nursery,
+            ):
+                await self._count_live(run, worker.volley_id)  # the share before a claim
+                nursery.start_soon(self._share_limits, run, worker.volley_id)
+                try:
+                    return await main(run)
+                finally:
+                    nursery.cancel_scope.cancel()
         finally:
             self._say_recoveries()
 

@@ -22,12 +22,12 @@ import os
 import secrets
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
-from rlm._records import frozen_record
 from rlm._trace import half_written, part_path
 from rlm.errors import UsageError
 
@@ -46,7 +46,7 @@ def history_enabled(flag: bool) -> bool:
         "0", "off", "no", "false")
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class RunEntry:
     """One run's directory in the history."""
 

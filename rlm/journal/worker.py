@@ -35,9 +35,8 @@ thread by default; inline in virtual-time tests).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 
 import trio
 
@@ -50,7 +49,7 @@ from rlm.journal.records import Alive, Owner, Recovered, Spend, pid_alive
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
 
-__all__ = ["JournalWorker", "fewer_collections", "pid_alive"]
+__all__ = ["JournalWorker", "pid_alive"]
 
 #: The default for ``--stale-timeout``: ten minutes without a heartbeat.
 DEFAULT_STALE_TIMEOUT = 600.0
@@ -66,34 +65,6 @@ _PACE_WINDOW = 1.0
 def _decaying_max(last: float, seen: float) -> float:
     """The larger of ``seen`` and three quarters of ``last``: a duration's recent high."""
     return max(last * 0.75, seen)
-
-
-#: The young generation's collection threshold while a journaled volley runs (see
-#: :func:`fewer_collections`); CPython's default is 700.
-_YOUNG_THRESHOLD = 10_000
-
-
-@contextmanager
-def fewer_collections(young: int = _YOUNG_THRESHOLD) -> Iterator[None]:
-    """Collect the young generation every ``young`` net allocations instead of 700, while
-    the body runs (a whole volley: the process's own setting, so only its owner, the
-    ``rlm volley`` command, sets it).
-
-    Why: a journaled volley keeps every result alive until its group is committed
-    (up to ~100 ms plus the commit: hundreds of results and their verdict rows at
-    a fast pace), so with the default threshold most young collections find those
-    alive, promote them, and bring on collections of the older generations: on the
-    10,000-task bench 250 young, 22 middle and 2 full collections took ~30 us a task
-    of the event loop's time, against ~2.5 us without a journal (60, 5 and 0).
-    At 10,000 it made 2 and took ~1.5 us a task.  What it costs: up to that many
-    unreachable objects in reference cycles wait longer to be freed (a few MB).
-    """
-    before = gc.get_threshold()
-    gc.set_threshold(young, *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def _spend_text(spend: Spend) -> str:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
-from rlm._records import frozen_record
 from rlm._text import clean_text, clean_value
 
 __all__ = [
@@ -29,7 +28,7 @@ class Message(TypedDict):
     content: str
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class CompletionRequest:
     """One chat completion to ask of a provider.
 
@@ -59,7 +58,7 @@ class CompletionRequest:
     cache_prefix: int = 0
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class Completion:
     """A provider's answer.  Token counts come from the response's ``usage``.
 

@@ -31,11 +31,11 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import trio
 
-from rlm._records import frozen_record
 from rlm.errors import ProviderConnectionError, ProviderStatusError, SettingError
 from rlm.providers._fixture_extras import code_literal, extra_reply, structured_tail
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
@@ -74,7 +74,7 @@ _ANSWER_LINE_RE = re.compile(r"^answer: (.+)$", re.MULTILINE)
 _TRAILING_PUNCTUATION = ".,;:!?\"')]}>"
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class FixtureModel:
     """What a fixture model name asks for: the fan-out style and the chunk count."""
 
@@ -415,7 +415,7 @@ def stream_pieces(text: str, chunk_chars: int) -> list[str]:
     return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
 
 
-@frozen_record
+@dataclass(frozen=True, slots=True)
 class FixtureOptions:
     """The fixture model's pace, for ``RLM(provider="fixture", fixture=FixtureOptions(...))``.
 
