@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -15,12 +16,11 @@ import trio
 from rlm import RLM
 from rlm._config import TraceContent
 from rlm._events import Event, EventBus
-from rlm._records import frozen_record
 from rlm._trace import CONTENT_FIELDS, TraceWriter
 from rlm.cli._live import JSONLines
 
 
-@frozen_record(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CountedEvent(Event):
     """An event that counts how often it is converted."""
 

@@ -1,7 +1,7 @@
 """Events are immutable value records: equal by kind and fields, hashable, readable.
 
-Events are ``frozen_record``s (rlm/_records.py): their methods are written once for every
-event class; these check they behave as the dataclass-generated ones did.
+Events are frozen dataclasses; these pin the behaviour code relies on (equality, hashing,
+``repr``, ``dataclasses.replace``).
 """
 
 from __future__ import annotations

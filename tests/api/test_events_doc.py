@@ -10,7 +10,7 @@ import rlm._events as events_module
 import rlm.volley.events as volley_events
 from rlm._events import Event
 
-DOC = (Path(__file__).resolve().parent.parent / "docs" / "events.md").read_text(encoding="utf-8")
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text(encoding="utf-8")
 
 
 def event_classes() -> list[type[Event]]:

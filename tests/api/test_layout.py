@@ -7,7 +7,7 @@ import ast
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Only these may import rlm.bench / rlm.testing: themselves, and the commands that run them.
 ALLOWED = {"rlm/bench", "rlm/testing", "rlm/cli/bench_cmd.py", "rlm/cli/fixture_cmds.py"}
 

@@ -24,7 +24,7 @@ from tests.helpers import rlm_in_process
 
 RLM_CMD = [sys.executable, "-m", "rlm"]
 QUESTION = "What is the magic number?"
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def cli(

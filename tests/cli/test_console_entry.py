@@ -142,26 +142,3 @@ def test_a_bad_flag_through_the_entry_exits_2_and_leaves_no_zygote() -> None:
     assert done["left"] == []
 
 
-def test_a_run_loads_with_the_collector_paused_then_runs_with_the_loaded_heap_frozen(
-    tmp_path: Path,
-) -> None:
-    """The collector is off while the runtime is imported (it walked those objects
-    ~60 times in a tiny run) and on during the run, with what was loaded frozen out
-    of its reach."""
-    path = tmp_path / "tiny.txt"
-    path.write_text("the magic number is 42\n", encoding="utf-8")
-    entry = ("import atexit, gc, sys\n"
-             "atexit.register(lambda: sys.stderr.write("
-             "f'\\nGC on={gc.isenabled()} frozen={gc.get_freeze_count()}\\n'))\n"
-             "from rlm.cli import console_main\n"
-             "console_main()\n")
-    done = subprocess.run(
-        [sys.executable, "-c", entry, "run", QUESTION, "--context-file", str(path),
-         "--provider", "fixture", "-q"],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "42\n"
-    on, frozen = done.stderr.rsplit("GC ", 1)[1].split()
-    assert on == "on=True"
-    assert int(frozen.removeprefix("frozen=")) > 10_000  # the runtime's modules and classes

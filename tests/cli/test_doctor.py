@@ -13,7 +13,7 @@ import pytest
 from rlm._sandbox.isolation import ALL_LAYERS
 from tests.helpers import rlm_in_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rlm(*args: str) -> subprocess.CompletedProcess[str]:

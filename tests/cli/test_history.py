@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlm.history import HISTORY_ENV, RunHistory, history_enabled
-from tests.view_helpers import events, fixture_run, rlm, rlm_in_process
+from tests.view.view_helpers import events, fixture_run, rlm, rlm_in_process
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

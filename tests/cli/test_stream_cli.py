@@ -9,8 +9,8 @@ from pathlib import Path
 from rlm._events import CodeExecuted, LLMResponse, StreamDiscarded, TextDelta
 from rlm.cli._live import LiveDisplay
 from rlm.fixtures.needle import generate_needle
+from tests.cli.test_cli import QUESTION, rlm
 from tests.helpers import rlm_in_process, serving
-from tests.test_cli import QUESTION, rlm
 
 
 def needle(tmp_path: Path) -> tuple[Path, str]:

@@ -22,8 +22,7 @@ import trio
 
 from rlm.cli._pool_link import PARENT_ENV
 from rlm.journal import open_store
-from tests.helpers import pid_alive, rlm_in_process
-from tests.test_journal_volley_e2e import (
+from tests.e2e.test_journal_volley_e2e import (
     RLM,
     _env,
     _holders,
@@ -34,6 +33,7 @@ from tests.test_journal_volley_e2e import (
     counting_server,
     rlm,
 )
+from tests.helpers import pid_alive, rlm_in_process
 
 
 def _registered(journal: str, volley_id: str) -> set[int]:

@@ -17,9 +17,9 @@ import trio
 
 from rlm.cli.volley_journal import pool_argv
 from rlm.journal import open_store
+from tests.cli.test_volley_pool_link import _registered
+from tests.e2e.test_journal_volley_e2e import RLM, _env, _task_file, _until, counting_server
 from tests.helpers import rlm_in_process
-from tests.test_journal_volley_e2e import RLM, _env, _task_file, _until, counting_server
-from tests.test_volley_pool_link import _registered
 
 USER_SECRET = "s3cret-pw"
 QUERY_SECRET = "sk-query-key"

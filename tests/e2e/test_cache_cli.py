@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlm.fixtures.needle import generate_needle
+from tests.cli.test_cli import QUESTION, rlm
 from tests.helpers import rlm_in_process, serving
-from tests.test_cli import QUESTION, rlm
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from rlm.providers.base import CompletionRequest
 from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
 from tests.helpers import assistant_turns, repl
-from tests.test_gate import fake_provider, request
+from tests.traffic.test_gate import fake_provider, request
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ exact under the autojump clock); store calls run inline, never in threads.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from rlm.journal import JournalStore, Owner, Recovered, Spend, open_store
 from rlm.journal._threads import inline_run_sync
 from rlm.journal._verdicts import flat_verdict, verdict_row
 from rlm.journal.records import local_host
-from rlm.journal.worker import JournalWorker, fewer_collections
+from rlm.journal.worker import JournalWorker
 from rlm.volley.records import TaskResult, VolleyTask
 
 
@@ -252,16 +251,6 @@ async def test_a_worker_that_knows_the_tasks_claims_only_their_indices(
     assert got == tasks
     assert "claim_specs" not in calls and calls.count("claim_indices") == 4  # 2+2+1, none
     assert [r.status for r in store.tasks("v")] == ["done"] * 5
-
-
-def test_fewer_collections_raises_the_young_threshold_and_restores_it_on_every_path() -> None:
-    before = gc.get_threshold()
-    with fewer_collections(5000):
-        assert gc.get_threshold() == (5000, *before[1:])
-    assert gc.get_threshold() == before
-    with pytest.raises(KeyError), fewer_collections(6000):
-        raise KeyError("the volley failed")
-    assert gc.get_threshold() == before
 
 
 async def test_a_groups_verdicts_are_reported_only_once_its_commit_has_returned(

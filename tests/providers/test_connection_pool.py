@@ -302,7 +302,7 @@ async def test_both_providers_stream_and_post_on_the_pool_over_loopback(
 ) -> None:
     """A stream (through httpx2's client), a stream cut short (its connection is closed,
     not reused) and a whole answer (the direct POST) share the run's pool."""
-    from tests.test_provider_streaming import ROOT, SUB, Pieces
+    from tests.providers.test_provider_streaming import ROOT, SUB, Pieces
 
     async with serving(chunk_chars=5, cut_streams=1) as (url, server):
         client = make_http_client(max_connections=2, request_timeout=10, tls=False)

@@ -10,7 +10,7 @@ from rlm._events import CodeExecuted, Event, StepCompleted
 from rlm._run.call import Call
 from rlm.providers.base import Completion, CompletionRequest, TextSink
 from tests.helpers import assistant_turns, is_root_request
-from tests.test_scheduler import Run
+from tests.run.test_scheduler import Run
 
 PROSE = [f"more words {i:02d} " for i in range(20)]  # 20 pieces, 0.1 s each: 2 s of text
 

@@ -23,7 +23,7 @@ from rlm.errors import AuthenticationError, ProviderError, SandboxCrashed
 from rlm.providers.base import CompletionRequest
 from rlm.testing.provider import FunctionProvider, assistant_turns
 from tests.helpers import repl
-from tests.test_security_harness import OWNER, sandbox_descendants
+from tests.sandbox.security_harness import OWNER, sandbox_descendants
 
 ROOT = [repl("print(llm_query_batched(['a', 'b', 'c']))"), "FINAL(done)"]
 CHILD = [repl("x = 1\nprint(llm_query('q'))"), "FINAL(child)"]

@@ -1,4 +1,4 @@
-"""The sandbox's two-sided corpus (data only; tests/test_sandbox_corpus.py runs it).
+"""The sandbox's two-sided corpus (data only; tests/sandbox/test_sandbox_corpus.py runs it).
 
 ``ORDINARY``: analysis code written the way current models write it.  Every
 snippet must run; each checks its own results with ``assert``.  ``PROBES``:
@@ -9,9 +9,9 @@ shows its cost on both sides here.
 
 from __future__ import annotations
 
-from tests.corpus_ordinary_classes import ORDINARY_CLASSES
-from tests.corpus_ordinary_data import ORDINARY_DATA
-from tests.corpus_probes import PROBES
+from tests.sandbox.corpus_ordinary_classes import ORDINARY_CLASSES
+from tests.sandbox.corpus_ordinary_data import ORDINARY_DATA
+from tests.sandbox.corpus_probes import PROBES
 
 __all__ = ["CONTEXT", "ORDINARY", "PROBES"]
 

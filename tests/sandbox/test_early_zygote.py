@@ -10,7 +10,7 @@ from rlm import RLM
 from rlm._run.runtime import default_launcher
 from rlm._sandbox.early import EarlyZygote
 from rlm.fixtures.needle import generate_needle
-from tests.test_invariants import sandbox_descendants
+from tests.run.test_invariants import sandbox_descendants
 
 FIXTURE = generate_needle(20_000, seed=5)
 

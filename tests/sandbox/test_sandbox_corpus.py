@@ -15,8 +15,8 @@ import trio
 
 from rlm._events import EventBus
 from rlm._sandbox.launcher import Sandbox, SandboxLauncher
-from tests.sandbox_corpus import CONTEXT, ORDINARY, PROBES
-from tests.test_security_harness import OWNER, assert_no_canary, echo_bridge, open_sandbox
+from tests.sandbox.sandbox_corpus import CONTEXT, ORDINARY, PROBES
+from tests.sandbox.security_harness import OWNER, assert_no_canary, echo_bridge, open_sandbox
 
 #: What no refused probe may print: the objects the policy withholds.
 LEAKS = ("<module", "<frame", "<code", "<traceback", "function_globals", "EnumType",

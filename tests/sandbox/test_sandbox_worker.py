@@ -15,7 +15,7 @@ import pytest
 
 from rlm_sandbox.protocol import FrameDecoder, encode_frame
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 15.0
 
 

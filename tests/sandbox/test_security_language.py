@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_security_harness import open_sandbox
+from tests.sandbox.security_harness import open_sandbox
 
 ATTRIBUTE_WALKS = [
     "().__class__.__bases__[0].__subclasses__()",

@@ -20,7 +20,7 @@ from rlm._sandbox.launcher import SandboxLauncher
 from rlm.errors import ExecutionTimeout, SandboxCrashed
 from rlm.testing.provider import FunctionProvider
 from tests.helpers import pid_alive, repl
-from tests.test_security_harness import (
+from tests.sandbox.security_harness import (
     CANARY,
     OWNER,
     assert_no_canary,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_security_harness import open_sandbox
+from tests.sandbox.security_harness import open_sandbox
 
 ORDINARY = {
     "slicing and str methods": (

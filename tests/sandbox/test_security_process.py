@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.test_security_harness import CANARY
+from tests.sandbox.security_harness import CANARY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 ATTACKS = r'''
 import ctypes, json, os, signal, socket, sys, threading
@@ -134,7 +134,7 @@ def test_hardened_process_refuses_every_escape(outside: dict[str, Any]) -> None:
 
 def test_python_m_sandbox_reports_its_layers() -> None:
     """The direct entry point hardens itself too (every layer but the parent-death signal)."""
-    from tests.test_sandbox_worker import Child
+    from tests.sandbox.test_sandbox_worker import Child
 
     child = Child(Path("/"))
     try:

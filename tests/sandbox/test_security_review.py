@@ -21,9 +21,9 @@ import pytest
 
 from rlm.errors import SandboxError
 from rlm_sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
-from tests.test_security_harness import CANARY, open_sandbox
+from tests.sandbox.security_harness import CANARY, open_sandbox
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The language-layer escape found in review: collections.UserString.format is a
 #: plain Python method (so the guard hands it out as-is) that calls the *real*

@@ -11,7 +11,7 @@ from rlm._events import EventBus, SandboxExited, SandboxStarted
 from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS
-from tests.test_security_harness import OWNER, echo_bridge, open_sandbox, sandbox_descendants
+from tests.sandbox.security_harness import OWNER, echo_bridge, open_sandbox, sandbox_descendants
 
 
 async def test_pool_sandboxes_are_forked_hardened_and_replaced() -> None:

@@ -16,7 +16,7 @@ from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.process import Sandbox, SandboxIdentity
 from rlm._sandbox.spawn import ChildEnds
 from rlm._sandbox.zygote import Zygote
-from tests.test_security_harness import echo_bridge
+from tests.sandbox.security_harness import echo_bridge
 
 OWNER = SandboxIdentity("root", None, 0)
 

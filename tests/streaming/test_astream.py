@@ -9,7 +9,7 @@ from rlm import RLM
 from rlm._events import Event, TextDelta
 from rlm.fixtures.needle import generate_needle
 from tests.helpers import pid_alive, serving
-from tests.test_invariants import sandbox_descendants
+from tests.run.test_invariants import sandbox_descendants
 
 QUESTION = "What is the magic number?"
 

@@ -14,7 +14,7 @@ import pytest
 from rlm.view import load_trace, parse_trace
 from rlm.view.model import build_model
 from rlm.view.texts import HEAD_CHARS, INLINE_CHARS, TIGHT_HEAD, TIGHT_TAIL, TextStore
-from tests.view_helpers import events, fixture_run, rlm, rlm_in_process
+from tests.view.view_helpers import events, fixture_run, rlm, rlm_in_process
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +291,7 @@ def test_code_run_while_a_reply_streams_belongs_to_that_step(tmp_path: Path) -> 
 
 
 def test_the_readme_shows_a_screenshot_of_the_page() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text(encoding="utf-8")
     images = re.findall(r"!\[[^\]]+\]\((docs/[^)]+\.png)\)", readme)
     assert "docs/view-run.png" in images

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlm.testing.chromium import Browser, find_chromium
-from tests.view_helpers import QUESTION, events, fixture_run, rlm, rlm_in_process
+from tests.view.view_helpers import QUESTION, events, fixture_run, rlm, rlm_in_process
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(

@@ -20,9 +20,9 @@ from rlm._events import Event, StreamDiscarded, TextDelta
 from rlm.cli._volley_stream import TaskLines
 from rlm.streaming import StreamMerger
 from rlm.volley.events import TaskFinished
+from tests.cli.test_cli import RLM as RLM_COMMAND
+from tests.cli.test_cli import rlm
 from tests.helpers import serving
-from tests.test_cli import RLM as RLM_COMMAND
-from tests.test_cli import rlm
 
 FAST = "fixture-fast"
 SLOW = [f"fixture-slow{i}" for i in range(7)]
