@@ -6,6 +6,12 @@ for root steps: a burst of sub-queries can never make the root loop wait
 behind it.  A root step takes any free permit.  Waiters are served FIFO within
 their lane, and a freed permit is handed directly to the next waiter (no
 thundering herd, no barging).
+
+Like ``trio.CapacityLimiter``, the limiter knows its holders: ``acquire``
+hands back a :class:`Permit` that identifies the holding, and ``release``
+takes exactly that permit back.  Releasing a permit twice, or one this limiter
+never handed out, raises ``RuntimeError`` instead of silently freeing a
+permit someone else holds.
 """
 
 from __future__ import annotations
@@ -19,7 +25,24 @@ import trio
 
 from rlm.providers.base import Lane
 
-__all__ = ["LimiterStatistics", "TieredLimiter"]
+__all__ = ["LimiterStatistics", "Permit", "TieredLimiter"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Permit:
+    """One permit held in ``lane``: give it back to :meth:`TieredLimiter.release` once.
+
+    Compared by identity: two holdings in the same lane are different permits.
+    """
+
+    lane: Lane
+    number: int
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    granted: trio.Event
+    permit: Permit | None = None  # set when a freed permit is handed to this waiter
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -49,7 +72,9 @@ class TieredLimiter:
         self._in_flight_sub = 0
         self._sub_limit = total - reserved_root
         self._penalty = 0
-        self._waiters: dict[Lane, deque[trio.Event]] = {"root": deque(), "sub": deque()}
+        self._waiters: dict[Lane, deque[_Waiter]] = {"root": deque(), "sub": deque()}
+        self._held: set[Permit] = set()
+        self._handed = 0  # numbers the permits handed out
 
     @property
     def total(self) -> int:
@@ -98,20 +123,25 @@ class TieredLimiter:
             return False
         return lane == "root" or self._in_flight_sub + self._penalty < self.sub_limit
 
-    def _take(self, lane: Lane) -> None:
+    def _take(self, lane: Lane) -> Permit:
         self._in_flight += 1
         if lane == "sub":
             self._in_flight_sub += 1
+        self._handed += 1
+        permit = Permit(lane, self._handed)
+        self._held.add(permit)
+        return permit
 
     def _wake(self) -> None:
         for lane in ("root", "sub"):
             waiters = self._waiters[lane]
             while waiters and self._free_for(lane):
-                self._take(lane)
-                waiters.popleft().set()
+                waiter = waiters.popleft()
+                waiter.permit = self._take(lane)
+                waiter.granted.set()
 
-    async def acquire(self, lane: Lane) -> None:
-        """Wait for a permit in ``lane``.
+    async def acquire(self, lane: Lane) -> Permit:
+        """Wait for a permit in ``lane`` and return it (for :meth:`release`).
 
         Cancellation-safe, like ``trio.CapacityLimiter.acquire_on_behalf_of``:
         a cancelled acquire never holds a permit.  Cancellation is checked
@@ -123,23 +153,36 @@ class TieredLimiter:
         waiters = self._waiters[lane]
         if not waiters and self._free_for(lane):
             await trio.lowlevel.checkpoint_if_cancelled()  # yields only to raise Cancelled
-            self._take(lane)
+            permit = self._take(lane)
             await trio.lowlevel.cancel_shielded_checkpoint()
-            return
-        granted = trio.Event()
-        waiters.append(granted)
+            return permit
+        waiter = _Waiter(trio.Event())
+        waiters.append(waiter)
         try:
-            await granted.wait()
+            await waiter.granted.wait()
         except BaseException:
-            if granted.is_set():
-                self.release(lane)
+            if waiter.permit is not None:
+                self.release(waiter.permit)
             else:
-                waiters.remove(granted)
+                waiters.remove(waiter)
             raise
+        assert waiter.permit is not None  # granted is set only with a permit
+        return waiter.permit
 
-    def release(self, lane: Lane) -> None:
+    def release(self, permit: Permit) -> None:
+        """Give back ``permit``; the next waiter that fits gets it at once.
+
+        Raises ``RuntimeError`` if this limiter does not hold ``permit`` (it was
+        released already, or never acquired here): the counts stay as they were.
+        """
+        if permit not in self._held:
+            raise RuntimeError(
+                f"release of a {permit.lane}-lane permit this limiter does not hold "
+                "(released twice, or never acquired here)"
+            )
+        self._held.remove(permit)
         self._in_flight -= 1
-        if lane == "sub":
+        if permit.lane == "sub":
             self._in_flight_sub -= 1
         self._wake()
 
@@ -158,10 +201,10 @@ class TieredLimiter:
             self._wake()
 
     @asynccontextmanager
-    async def permit(self, lane: Lane) -> AsyncIterator[None]:
+    async def permit(self, lane: Lane) -> AsyncIterator[Permit]:
         """Hold one permit in ``lane`` for the body of the ``async with``."""
-        await self.acquire(lane)
+        held = await self.acquire(lane)
         try:
-            yield
+            yield held
         finally:
-            self.release(lane)
+            self.release(held)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
 
-from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.limiter import Permit, TieredLimiter
 from rlm.providers.base import Lane
 
 
@@ -85,6 +85,62 @@ async def test_total_can_be_raised_at_run_time(autojump_clock: trio.abc.Clock) -
     assert sorted(t for _, t in log) == [0.0, 1.0, 1.0]
 
 
+async def test_a_permit_released_twice_is_refused_and_frees_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    limiter = TieredLimiter(total=2, reserved_root=0)
+    first = await limiter.acquire("sub")
+    second = await limiter.acquire("sub")
+    assert first.lane == "sub" and first is not second
+    limiter.release(first)
+    with pytest.raises(RuntimeError, match=r"sub-lane permit .*released twice"):
+        limiter.release(first)
+    # The refused release freed nothing: the other holder still counts, and the
+    # lane has exactly one free permit.
+    assert limiter.statistics().in_flight == 1
+    third = await limiter.acquire("sub")
+    with trio.move_on_after(1) as waited:
+        await limiter.acquire("sub")
+    assert waited.cancelled_caught
+    for permit in (second, third):
+        limiter.release(permit)
+    assert limiter.statistics().in_flight == 0
+
+
+async def test_a_permit_this_limiter_never_handed_out_is_refused(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    limiter, other = TieredLimiter(total=2, reserved_root=1), TieredLimiter(2, 1)
+    foreign = await other.acquire("root")
+    mine = await limiter.acquire("root")
+    with pytest.raises(RuntimeError, match="root-lane permit"):
+        limiter.release(foreign)
+    with pytest.raises(RuntimeError, match="root-lane permit"):
+        limiter.release(Permit("root", mine.number))  # the same number is not the holding
+    assert limiter.statistics().in_flight == 1
+    limiter.release(mine)
+
+
+async def test_a_permit_handed_to_a_waiter_is_its_own(autojump_clock: trio.abc.Clock) -> None:
+    """The FIFO hand-off gives the waiter a permit it alone may release."""
+    limiter = TieredLimiter(total=1, reserved_root=0)
+    first = await limiter.acquire("sub")
+    got: list[Permit] = []
+
+    async def wait_for_one() -> None:
+        got.append(await limiter.acquire("sub"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_one)
+        await trio.testing.wait_all_tasks_blocked()
+        limiter.release(first)
+    (handed,) = got
+    assert handed is not first and limiter.statistics().in_flight == 1
+    with pytest.raises(RuntimeError):
+        limiter.release(first)
+    limiter.release(handed)
+
+
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError):
         TieredLimiter(total=2, reserved_root=2)
@@ -152,11 +208,11 @@ def test_permits_always_return_under_any_cancellation(
         stats = limiter.statistics()
         assert (stats.in_flight, stats.waiting_root, stats.waiting_sub) == (0, 0, 0)
         for lane in ("root", "sub"):  # and every permit can be taken again
-            for _ in range(total if lane == "root" else sub_slots):
-                await limiter.acquire(lane)
-            assert limiter.statistics().in_flight == (total if lane == "root" else sub_slots)
-            for _ in range(total if lane == "root" else sub_slots):
-                limiter.release(lane)
+            held = [await limiter.acquire(lane)
+                    for _ in range(total if lane == "root" else sub_slots)]
+            assert limiter.statistics().in_flight == len(held)
+            for permit in held:
+                limiter.release(permit)
 
     trio.run(main, clock=MockClock(autojump_threshold=0))
     assert peak <= total
