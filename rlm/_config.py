@@ -81,7 +81,7 @@ class RunConfig:
     tpm: float | None = None
     burst: int = 1
     max_retries: int = 3
-    retry_delay: float = 1.0  # base of the exponential back-off (s); Retry-After wins
+    retry_delay: float = 0.5  # the first retry waits up to this (s), full jitter; Retry-After wins
     adaptive: bool = True
     require_isolation: tuple[str, ...] = ()
     cache_path: str | None = None

@@ -95,7 +95,7 @@ class Runtime:
             providers=providers,
             events=events,
             pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
-            retry=RetryPolicy(max_retries=config.max_retries),
+            retry=RetryPolicy(max_retries=config.max_retries, base_s=config.retry_delay),
             adaptive=config.adaptive,
             deadline=self._current_deadline,
             ledger=self.budget,

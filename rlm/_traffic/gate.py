@@ -48,13 +48,12 @@ from rlm._events import (
     StreamDiscarded,
     TextDelta,
 )
-from rlm._spelling import setting
 from rlm._traffic.adaptive import AdaptiveCapacity
 from rlm._traffic.budget import Budget, Ticket
 from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.metrics import TrafficMetrics
 from rlm._traffic.pacer import Pacer
-from rlm._traffic.retry import RetryPolicy, is_overload
+from rlm._traffic.retry import RetryPolicy, is_overload, waited_too_long
 from rlm._traffic.usage import estimate_io
 from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import (
@@ -186,19 +185,14 @@ class Gate:
     async def _back_off(
         self, request: CompletionRequest, request_id: int, attempt: int, exc: ProviderError
     ) -> None:
+        refusal = self.retry.too_long(exc)
+        if refusal is not None:
+            raise _failed_for_good(exc, refusal) from exc
         delay = self.retry.delay(exc, attempt)
         now = trio.current_time()
         if now + delay > self._deadline():
             left = max(0.0, self._deadline() - now)
-            who = (
-                f"{exc.url or 'the provider'} asked to wait {delay:.1f} s before retrying"
-                if getattr(exc, "retry_after", None) is not None
-                else f"the next retry would come after a {delay:.1f} s back-off"
-            )
-            raise RunTimeout(
-                f"{who}, longer than the {left:.1f} s left of {setting('timeout')} "
-                f"(last error: {exc})"
-            ) from exc
+            raise RunTimeout(waited_too_long(exc, delay, left)) from exc
         self.metrics.lane(request.lane).retries += 1
         self._events.emit(
             LLMRetry(
@@ -393,6 +387,13 @@ class Gate:
 
     def capacities(self) -> dict[str, int]:
         return {"root": self.limiter.total, "sub": self.limiter.sub_limit}
+
+
+def _failed_for_good(exc: ProviderError, message: str) -> ProviderError:
+    """``exc`` again (same type and status), with ``message`` and not retryable."""
+    if isinstance(exc, ProviderStatusError):
+        return type(exc)(message, url=exc.url, status=exc.status, retry_after=exc.retry_after)
+    return type(exc)(message, url=exc.url)
 
 
 class _Pieces:

@@ -111,8 +111,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Requests that may go back to back before --rpm spacing applies.")
 @click.option("--max-retries", type=int, default=3, show_default=True,
               help="Retries per request (429, 5xx, network); Retry-After is honoured.")
-@click.option("--retry-delay", default="1s", show_default=True, callback=_duration,
-              help="Base of the exponential back-off (with jitter).")
+@click.option("--retry-delay", default="0.5s", show_default=True, callback=_duration,
+              help="The first retry waits up to this (full jitter), doubling per retry.")
 @click.option("--adapt/--no-adapt", "adaptive", default=True, show_default=True,
               help="Halve concurrency when the provider pushes back; grow it back after.")
 @click.option("--timeout", default=None, callback=_duration, metavar="DURATION",

@@ -9,13 +9,16 @@ never logged and never part of an error message.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import importlib
 import json
 import math
 import re
 import socket
 import ssl
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import httpcore2
@@ -450,18 +453,30 @@ def parse_rate_limit_headers(headers: Mapping[str, str]) -> dict[str, float | st
     return found
 
 
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds form)."""
+def parse_retry_after(
+    headers: Mapping[str, str], now: Callable[[], float] = time.time
+) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, or ``retry-after`` in seconds or as an
+    HTTP date (RFC 9110; ``now`` is the wall clock it is measured from)."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms:
         try:
-            return max(0.0, float(raw_ms) / 1000.0)
+            seconds = float(raw_ms) / 1000.0
         except ValueError:
-            pass
+            seconds = math.nan
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
     raw = headers.get("retry-after")
-    if raw:
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
         try:
-            return max(0.0, float(raw))
-        except ValueError:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
             return None
-    return None
+        if when.tzinfo is None:  # an HTTP date is GMT; an obsolete form may omit the zone
+            when = when.replace(tzinfo=datetime.UTC)
+        seconds = when.timestamp() - now()
+    return max(0.0, seconds) if math.isfinite(seconds) else None

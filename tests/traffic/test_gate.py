@@ -172,8 +172,8 @@ async def test_network_errors_retry_with_backoff_but_do_not_shrink(
         b - a for a, b in zip(provider.times, provider.times[1:], strict=False)
     ]
     for attempt, delay in enumerate(delays, start=1):
-        ceiling = 2.0 ** (attempt - 1)
-        assert ceiling / 2 <= delay <= ceiling  # equal jitter
+        ceiling = 0.5 * 2.0 ** (attempt - 1)
+        assert 0 <= delay <= ceiling  # full jitter
     assert not [e for e in events.events if isinstance(e, CapacityChanged)]
 
 
@@ -193,7 +193,7 @@ async def test_a_retry_after_past_the_deadline_ends_the_run(autojump_clock: trio
         failure=lambda n, t: RateLimitError("later", status=429, retryable=True, retry_after=120.0),
     )
     gate, _, _ = make_gate(provider, total=2, deadline=30.0)
-    with pytest.raises(RunTimeout, match=r"asked to wait 120\.0 s"):
+    with pytest.raises(RunTimeout, match=r"asked to wait 2 min before retrying, past the 30 s"):
         await gate.complete(request())
     assert trio.current_time() == 0.0  # it did not sleep first
 
