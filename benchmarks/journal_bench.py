@@ -1,37 +1,37 @@
-"""What the journal costs a volley: 10,000 zero-latency tasks with and without it.
+"""What the journal costs a volley: the same volley with a journal and with none, side by side.
 
 Run: ``python benchmarks/journal_bench.py [--tasks N] [--rounds R] [--postgresql URL]``.
 
-Each round runs the same volley through the same gate on the in-process
-fixture model (no latency, so the runtime itself is the bottleneck): once with
-the in-memory store, once with a SQLite journal (a fresh file: claims in
-batches, verdicts group-committed, ``synchronous=FULL``, the writes in a writer
-process as ``rlm volley`` makes them), and optionally once with a PostgreSQL
-journal; every other round runs them in the reverse order.  It prints tasks per
-second (best and median of the rounds) and the journal's cost as a share of
-the in-memory throughput (the target is ≤ 5 %).  Not a test: nothing here
-asserts.
+The default is the volley users run against a local model server: 5,000 tasks
+over HTTP to the fixture server (``rlm fixture-server``, in a process of its
+own) answering each in 0.4 s, 64 requests in flight.  The target is a journal
+costing at most 5 % of wall time against no journal.  ``--zero-latency``
+instead runs 10,000 tasks on the in-process fixture model with no latency:
+the runtime itself is then the bottleneck, so it shows the journal's own cost
+per task (no target: no user runs that volley).
 
-The machine's speed drifts between rounds (other load, the VM), by more than
-the target: so the figure is each round's journaled run against the same
-round's in-memory run, the median of those ratios over the rounds (default 12).
-The bench also prints the event loop's own figures per task (medians of the
-rounds): its thread's CPU time, and the time it sat idle (nothing runnable:
-every task waiting for the journal).  Their sum is the loop's critical path:
-what wall time per task comes to when the writer process has a core of its own.
+Each round runs the volley once with the in-memory store (no journal) and once
+with a fresh SQLite journal as ``rlm volley`` makes it (claims in batches,
+verdicts group-committed, ``synchronous=FULL``), and optionally once with a
+PostgreSQL journal; every other round runs them in the reverse order.  The
+machine's speed drifts between rounds by more than the target, so the figure
+is each round's journaled run against the same round's run with no journal:
+the median of those ratios, with every round's figure in the order run.  Not a
+test: nothing here asserts.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,241 +41,135 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlm._config import RunConfig
 from rlm.journal import open_store
-from rlm.journal._writer import writes_for
 from rlm.journal.volleys import record_volley, stored_settings
-from rlm.journal.worker import JournalWorker, fewer_collections
+from rlm.journal.worker import JournalWorker
 from rlm.volley.engine import Volley
 from rlm.volley.records import VolleyTask, new_volley_id
+
+#: (wall seconds, CPU seconds of this process) of one run
+Measure = tuple[float, float]
 
 
 def _tasks(n: int) -> list[VolleyTask]:
     return [VolleyTask(i, f"task {i}: say hello") for i in range(1, n + 1)]
 
 
-def _config() -> RunConfig:
+def _config(url: str | None, slots: int) -> RunConfig:
     # No call ceiling: the default (5,000) would stop a 10,000-task volley halfway.
-    return RunConfig(
-        provider="fixture", model="fixture", max_concurrent=32, root_permits=0, max_llm_calls=None
-    )
+    if url is None:
+        return RunConfig(provider="fixture", model="fixture", max_concurrent=slots,
+                         root_permits=0, max_llm_calls=None)
+    return RunConfig(provider="openai", base_url=url, api_key="bench", model="fixture",
+                     max_concurrent=slots, root_permits=0, max_llm_calls=None)
 
 
-#: How long each writer process took to start and open the journal (seconds).
-_STARTS: list[float] = []
-
-#: tasks per wall second, tasks per CPU second (all threads and the writer process), and
-#: per task: the event loop's thread CPU, its idle time, the other threads' CPU (a journal
-#: in a thread), the writer process's CPU, and the collector's time (seconds)
-Rates = tuple[float, float, float, float, float, float, float]
-
-
-class _Collector:
-    """Time the cyclic garbage collector spends (gc.callbacks), on every thread."""
-
-    def __init__(self) -> None:
-        self.spent = 0.0
-        self._since = 0.0
-        gc.callbacks.append(self._tick)
-
-    def _tick(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._since = time.perf_counter()
-        else:
-            self.spent += time.perf_counter() - self._since
-
-
-_COLLECTOR = _Collector()
-
-
-class _Idle(trio.abc.Instrument):
-    """Time the event loop spends waiting with nothing to run."""
-
-    def __init__(self) -> None:
-        self.idle = 0.0
-        self._since: float | None = None
-
-    def before_io_wait(self, timeout: float) -> None:
-        self._since = time.perf_counter() if timeout > 0 else None
-
-    def after_io_wait(self, timeout: float) -> None:
-        if self._since is not None:
-            self.idle += time.perf_counter() - self._since
-
-
-class _Meter:
-    def __init__(self, n: int, writer: int | None = None) -> None:
-        self.n = n
-        self.idle = _Idle()
-        trio.lowlevel.add_instrument(self.idle)
-        self.writer = writer
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        self.loop = time.thread_time()
-        self.writer_cpu = _process_cpu(writer)
-        self.collecting = _COLLECTOR.spent
-
-    def rates(self) -> Rates:
-        n = self.n
-        cpu, loop = time.process_time() - self.cpu, time.thread_time() - self.loop
-        writer = _process_cpu(self.writer) - self.writer_cpu
-        return (
-            n / (time.perf_counter() - self.wall),
-            n / (cpu + writer),
-            loop / n,
-            self.idle.idle / n,
-            (cpu - loop) / n,
-            writer / n,
-            (_COLLECTOR.spent - self.collecting) / n,
-        )
-
-
-def _process_cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far (0 for None)."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _plain(n: int) -> Rates:
-    run = Volley(_config(), _tasks(n))
-    meter = _Meter(n)
+async def _plain(n: int, url: str | None, slots: int) -> Measure:
+    run = Volley(_config(url, slots), _tasks(n))
+    wall, cpu = time.perf_counter(), time.process_time()
     result = await run.run()
-    rates = meter.rates()
+    measured = time.perf_counter() - wall, time.process_time() - cpu
     assert result.summary.succeeded == n, result.summary
-    return rates
+    return measured
 
 
-async def _journaled(n: int, spec: str, thread: bool = False) -> Rates:
+async def _journaled(n: int, url: str | None, slots: int, spec: str) -> Measure:
     store = await trio.to_thread.run_sync(open_store, spec)
     try:
-        tasks, volley_id = _tasks(n), new_volley_id()
-        record_volley(store, volley_id, stored_settings(_config(), {}), tasks, [])
-        worker = JournalWorker(store, volley_id, claim_batch=64)
-        worker.know(tasks)  # as `rlm volley` does: claims read indices, not specs
-        run = Volley(_config(), tasks, volley_id=volley_id, source=worker, sink=worker)
-        worker.capacity = lambda: run.concurrency  # as the CLI does: it holds what it runs soon
-        worker.follow_ledger(run.ledger)  # as the CLI does: it records the ledger's growth
-        # As the CLI does: a SQLite journal's claims and verdicts go to a writer process
-        # (--thread: to a thread of this process, as before). Its start (once per worker,
-        # a fixed cost, not a per-task one) is timed apart.
-        async with (nullcontext(None) if thread else writes_for(store)) as writes:
-            if writes is not None:
-                started = time.perf_counter()
-                await writes.ready()
-                _STARTS.append(time.perf_counter() - started)
-            meter = _Meter(n, writes.pid if writes is not None else None)
-            async with worker.running(writes):
-                result = await run.run()
-            rates = meter.rates()
+        config, tasks, volley_id = _config(url, slots), _tasks(n), new_volley_id()
+        record_volley(store, volley_id, stored_settings(config, {}), tasks, [])
+        # As `rlm volley` does: claims read indices, the worker holds what its share runs
+        # soon, and it records the ledger's growth.
+        worker = JournalWorker(store, volley_id)
+        worker.know(tasks)
+        run = Volley(config, tasks, volley_id=volley_id, source=worker, sink=worker)
+        worker.capacity = lambda: run.concurrency
+        worker.follow_ledger(run.ledger)
+        wall, cpu = time.perf_counter(), time.process_time()
+        async with worker.running():
+            result = await run.run()
+        measured = time.perf_counter() - wall, time.process_time() - cpu
         assert result.summary.succeeded == n, result.summary
         counts = store.volley(volley_id).counts
         assert counts["done"] == n, counts
-        return rates
+        return measured
     finally:
         store.close()
 
 
-def _round(fn: Callable[..., Awaitable[Rates]], *args: Any) -> Rates:
-    """One measured run, under the collector's setting ``rlm volley`` runs every volley with
-    (the same for every row: the cost measured is the journal's, not the setting's)."""
-    gc.collect()
-    with fewer_collections():
-        return trio.run(fn, *args)
+@contextmanager
+def _fixture_server(latency: float) -> Iterator[str]:
+    """``rlm fixture-server`` on a free port, in a process of its own; its base URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlm", "fixture-server", "--port", "0",
+         "--sub-latency", str(latency)],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"(http://\S+/v1)", line)
+        if found is None:
+            raise RuntimeError(f"the fixture server did not start: {line!r}")
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--zero-latency", action="store_true",
+                        help="10,000 in-process tasks with no latency at C=32 (the journal's "
+                        "own cost per task) instead of 5,000 over HTTP at 0.4 s, C=64")
+    parser.add_argument("--tasks", type=int, help="tasks per volley")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds [12; 3 over HTTP]")
+    parser.add_argument("--latency", type=float, default=0.4, help="seconds per task over HTTP")
     parser.add_argument("--postgresql", metavar="URL", help="also measure a PostgreSQL journal")
-    parser.add_argument(
-        "--thread", action="store_true",
-        help="also measure SQLite with its writes in a thread of this process (no writer process)",
-    )
     args = parser.parse_args()
-    rates: dict[str, list[Rates]] = {"memory": [], "sqlite": [], "sqlite-thread": [],
-                                     "postgresql": []}
+    zero = args.zero_latency
+    n = args.tasks or (10_000 if zero else 5_000)
+    rounds = args.rounds or (12 if zero else 3)
+    slots = 32 if zero else 64
+    measures: dict[str, list[Measure]] = {"memory": [], "sqlite": [], "postgresql": []}
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        for round_no in range(args.rounds):
-            runs: list[tuple[str, Callable[..., Awaitable[Rates]], tuple[Any, ...]]] = [
-                ("memory", _plain, (args.tasks,)),
-                ("sqlite", _journaled, (args.tasks, str(Path(tmp) / f"j{round_no}.sqlite3"))),
+    with tempfile.TemporaryDirectory() as tmp, (
+        _no_server() if zero else _fixture_server(args.latency)
+    ) as url:
+        for round_no in range(rounds):
+            runs: list[tuple[str, Callable[..., Awaitable[Measure]], tuple[Any, ...]]] = [
+                ("memory", _plain, (n, url, slots)),
+                ("sqlite", _journaled, (n, url, slots, str(Path(tmp) / f"j{round_no}.sqlite3"))),
             ]
-            if args.thread:
-                thread_path = str(Path(tmp) / f"t{round_no}.sqlite3")
-                runs.append(("sqlite-thread", _journaled, (args.tasks, thread_path, True)))
             if args.postgresql:
-                runs.append(("postgresql", _journaled, (args.tasks, args.postgresql)))
+                runs.append(("postgresql", _journaled, (n, url, slots, args.postgresql)))
             # Every other round in the reverse order: whatever the run before leaves
             # behind (a warm or a fragmented heap, a core just taken) falls on each alike.
             for name, fn, fn_args in runs if round_no % 2 == 0 else reversed(runs):
-                rates[name].append(_round(fn, *fn_args))
+                measures[name].append(trio.run(fn, *fn_args))
     load_after = os.getloadavg()[0]
-    print(
-        f"{args.tasks:,} zero-latency tasks, C=32, {args.rounds} interleaved rounds"
-        f" (load average {load_before:.1f} before, {load_after:.1f} after, {os.cpu_count()} CPUs)"
-    )
-    print("  wall: best of the rounds (other load only ever slows a round down) and their")
-    print("  median; CPU counts every thread's and the writer process's CPU time")
-    wall = max(r[0] for r in rates["memory"])
-    median = statistics.median(r[0] for r in rates["memory"])
-    cpu = max(r[1] for r in rates["memory"])
-    for name, values in rates.items():
+    shape = (f"{n:,} zero-latency in-process tasks" if zero
+             else f"{n:,} tasks over HTTP at {args.latency:g} s")
+    print(f"{shape}, C={slots}, {rounds} interleaved rounds (load average {load_before:.1f} "
+          f"before, {load_after:.1f} after, {os.cpu_count()} CPUs)")
+    memory = measures["memory"]
+    for name, values in measures.items():
         if not values:
             continue
-        w, m = max(r[0] for r in values), statistics.median(r[0] for r in values)
-        c = max(r[1] for r in values)
-        note = "" if name == "memory" else (
-            f"  journal cost {1 - w / wall:+.1%} best, {1 - m / median:+.1%} median,"
-            f" {1 - c / cpu:+.1%} CPU"
-        )
-        print(f"  {name:<13} {w:7,.0f} best {m:7,.0f} median tasks/s wall"
-              f" {c:7,.0f} tasks/CPU-s{note}")
-    if _STARTS:
-        print(f"  (a writer process starts and opens the journal in"
-              f" {statistics.median(_STARTS) * 1e3:.0f} ms, median; before the clock starts)")
-    path = statistics.median(r[2] + r[3] for r in rates["memory"])
-    print("event loop per task, medians: its thread's CPU + its idle wait = its critical path;")
-    print("  the CPU per task of the other threads and of the writer process; the collector's")
-    print("  time per task (part of the loop's CPU)")
-    for name, values in rates.items():
-        if not values:
-            continue
-        loop = statistics.median(r[2] for r in values)
-        idle = statistics.median(r[3] for r in values)
-        other = statistics.median(r[4] for r in values)
-        writer = statistics.median(r[5] for r in values)
-        collecting = statistics.median(r[6] for r in values)
-        note = "" if name == "memory" else f"  journal cost {1 - path / (loop + idle):+.1%}"
-        print(
-            f"  {name:<13} {loop * 1e6:4.0f} us CPU + {idle * 1e6:3.0f} us idle"
-            f" = {(loop + idle) * 1e6:4.0f} us{note}; other threads {other * 1e6:3.0f} us,"
-            f" writer {writer * 1e6:3.0f} us CPU; collector {collecting * 1e6:4.1f} us"
-        )
-    # The machine's speed drifts by more than the target between rounds a minute apart:
-    # each round's journaled run is compared with that round's in-memory one, and the
-    # median of those ratios is the figure (the target: wall ≤ 5 %).
-    print("journal cost, round by round against the same round's in-memory run (median of")
-    print(f"  the {args.rounds} rounds; the spread is the middle half of them): throughput")
-    print("  lost in wall time, and the event loop's extra CPU per task")
-    for name, values in rates.items():
-        if name == "memory" or not values:
-            continue
-        wall_cost = [1 - r[0] / m[0] for r, m in zip(values, rates["memory"], strict=True)]
-        loop_cost = [r[2] / m[2] - 1 for r, m in zip(values, rates["memory"], strict=True)]
-        print(f"  {name:<13} wall {_spread(wall_cost)}; loop CPU {_spread(loop_cost)}")
-        # Every round's figure, in the order run: a drift of the machine shows as a run of
-        # outliers, which the median above leaves out and this line does not.
-        print(f"  {'':<13} rounds: " + " ".join(f"{c:+.1%}" for c in wall_cost))
+        wall = statistics.median(w for w, _ in values)
+        cpu = statistics.median(c for _, c in values)
+        line = f"  {name:<10} wall {wall:7.2f} s ({n / wall:6,.0f} tasks/s), CPU {cpu:6.2f} s"
+        if name != "memory":
+            costs = [w / m[0] - 1 for (w, _), m in zip(values, memory, strict=True)]
+            cpu_costs = [c / m[1] - 1 for (_, c), m in zip(values, memory, strict=True)]
+            line += (f"; journal cost: wall {statistics.median(costs):+.1%} median "
+                     f"(rounds: {' '.join(f'{c:+.1%}' for c in costs)}), "
+                     f"CPU {statistics.median(cpu_costs):+.1%}")
+        print(line)
 
 
-def _spread(values: list[float]) -> str:
-    """The median of ``values`` and their middle half, as percentages."""
-    if len(values) < 4:
-        return f"{statistics.median(values):+.1%}"
-    low, _, high = statistics.quantiles(values, n=4)
-    return f"{statistics.median(values):+.1%} (middle half {low:+.1%} to {high:+.1%})"
+@contextmanager
+def _no_server() -> Iterator[None]:
+    yield None
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ from rlm.journal import (
     default_journal_path,
     open_store,
 )
-from rlm.journal._writer import writes_for
 from rlm.journal.records import Alive, local_host
 from rlm.journal.volleys import (
     StoredVolley,
@@ -555,13 +554,7 @@ class JournalSession:
 
         worker.on_recovered = recovered
         try:
-            # A SQLite journal's claims and verdicts go to a writer process of their own
-            # (off the event loop's GIL: rlm/journal/_writer.py).
-            async with (
-                writes_for(self.store) as writes,
-                worker.running(writes),
-                trio.open_nursery() as nursery,
-            ):
+            async with worker.running(), trio.open_nursery() as nursery:
                 await self._count_live(run, worker.volley_id)  # the share before a claim
                 nursery.start_soon(self._share_limits, run, worker.volley_id)
                 try:

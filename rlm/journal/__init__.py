@@ -7,8 +7,7 @@ with one schema and the same semantics.  :func:`open_store` opens one;
 completions.
 
 The cache's names are imported on first use (PEP 562): they bring trio and the
-providers, which the journal's writer process (``_writer_main``) never needs,
-and it starts once per worker.
+providers, which ``rlm volley list``/``show`` never need.
 """
 
 from __future__ import annotations

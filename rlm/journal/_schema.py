@@ -107,8 +107,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX open_tasks ON tasks (volley_id, idx) WHERE status = 'open'",
     ),
     # The last verdict group of a worker whose spend the volley has: a group retried
-    # after its writer process committed it and died before answering writes no rows
-    # again, and must not add its spend again either (JournalStore.finish_rows).
+    # after a commit whose outcome the worker could not learn (a lost connection)
+    # writes no rows again, and must not add its spend again either
+    # (JournalStore.finish_rows).
     4: ("ALTER TABLE workers ADD COLUMN last_group BIGINT NOT NULL DEFAULT 0",),
     # When a worker's process started (clock ticks since boot, /proc/PID/stat), so a
     # pid of this host reused by another process is not taken for the worker: its

@@ -6,10 +6,8 @@ read in one C call per result (:func:`flat_verdict`, an ``attrgetter``), with
 no object built per field and no text looked at.  Turning them into the rows
 :meth:`rlm.journal.store.JournalStore.finish_rows` writes (:func:`verdict_row`:
 the status word, the usage object, the duration rounded, text cleaned of what
-UTF-8 cannot encode) happens where the store runs: in the writer process (a
-core of its own) or in the store's thread.  Why: on the 10,000-task bench this
-per-task Python was part of the event loop's extra work with a journal
-(``docs/journal.md``, *Cost*).
+UTF-8 cannot encode) happens in the store's thread, while the event loop runs
+the volley's tasks.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import Any
 from rlm._text import clean_text
 from rlm.journal.records import VerdictRow
 
-__all__ = ["FlatVerdict", "clean_flat", "flat_verdict", "verdict_row", "verdict_rows"]
+__all__ = ["FlatVerdict", "flat_verdict", "verdict_row", "verdict_rows"]
 
 #: index, status (``succeeded``/``failed``), output, duration (s), input, output and
 #: cached tokens, retries, cost, error: a TaskResult's journaled fields, in this order.
@@ -34,8 +32,8 @@ flat_verdict: Any = attrgetter(
 )
 
 
-def verdict_row(flat: FlatVerdict | list[Any]) -> VerdictRow:
-    """The store's row for a flat verdict (a tuple, or the list msgpack reads it as)."""
+def verdict_row(flat: FlatVerdict) -> VerdictRow:
+    """The store's row for a flat verdict."""
     index, status, output, duration, tokens_in, tokens_out, cached, retries, cost, error = flat
     return (
         index,
@@ -54,17 +52,5 @@ def verdict_row(flat: FlatVerdict | list[Any]) -> VerdictRow:
     )
 
 
-def verdict_rows(flats: Iterable[FlatVerdict | list[Any]]) -> list[VerdictRow]:
+def verdict_rows(flats: Iterable[FlatVerdict]) -> list[VerdictRow]:
     return [verdict_row(flat) for flat in flats]
-
-
-def clean_flat(flat: FlatVerdict) -> FlatVerdict:
-    """``flat`` with its texts cleaned (what UTF-8 cannot encode replaced by ``?``): for
-    the rare group that cannot be sent as it is."""
-    output, error = flat[2], flat[9]
-    return (
-        *flat[:2],
-        None if output is None else clean_text(output),
-        *flat[3:9],
-        None if error is None else clean_text(error),
-    )

@@ -390,8 +390,8 @@ class JournalStore:
         (a worker's hot path: no object per verdict).
 
         ``group`` (the worker's name and the group's number, growing) makes a retry
-        idempotent: a group whose commit the worker could not learn of (its writer
-        process died before answering) is sent again under the same number, and
+        idempotent: a group whose commit the worker could not learn of (the
+        connection was lost during its commit) is sent again under the same number, and
         its spend is added only if that number is new to the worker's row.
         """
         now = self.now()
@@ -490,8 +490,8 @@ class JournalStore:
 
         ``groups`` are verdict groups whose verdicts could not be written (numbered
         as :meth:`finish_rows` numbers them, in order) with what each cost: each
-        one's spend is added unless the journal has it already (a writer process
-        committed the group before it died), so what was paid for is recorded once.
+        one's spend is added unless the journal has it already (a commit whose
+        outcome was unknown did happen), so what was paid for is recorded once.
         """
         keys = list(indices)
 

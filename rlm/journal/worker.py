@@ -16,7 +16,8 @@
   in one transaction by one committer task (group commit): a fast volley pays
   one transaction, one fsync and one thread hand-off per group, and no task
   waits for an fsync before the next one starts (``accept`` is ``keep`` and
-  wait, for callers that want to block);
+  wait, for callers that want to block); a group's rows are built in the
+  store's thread, off the event loop (:mod:`rlm.journal._verdicts`);
 - ``release`` gives a task back to ``open``.
 
 While :meth:`JournalWorker.running` is open (``keep`` needs it: its committer
@@ -43,8 +44,7 @@ import trio
 from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
-from rlm.journal._verdicts import FlatVerdict, flat_verdict
-from rlm.journal._writer import JournalWrites, StoreWrites
+from rlm.journal._verdicts import FlatVerdict, flat_verdict, verdict_rows
 from rlm.journal.records import Alive, Owner, Recovered, Spend, pid_alive
 from rlm.journal.store import JournalStore
 from rlm.volley.records import TaskResult, VolleyTask
@@ -81,9 +81,20 @@ def _unwritten_note(tasks: Sequence[int], unwritten: JournalError | None) -> str
     indices = sorted(tasks)
     shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
     return (
-        f"the verdicts of {len(indices)} task(s) ({shown}) were not written (the writer, "
-        f"then this worker's own connection failed: {unwritten}) and not reported"
+        f"the verdicts of {len(indices)} task(s) ({shown}) were not written ({unwritten}) "
+        "and not reported"
     )
+
+
+def _finish_flat(
+    store: JournalStore,
+    volley_id: str,
+    verdicts: Sequence[FlatVerdict],
+    spend: Spend,
+    group: tuple[str, int],
+) -> int:
+    """Build a group's rows and write them (in the store's thread: off the event loop)."""
+    return store.finish_rows(volley_id, verdict_rows(verdicts), spend, group)
 
 
 class JournalWorker:
@@ -150,10 +161,9 @@ class JournalWorker:
         self._group_since = -float("inf")  # when the last group commit started
         self._committer = False  # running() has started the committer
         self._groups = 0  # verdict groups sent (each numbered: see finish_rows)
-        # Groups whose commit failed or went unanswered: (number, verdicts, spend).
+        # Groups whose commit failed (on PostgreSQL a commit cut off by a lost connection
+        # may have committed): (number, verdicts, spend).
         self._unsure: list[tuple[tuple[str, int], list[FlatVerdict], Spend]] = []
-        # Where claims and verdicts are written (see running()): the store, through run_sync.
-        self._writes: JournalWrites = StoreWrites(store, run_sync)
 
     def follow_spend(self, spent: Callable[[], Spend]) -> None:
         """Record the growth of ``spent()`` (the volley's ledger) from now on."""
@@ -245,7 +255,9 @@ class JournalWorker:
             size = max(1, min(size, room))
         tasks: list[VolleyTask]
         if self._known:
-            indices = await self._writes.claim_indices(self.volley_id, self.owner, size)
+            indices = await self._run_sync(
+                self.store.claim_indices, self.volley_id, self.owner, size
+            )
             self._held.update(indices)  # before anything can fail: _finish releases them
             known = self._known
             try:
@@ -255,7 +267,7 @@ class JournalWorker:
                     f"volley {self.volley_id} has a task {exc.args[0]} this worker was not given"
                 ) from None
         else:
-            specs = await self._writes.claim_specs(self.volley_id, self.owner, size)
+            specs = await self._run_sync(self.store.claim_specs, self.volley_id, self.owner, size)
             self._held.update(int(spec["index"]) for spec in specs)  # as above
             tasks = [VolleyTask.from_dict(spec) for spec in specs]
         self._claim_s = _decaying_max(self._claim_s, trio.current_time() - started)
@@ -423,15 +435,17 @@ class JournalWorker:
             spend = self._spend_delta(waiting)
             self._groups += 1
             group = (self.owner.worker, self._groups)
-            # One C call per verdict on the loop; its row is built by the writes.
+            # One C call per verdict on the loop; its row is built in the store's thread.
             verdicts: list[FlatVerdict] = list(map(flat_verdict, waiting))
             started = trio.current_time()
             try:
-                await self._writes.finish_flat(self.volley_id, verdicts, spend, group)
+                await self._run_sync(
+                    _finish_flat, self.store, self.volley_id, verdicts, spend, group
+                )
             except BaseException:
-                # Its writer may have committed it before failing (killed before it
-                # answered): _finish sends it again as it was, under the same number,
-                # so its spend is added once (JournalStore.finish_rows).
+                # A commit cut off (a lost PostgreSQL connection) may have committed:
+                # _finish sends it again as it was, under the same number, so its spend
+                # is added once (JournalStore.finish_rows).
                 self._unsure.append((group, verdicts, spend))
                 raise
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
@@ -460,15 +474,8 @@ class JournalWorker:
     # -- the worker's life -------------------------------------------------------
 
     @asynccontextmanager
-    async def running(self, writes: JournalWrites | None = None) -> AsyncIterator[JournalWorker]:
-        """Register, recover orphaned claims, heartbeat and sweep while the body runs.
-
-        ``writes`` takes the claims and verdicts while running (a writer process:
-        ``rlm.journal._writer``; its caller keeps it open longer than this);
-        by default they go to the store through ``run_sync``.
-        """
-        if writes is not None:
-            self._writes = writes
+    async def running(self) -> AsyncIterator[JournalWorker]:
+        """Register, recover orphaned claims, heartbeat and sweep while the body runs."""
         # Register and reopen orphaned claims in one transaction: the volley waits for it.
         recovered = await self._run_sync(
             self.store.join, self.volley_id, self.owner, self._alive, self.stale_timeout
@@ -493,31 +500,21 @@ class JournalWorker:
     async def _finish(self) -> None:
         """Commit queued verdicts, give back every claim still held, record the last
         spend, retire.  Verdicts still queued (the body was cancelled or failed) are
-        committed, but their writers are gone: durable results nobody reported."""
+        committed, but their writers are gone: durable results nobody reported.
+
+        Verdicts are paid for, so a resume must not run them again: a group whose
+        commit failed is sent again first, so groups reach the journal in the order
+        of their numbers (a retried group's spend is told apart by the last number
+        recorded: JournalStore.finish_rows), then what is still queued.
+        """
+        unwritten: JournalError | None = None
         try:
-            # A group whose commit is unknown is sent again first (below), so groups
-            # reach the journal in the order of their numbers: a retried group's spend
-            # is told apart by the last number recorded (JournalStore.finish_rows).
-            if not self._unsure:
-                await self._commit_queued(tell=False)
-        except JournalError:
-            if isinstance(self._writes, StoreWrites):
-                raise
-            # A writer process failed them (it died): they are sent again below, as
-            # they were, through this process's own store connection.
+            await self._commit_unsure()
+            await self._commit_queued(tell=False)
+        except JournalError as exc:
+            unwritten = exc
         finally:
-            # Verdicts are paid for: a resume must not run them again.  Committed here
-            # even when the writer process is gone; then the tasks still held go back
-            # to open.
-            self._writes = StoreWrites(self.store, self._run_sync)
-            unwritten: JournalError | None = None
-            try:
-                await self._commit_unsure()
-                await self._commit_queued(tell=False)
-            except JournalError as exc:
-                unwritten = exc
-            finally:
-                await self._leave(unwritten)
+            await self._leave(unwritten)
 
     async def _commit_unsure(self) -> None:
         """Send again, as they were and in order, the groups whose commit is unknown:
@@ -525,7 +522,7 @@ class JournalWorker:
         once.  A group that fails here stays unsure (see :meth:`_leave`)."""
         while self._unsure:
             group, verdicts, spend = self._unsure[0]
-            await self._writes.finish_flat(self.volley_id, verdicts, spend, group)
+            await self._run_sync(_finish_flat, self.store, self.volley_id, verdicts, spend, group)
             del self._unsure[0]
             self._held.difference_update([v[0] for v in verdicts])
             self.accepted += len(verdicts)
@@ -534,8 +531,8 @@ class JournalWorker:
         """The worker's end transaction: give back what is still held, record the spend
         not recorded yet, retire.
 
-        Groups whose verdicts could be written neither by the writer nor through this
-        connection (``unwritten`` says why) were never reported; their tasks go back
+        Groups whose verdicts could not be written, even sent again (``unwritten``
+        says why), were never reported; their tasks go back
         to open (a resume runs them again) and what they cost is recorded here, once.
         What this cannot record either is named in the error, never dropped unsaid.
         """

@@ -1,15 +1,16 @@
 """Verdict groups whose commit failed: sent again in order, paid for once, never lost unsaid.
 
-Virtual time: a real SQLite journal whose clock is trio's, store calls inline, and
-the worker's hot writes through an in-process fake (what a writer process does
-when it answers a group with an error, or has died) injected into ``running``.
+Virtual time: a real SQLite journal whose clock is trio's, and store calls run by an
+injected ``run_sync`` that takes a second of virtual time (so a later group queues
+while one is being committed) on a store whose verdict writes fail as a test says (a
+PostgreSQL commit cut off by a lost connection, a disk that refuses the writes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
@@ -17,41 +18,43 @@ import trio
 from rlm.errors import JournalError
 from rlm.journal import JournalStore, Owner, Spend, open_store
 from rlm.journal._backends import SQLiteBackend
-from rlm.journal._threads import inline_run_sync
-from rlm.journal._verdicts import FlatVerdict, verdict_rows
 from rlm.journal.worker import JournalWorker
 from rlm.volley.records import TaskResult, VolleyTask
 
 _OWNER = Owner("h", 1, "w1")
 
 
-class FailingWrites:
-    """Writes through ``store`` after ``delay`` seconds, failing (without committing)
-    the verdict groups numbered in ``fail``, or every one when ``fail`` is None."""
+R = TypeVar("R")
 
-    def __init__(self, store: JournalStore, fail: set[int] | None, delay: float = 1.0) -> None:
-        self.store, self.fail, self.delay = store, fail, delay
+
+async def slow_run_sync(fn: Callable[..., R], /, *args: Any) -> R:
+    """Run a store call after a second of virtual time (a slow journal)."""
+    await trio.sleep(1.0)
+    return fn(*args)
+
+
+class FailingGroups(JournalStore):
+    """A journal at ``path`` that fails (without committing) the verdict groups numbered
+    in ``fail`` the first time each is written; ``sent``: every group number written."""
+
+    def __init__(self, path: str, fail: set[int]) -> None:
+        super().__init__(SQLiteBackend(path), clock=trio.current_time)
+        self.fail = set(fail)
         self.sent: list[int] = []
 
-    async def claim_indices(self, volley_id: str, owner: Owner, limit: int) -> list[int]:
-        return self.store.claim_indices(volley_id, owner, limit)
-
-    async def claim_specs(self, volley_id: str, owner: Owner, limit: int) -> list[dict[str, Any]]:
-        return self.store.claim_specs(volley_id, owner, limit)
-
-    async def finish_flat(
+    def finish_rows(
         self,
         volley_id: str,
-        verdicts: Sequence[FlatVerdict],
+        rows: Any,
         spend: Spend,
         group: tuple[str, int] | None = None,
     ) -> int:
         assert group is not None
         self.sent.append(group[1])
-        await trio.sleep(self.delay)
-        if self.fail is None or group[1] in self.fail:
-            raise JournalError("journal j: its writer answered: database is locked")
-        return self.store.finish_rows(volley_id, verdict_rows(verdicts), spend, group)
+        if group[1] in self.fail:
+            self.fail.discard(group[1])
+            raise JournalError("journal j: database is locked")
+        return super().finish_rows(volley_id, rows, spend, group)
 
 
 class NoVerdicts(JournalStore):
@@ -102,37 +105,39 @@ async def _keep_two_groups(worker: JournalWorker, told: list[int]) -> None:
 
 
 async def test_a_failed_group_is_sent_again_before_any_later_one_and_paid_for_once(
-    autojump_clock: trio.abc.Clock, store: JournalStore
+    autojump_clock: trio.abc.Clock, path: str, store: JournalStore
 ) -> None:
-    """Group 1 is answered with an error (not committed) while group 2 waits.  Group 2
-    must not reach the journal first: its number, recorded as the worker's last,
-    would make group 1's retry look like a group committed before, and its spend
-    would be dropped."""
+    """Group 1 fails (not committed) while group 2 waits.  Group 2 must not reach the
+    journal first: its number, recorded as the worker's last, would make group 1's
+    retry look like a group committed before, and its spend would be dropped."""
     _create(store, 4)
-    writes = FailingWrites(store, fail={1})
-    worker = JournalWorker(store, "v", owner=_OWNER, run_sync=inline_run_sync)
-    worker.know([VolleyTask(i, f"t{i}") for i in range(1, 5)])
-    told: list[int] = []
-    with pytest.raises(BaseExceptionGroup) as caught:
-        async with worker.running(writes):
-            await _keep_two_groups(worker, told)
+    failing = FailingGroups(path, fail={1})
+    try:
+        worker = JournalWorker(failing, "v", owner=_OWNER, run_sync=slow_run_sync)
+        worker.know([VolleyTask(i, f"t{i}") for i in range(1, 5)])
+        told: list[int] = []
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with worker.running():
+                await _keep_two_groups(worker, told)
+    finally:
+        failing.close()
     assert caught.value.split(JournalError)[0] is not None
     volley = store.volley("v")
     assert volley.counts["done"] == 2 and volley.counts["open"] == 2
     assert volley.spent == Spend(0.75, 2, 20, 10)  # both groups, each once
-    assert told == [] and writes.sent == [1]  # group 2 went through the store, after 1
+    assert told == [] and failing.sent == [1, 1, 2]  # group 1 again, before group 2
 
 
 async def _end_with_no_verdicts(path: str, *, leave_fails: bool) -> str:
-    """Run :func:`_keep_two_groups` with every verdict write failing (the writer's and
-    the worker's own connection's); the error the worker ends with."""
+    """Run :func:`_keep_two_groups` with every verdict write failing, and sent again
+    failing again; the error the worker ends with."""
     failing = NoVerdicts(SQLiteBackend(path), clock=trio.current_time)
     failing.leave_fails = leave_fails
     told: list[int] = []
     try:
-        worker = JournalWorker(failing, "v", owner=_OWNER, run_sync=inline_run_sync)
+        worker = JournalWorker(failing, "v", owner=_OWNER, run_sync=slow_run_sync)
         with pytest.raises(JournalError) as caught:
-            async with worker.running(FailingWrites(failing, fail=None)):
+            async with worker.running():
                 await _keep_two_groups(worker, told)
     finally:
         failing.close()
@@ -140,10 +145,10 @@ async def _end_with_no_verdicts(path: str, *, leave_fails: bool) -> str:
     return str(caught.value)
 
 
-async def test_a_group_the_writer_and_the_own_connection_both_fail_is_named_and_paid_for(
+async def test_a_group_that_fails_again_when_sent_again_is_named_and_paid_for(
     autojump_clock: trio.abc.Clock, path: str, store: JournalStore
 ) -> None:
-    """The writer fails every group, and so does the worker's own connection: nothing
+    """Every group fails, and fails again when sent again at the worker's end: nothing
     is reported, the tasks go back to open, the error says which verdicts were not
     written, and what they cost is recorded at the worker's end."""
     _create(store, 4)

@@ -306,5 +306,29 @@ def test_a_flat_verdict_becomes_the_row_the_store_writes() -> None:
          "tokens_cached": 2, "retries": 1},
         0.5, None,
     )
-    row = verdict_row(list(flat_verdict(failed)))  # as msgpack hands it to the writer
+    row = verdict_row(flat_verdict(failed))
     assert (row[0], row[1], row[2], row[4], row[5]) == (4, "failed", None, None, "e?")
+
+
+async def test_text_that_cannot_be_encoded_reaches_the_journal_cleaned(tmp_path: Path) -> None:
+    """Model code's answer or an error may hold lone surrogates: a verdict is still kept
+    (the store's calls in real threads, as a volley runs them)."""
+    store = open_store(str(tmp_path / "j.sqlite3"))
+    try:
+        _create(store, 2)
+        worker = JournalWorker(store, "v", owner=Owner("h", 1, "a"), group_interval=0.05)
+        with trio.fail_after(60):  # only a hang reaches it
+            async with worker.running():
+                first, second = await worker.claim(), await worker.claim()
+                assert first is not None and second is not None
+                await worker.accept(
+                    TaskResult(first.index, first.prompt, "succeeded", output="a\ud800b")
+                )
+                await worker.accept(
+                    TaskResult(second.index, second.prompt, "failed", error="e\udfff")
+                )
+        tasks = {t.index: t for t in store.tasks("v")}
+    finally:
+        store.close()
+    assert (tasks[first.index].status, tasks[first.index].output) == ("done", "a?b")
+    assert (tasks[second.index].status, tasks[second.index].error) == ("failed", "e?")
