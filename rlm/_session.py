@@ -432,7 +432,7 @@ def check_session_limits(
 
 def restore_source(variables: dict[str, Any]) -> str:
     """Python code that assigns each saved variable from its tagged tree
-    (``rlm_sandbox/plaindata.py``); UsageError for anything else."""
+    (``sandbox/rlm_sandbox/plaindata.py``); UsageError for anything else."""
     lines = []
     for name, tree in variables.items():
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):

@@ -8,9 +8,10 @@ tests from filling a developer's ``rlm runs``.
 The suite starts a few hundred ``rlm`` and sandbox interpreters.  Where
 ``PYTHONDONTWRITEBYTECODE`` is set (this machine and CI), none of them writes
 bytecode, so each one compiled every rlm module from source again (about a
-third of an ``rlm run`` start-up).  Compiling rlm and rlm_sandbox once, here,
-into their ordinary ``__pycache__`` folders (git-ignored, checked against the
-source's mtime like any bytecode) lets every child load them instead.
+third of an ``rlm run`` start-up).  Compiling rlm (fixtures and prompts included) and
+rlm_sandbox once, here, into their ordinary ``__pycache__`` folders (git-ignored,
+checked against the source's mtime like any bytecode) lets every child load them
+instead.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ for _name in ("rlm", "rlm_sandbox"):  # found, not imported: nothing of rlm runs
     assert _spec is not None and _spec.submodule_search_locations, _name
     for _folder in _spec.submodule_search_locations:
         compileall.compile_dir(_folder, quiet=1)
+# In a source checkout rlm.fixtures and rlm.prompts live in the fixtures/ and prompts/ folders
+# (pyproject's package-dir), outside rlm's own; an installed rlm holds them (compiled above).
+for _checkout_folder in (_TESTS.parent / "fixtures", _TESTS.parent / "prompts"):
+    if _checkout_folder.is_dir():
+        compileall.compile_dir(_checkout_folder, quiet=1)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

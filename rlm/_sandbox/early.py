@@ -193,7 +193,7 @@ class EarlyZygote:
 
         Unadopted, it forked no sandbox anyone used (only an adopting run asks for
         one), so killing its process group (it, and its spare if it made one yet:
-        ``rlm_sandbox/zygote.py``) leaves nothing running, and a command that fails
+        ``sandbox/rlm_sandbox/zygote.py``) leaves nothing running, and a command that fails
         early (a usage error) does not wait for a zygote still booting to notice
         its socket closed.
         Adopted, the run killed its sandboxes and closed its socket when it ended:

@@ -35,7 +35,7 @@ class ReplSandbox(Protocol):
         ...
 
     async def export_variables(self) -> tuple[str, list[str]]:
-        """JSON of its plain-data variables (``rlm_sandbox/plaindata.py``) and the names
+        """JSON of its plain-data variables (``sandbox/rlm_sandbox/plaindata.py``) and the names
         of those that are not plain data."""
         ...
 

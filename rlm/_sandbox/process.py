@@ -292,7 +292,7 @@ class Sandbox:
 
     async def export_variables(self) -> tuple[str, list[str]]:
         """JSON of the namespace's plain-data variables and the names left out
-        (``rlm_sandbox/plaindata.py``); SandboxCrashed if the sandbox does not answer."""
+        (``sandbox/rlm_sandbox/plaindata.py``); SandboxCrashed if the sandbox does not answer."""
         self._exec_ids += 1
         export_id = self._exec_ids
         await self._send_frame(ExportFrame(t="export", id=export_id))

@@ -288,7 +288,7 @@ class Zygote:
         it, and kill whatever is left.  Shielded: nothing outlives the run.
 
         When every sandbox it forked was reaped already (its spare included:
-        ``rlm_sandbox/zygote.py``), the zygote has nothing left to do and is
+        ``sandbox/rlm_sandbox/zygote.py``), the zygote has nothing left to do and is
         killed outright.  A sandbox still unreaped here is
         reaped by the zygote on its way out; its handle's ``wait`` then returns
         at once.  An early zygote begun with ``reap_at_close`` is not waited

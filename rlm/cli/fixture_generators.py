@@ -1,6 +1,6 @@
 """``rlm fixture needle | oolong | multidoc``: deterministic inputs from :mod:`rlm.fixtures`.
 
-Every generator in ``rlm/fixtures`` has a command here; ``rlm fixture`` alone
+Every generator in ``fixtures/rlm/fixtures`` has a command here; ``rlm fixture`` alone
 lists them.  Text goes to stdout or, atomically, to ``--output``; what was
 planted (and so the right answers) goes to stderr.
 """

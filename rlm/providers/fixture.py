@@ -65,7 +65,7 @@ NOT_FOUND = "NOT FOUND"
 FIXTURE_FINGERPRINT = "rlm-fixture"
 MAX_ROOT_STEPS = 3  # after this many assistant replies the root always answers
 _ROOT_MARKER = "llm_query_batched"
-_VOLLEY_MARKER = "one task of a volley"  # in rlm/prompts/volley.md
+_VOLLEY_MARKER = "one task of a volley"  # in prompts/rlm/prompts/volley.md
 _QUESTION_RE = re.compile(r"^\s*what\s+(?:is|was|are)\s+(?:the\s+)?(.+?)[\s?.!]*$", re.IGNORECASE)
 _ERROR_RE = re.compile(
     r"Traceback \(most recent call last\)|^\s*\w*(?:Error|Exception)\b", re.MULTILINE

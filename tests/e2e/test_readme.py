@@ -62,12 +62,18 @@ def test_every_link_between_the_docs_resolves() -> None:
     assert not broken
 
 
+#: A source path in backticks: the repository's folders (rlm_sandbox/ too, so a doc that
+#: still names the sandbox's old folder fails), then a .py, .md or .json file.
+_SOURCE_PATH = re.compile(
+    r"`((?:rlm|sandbox|fixtures|prompts|rlm_sandbox|benchmarks|tests)/[\w/.-]+\.(?:py|md|json))`"
+)
+
+
 def test_every_source_file_the_docs_name_exists() -> None:
     named = {
         path
         for doc in _documents()
-        for path in re.findall(r"`((?:rlm|rlm_sandbox|benchmarks)/[\w/.-]+\.(?:py|md|json))`",
-                               doc.read_text(encoding="utf-8"))
+        for path in _SOURCE_PATH.findall(doc.read_text(encoding="utf-8"))
     }
     assert named  # the pattern still finds what the docs name
     assert sorted(p for p in named if not (ROOT / p).exists()) == []

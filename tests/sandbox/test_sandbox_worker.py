@@ -30,7 +30,7 @@ class Child:
              "--in-fd", str(child_in), "--out-fd", str(child_out)],
             pass_fds=(child_in, child_out),
             cwd=cwd,
-            env={"PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin"},
+            env={"PYTHONPATH": str(PROJECT_ROOT / "sandbox"), "PATH": "/usr/bin:/bin"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -108,7 +108,7 @@ def test_hardened_process_refuses_every_escape(outside: dict[str, Any]) -> None:
     done = subprocess.run(
         [sys.executable, "-c", ATTACKS, str(outside["holder"].pid), str(port),
          str(outside["file"]), str(ROOT / "README.md")],
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(ROOT / "sandbox"), "PATH": "/usr/bin:/bin"},
         capture_output=True, timeout=30, text=True, check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -141,7 +141,7 @@ def test_a_hardened_process_leaves_no_sysv_ipc_objects_behind() -> None:
     before = {kind: _sysv_ids(kind) for kind in ("shm", "msg", "sem")}
     done = subprocess.run(
         [sys.executable, "-c", SYSV_IPC_ATTEMPT],
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(ROOT / "sandbox"), "PATH": "/usr/bin:/bin"},
         capture_output=True, timeout=30, text=True, check=False,
     )
     after = {kind: _sysv_ids(kind) for kind in ("shm", "msg", "sem")}

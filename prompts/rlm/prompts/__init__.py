@@ -12,5 +12,5 @@ _HERE = Path(__file__).resolve().parent
 
 @functools.cache
 def load(name: str) -> str:
-    """The text of ``rlm/prompts/<name>.md`` (read once per process: every call uses it)."""
+    """The text of ``prompts/rlm/prompts/<name>.md`` (read once per process: every call uses it)."""
     return (_HERE / f"{name}.md").read_text(encoding="utf-8")
