@@ -38,7 +38,7 @@ from rlm.errors import (
 
 if TYPE_CHECKING:
     from rlm._api import RLM
-    from rlm._config import RunConfig
+    from rlm._config import RunConfig, SessionOptions, VolleyOptions
     from rlm._events import Event
     from rlm._result import RunResult
     from rlm._run.tools import make_tool
@@ -68,10 +68,12 @@ __all__ = [
     "RunTimeout",
     "SandboxCrashed",
     "SandboxError",
+    "SessionOptions",
     "SettingError",
     "UnknownVolleyError",
     "Usage",
     "UsageError",
+    "VolleyOptions",
     "make_tool",
 ]
 
@@ -79,6 +81,8 @@ __all__ = [
 _LAZY = {
     "RLM": "rlm._api",
     "RunConfig": "rlm._config",
+    "SessionOptions": "rlm._config",
+    "VolleyOptions": "rlm._config",
     "Event": "rlm._events",
     "RunResult": "rlm._result",
     "make_tool": "rlm._run.tools",

@@ -5,17 +5,16 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import trio
 
 from rlm._config import (
     DEFAULTS,
-    ProviderName,
     RunConfig,
-    TraceContent,
     shown_settings,
 )
 from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
@@ -26,6 +25,8 @@ from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget, root
 from rlm._run.schema import SchemaError, normalise_schema
 from rlm._run.tools import HostTool, ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
+from rlm._settings import settings_of
+from rlm._settings_types import RunSettings, SessionSettings
 from rlm._spelling import python_spelled
 from rlm._status import RunStatus
 from rlm._trace import TraceWriter
@@ -60,26 +61,35 @@ if TYPE_CHECKING:
 
 __all__ = ["RLM"]
 
-_SETTINGS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+
+class ModelArguments(RunSettings, total=False):
+    """Every keyword argument of ``RLM(...)``: the settings and the model's own parts."""
+
+    trace_path: str | None
+    sinks: list[Any] | None
+    providers: Mapping[Lane, Provider] | None
+    sandboxes: LauncherFactory | None
+    tools: Sequence[Callable[..., Any] | HostTool] | None
+    fixture: FixtureOptions | None
+
 
 
 class RLM:
     """A configured recursive language model.
 
-    Every setting is a keyword-only parameter with its default from
-    :class:`rlm.RunConfig` (the ``rlm run`` flags are the same names with
-    dashes: ``max_depth`` is ``--max-depth``).  ``provider`` is one of
-    ``"openai"`` (any OpenAI-compatible endpoint at ``base_url``),
-    ``"anthropic"`` (the Messages API; ``base_url`` optional) or ``"fixture"``
-    (the built-in scripted model, no key needed).  ``model`` names the root's
-    model; it may be left out only for the fixture.  ``stream`` streams every
+    Every setting of the table (``docs/settings.md``; :class:`rlm.RunConfig`) is a
+    keyword argument with its default (the ``rlm run`` flags are the same names with
+    dashes: ``max_depth`` is ``--max-depth``); an editor flags a misspelt one.
+    ``provider`` is one of ``"openai"`` (any OpenAI-compatible endpoint at
+    ``base_url``), ``"anthropic"`` (the Messages API; ``base_url`` optional) or
+    ``"fixture"`` (the built-in scripted model, no key needed).  ``model`` names the
+    root's model; it may be left out only for the fixture.  ``stream`` streams every
     step and runs its code blocks as they close, even with no live consumer.
     ``fixture`` (a :class:`rlm.providers.fixture.FixtureOptions`) paces the
     built-in fixture model: latencies, streamed pieces.
     A run is bounded by default (``max_llm_calls`` 5,000, ``timeout`` 3,600 s);
-    ``None`` lifts either.  ``sandbox_memory`` is one sandbox's memory in bytes.
-    A bad value raises :class:`rlm.SettingError` here, naming the parameter,
-    not mid-run.  ``docs/settings.md`` describes every setting.
+    ``None`` lifts either.  A bad value raises :class:`rlm.SettingError` here,
+    naming the parameter, not mid-run.
 
     ``trace_path`` writes the JSONL trace (a session's n-th query writes its own,
     ``chat.jsonl`` → ``chat.n.jsonl``); ``sinks`` receive every event as it
@@ -97,50 +107,18 @@ class RLM:
     def __init__(
         self,
         *,
-        model: str | None = None,
-        base_url: str | None = DEFAULTS.base_url,
-        sub_model: str | None = DEFAULTS.sub_model,
-        sub_base_url: str | None = DEFAULTS.sub_base_url,
-        provider: ProviderName = DEFAULTS.provider,
-        api_key: str | None = DEFAULTS.api_key,
-        max_depth: int = DEFAULTS.max_depth,
-        max_iterations: int = DEFAULTS.max_iterations,
-        max_concurrent: int = DEFAULTS.max_concurrent,
-        root_permits: int = DEFAULTS.root_permits,
-        timeout: float | None = DEFAULTS.timeout,
-        exec_timeout: float = DEFAULTS.exec_timeout,
-        max_output_chars: int = DEFAULTS.max_output_chars,
-        max_tokens: int | None = DEFAULTS.max_tokens,
-        request_timeout: float = DEFAULTS.request_timeout,
-        stream_idle_timeout: float = DEFAULTS.stream_idle_timeout,
-        stream: bool = DEFAULTS.stream,
-        max_llm_calls: int | None = DEFAULTS.max_llm_calls,
-        max_input_tokens: int | None = DEFAULTS.max_input_tokens,
-        max_output_tokens: int | None = DEFAULTS.max_output_tokens,
-        max_total_tokens: int | None = DEFAULTS.max_total_tokens,
-        max_cost: float | None = DEFAULTS.max_cost,
-        prices_path: str | None = DEFAULTS.prices_path,
-        rpm: float | None = DEFAULTS.rpm,
-        tpm: float | None = DEFAULTS.tpm,
-        burst: int = DEFAULTS.burst,
-        max_retries: int = DEFAULTS.max_retries,
-        retry_delay: float = DEFAULTS.retry_delay,
-        adaptive: bool = DEFAULTS.adaptive,
-        require_isolation: tuple[str, ...] = DEFAULTS.require_isolation,
-        cache_path: str | None = DEFAULTS.cache_path,
-        trace_content: TraceContent = DEFAULTS.trace_content,
-        cache_mode: str = DEFAULTS.cache_mode,
-        sandbox_memory: int = DEFAULTS.sandbox_memory,
         trace_path: str | None = None,
         sinks: list[Any] | None = None,
         providers: Mapping[Lane, Provider] | None = None,
         sandboxes: LauncherFactory | None = None,
         tools: Sequence[Callable[..., Any] | HostTool] | None = None,
         fixture: FixtureOptions | None = None,
+        **settings: Unpack[RunSettings],
     ) -> None:
+        model = settings.get("model")
         if model is None:  # the fixture's own name; a hosted API's model must be named
-            model = DEFAULTS.model if provider == "fixture" or providers is not None else ""
-        settings = {name: value for name, value in locals().items() if name in _SETTINGS}
+            fixture_model = settings.get("provider") == "fixture" or providers is not None
+            settings["model"] = DEFAULTS.model if fixture_model else ""
         self.config = RunConfig(**settings).validate()
         if providers is None:
             self.config.validate_endpoint()
@@ -171,7 +149,7 @@ class RLM:
         """
         return trio.run(functools.partial(self.acompletion, query, context, schema=schema))
 
-    def session(self, context: Context = "", **options: Any) -> Session:
+    def session(self, context: Context = "", **options: Unpack[SessionSettings]) -> Session:
         """A root call kept alive across queries: its sandbox, variables and conversation.
 
         ``options``: ``max_history_chars`` (older steps are compacted past it),
@@ -186,7 +164,9 @@ class RLM:
 
         return Session(self, context, **options)
 
-    def asession(self, context: Context = "", **options: Any) -> AsyncSession:
+    def asession(
+        self, context: Context = "", **options: Unpack[SessionSettings]
+    ) -> AsyncSession:
         """Like :meth:`session`, inside a running trio loop: ``async with model.asession(c)``."""
         from rlm._session import AsyncSession
 
@@ -198,11 +178,11 @@ class RLM:
         path: str,
         context: Context = "",
         *,
-        session_options: Mapping[str, Any] | None = None,
-        **settings: Any,
+        session_options: SessionSettings | None = None,
+        **arguments: Unpack[ModelArguments],
     ) -> Session:
-        """Resume a session saved with :meth:`Session.save`: the same settings (``settings``
-        override them; the key is never saved), its conversation and its plain-data
+        """Resume a session saved with :meth:`Session.save`: the same settings (``arguments``
+        are RLM's and override them; the key is never saved), its conversation and its plain-data
         variables, over ``context`` (which must be the context it was saved with).
         ``session_options`` are :meth:`session`'s (they are not saved).
         ``trace_path`` is not saved: given again, the traces number on after the saved
@@ -220,8 +200,8 @@ class RLM:
         except SettingError as exc:
             raise UsageError(f"{path} is damaged: its saved setting {exc}") from None
         if fixture is not None:
-            settings.setdefault("fixture", fixture)
-        model = cls(**{**stored, **settings})
+            arguments.setdefault("fixture", fixture)
+        model = cls(**{**stored, **arguments})
         return Session(model, context, restore=saved, **(session_options or {}))
 
     def astream(
@@ -520,6 +500,23 @@ class RLM:
         async with open_providers(self.config, self.fixture) as providers:
             yield providers
 
+
+
+def _show_settings_in_signature(cls: type[RLM]) -> None:
+    """``help(RLM)`` and ``inspect.signature(RLM)`` list every setting with its default
+    (the type checker reads them from ``RunSettings``)."""
+    init = cls.__init__
+    own = [p for p in inspect.signature(init).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    settings = [
+        inspect.Parameter(row.name, inspect.Parameter.KEYWORD_ONLY, annotation=row.kind,
+                          default=None if row.name == "model" else row.default)
+        for row in settings_of(RunConfig)
+    ]
+    init.__signature__ = inspect.Signature([*own, *settings])  # type: ignore[attr-defined]
+
+
+_show_settings_in_signature(RLM)
 
 def _emit_finished(
     events: EventBus,

@@ -1,26 +1,42 @@
-"""Run configuration: every knob of one run, its default and its checks, in one place.
+"""The settings table: every setting of rlm, declared once.
 
-The CLI's flag defaults, ``RLM(...)``'s keyword defaults and
-``docs/settings.md`` all come from :class:`RunConfig` (tests check that they
-agree).  Errors name settings through :class:`rlm.errors.SettingError`, so the
-Python API says ``max_depth`` and the CLI says ``--max-depth``.
+Each setting is a field below, declared with :func:`rlm._settings.setting`:
+its name, type and default are the field's; its help, flag, environment
+variable, parser, bounds and the commands that offer it as a flag are the
+rest of its row.  :class:`RunConfig` holds one run's settings (``rlm run``,
+``RLM(...)``, each question of a session, each task of a volley),
+:class:`SessionOptions` a session's, :class:`VolleyOptions` a volley's.
+Everything else (click options, ``RLM``'s keyword arguments, config files,
+``rlm config show``, ``docs/settings.md``) is made from these rows: see
+``rlm/_settings.py``.
+
+Errors name settings through :class:`rlm.errors.SettingError`, so the Python
+API says ``max_depth`` and the CLI says ``--max-depth``.
 """
 
 from __future__ import annotations
 
-import functools
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, get_args, get_origin
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, Literal, get_args
 
-from rlm._sandbox.isolation import parse_layers
+from rlm._durations import parse_duration
+from rlm._settings import (
+    Setting,
+    check_fields,
+    lifted,
+    positive,
+    setting,
+    settings_of,
+    whole,
+)
+from rlm._sizes import parse_size
 from rlm._url_userinfo import redact_url, redacted, redacted_params
-from rlm.errors import SettingError
+from rlm.errors import SettingError, UsageError
 
 __all__ = [
     "DEFAULTS", "DEFAULT_MAX_HISTORY_CHARS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY",
-    "DEFAULT_TIMEOUT", "PROVIDERS", "ProviderName", "RunConfig", "TraceContent",
+    "DEFAULT_STALE_TIMEOUT", "DEFAULT_TIMEOUT", "PROVIDERS", "SETTINGS", "CacheMode",
+    "ProviderName", "RunConfig", "SessionOptions", "TraceContent", "VolleyMode", "VolleyOptions",
     "public_settings", "shown_settings",
 ]
 
@@ -30,6 +46,9 @@ PROVIDERS: tuple[ProviderName, ...] = get_args(ProviderName)
 #: What the trace file keeps: ``full`` content (prompts, replies, code, outputs) or ``meta``
 #: (sizes and timings only, for sensitive inputs).
 TraceContent = Literal["full", "meta"]
+CacheMode = Literal["read-write", "read-only", "refresh"]
+#: A volley's tasks: one completion each, or (``rlm``) a whole RLM call each.
+VolleyMode = Literal["completion", "rlm"]
 
 # Bounded by default: ceilings a normal analysis never reaches but a runaway loop does.
 # 5,000 requests is several batched passes over thousands of chunks (a long analysis
@@ -40,54 +59,209 @@ DEFAULT_MAX_LLM_CALLS = 5_000
 DEFAULT_TIMEOUT = 3600.0
 #: Address space of one sandbox: room for a context of a few hundred MB and its copies.
 DEFAULT_SANDBOX_MEMORY = 2 << 30
-_MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its own package
-#: A session's setting, not a run's (``RLM.session``, ``rlm chat --max-history-chars``): past
-#: this many characters of conversation, older steps are compacted before the next query.
+#: Past this many characters of conversation, a session's older steps are compacted.
 DEFAULT_MAX_HISTORY_CHARS = 200_000
+#: A volley task whose worker sent no heartbeat for this long is reopened for others.
+DEFAULT_STALE_TIMEOUT = 600.0
+
+# Which commands offer a setting as a flag.  Every setting of a command's scopes applies
+# to it all the same from the environment, a profile or a config file.
+_RUN = ("run", "chat")
+_VOLLEY = ("volley", "volley create")
+_WORK = ("volley work",)
+_SEND = (*_RUN, *_VOLLEY, *_WORK)  # where and how to send: every command that sends
+_VOLLEY_DEFAULT = ("volley", "volley create", "volley work")
 
 
-@dataclass(frozen=True, slots=True)
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text, "the value")
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _size(text: str) -> int:
+    return parse_size(text)
+
+
+def _layers(text: str) -> tuple[str, ...]:
+    from rlm._sandbox.isolation import parse_layers  # the sandbox package: only when asked
+
+    return parse_layers(text)
+
+
+def _memory(name: str, value: Any) -> None:
+    if value < _MIN_SANDBOX_MEMORY:
+        raise SettingError(f"<{name}> must be at least 256 MiB, got {value:,} bytes")
+    if value > 1 << 40:
+        raise SettingError(f"<{name}> must be at most 1 TiB, got {value:,} bytes")
+
+
+_MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its own package
+_DAY = 86_400.0
+_TOKENS = 10**13
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs to know.  ``validate()`` names the offending setting.
+    """Everything one run needs to know.  ``validate()`` names the offending setting.
 
-    ``api_key`` is held here (never logged, never sent to a sandbox); the CLI
-    reads it from ``RLM_API_KEY`` / ``OPENAI_API_KEY``, never from argv.
+    ``api_key`` is held here (never logged, never sent to a sandbox, never stored);
+    the CLI reads it from ``RLM_API_KEY`` / ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``,
+    never from argv.
     """
 
-    model: str = "fixture"
-    base_url: str | None = None
-    sub_model: str | None = None
-    sub_base_url: str | None = None
-    provider: ProviderName = "openai"
-    api_key: str | None = field(default=None, repr=False)
-    max_depth: int = 1
-    max_iterations: int = 20
-    max_concurrent: int = 8
-    root_permits: int = 1
-    timeout: float | None = DEFAULT_TIMEOUT
-    exec_timeout: float = 60.0
-    max_output_chars: int = 20_000
-    max_tokens: int | None = None
-    request_timeout: float = 600.0
-    stream_idle_timeout: float = 60.0
-    stream: bool = False
-    max_llm_calls: int | None = DEFAULT_MAX_LLM_CALLS
-    max_input_tokens: int | None = None
-    max_output_tokens: int | None = None
-    max_total_tokens: int | None = None
-    max_cost: float | None = None
-    prices_path: str | None = None
-    rpm: float | None = None
-    tpm: float | None = None
-    burst: int = 1
-    max_retries: int = 3
-    retry_delay: float = 0.5  # the first retry waits up to this (s), full jitter; Retry-After wins
-    adaptive: bool = True
-    require_isolation: tuple[str, ...] = ()
-    cache_path: str | None = None
-    trace_content: TraceContent = "full"
-    cache_mode: str = "read-write"
-    sandbox_memory: int = DEFAULT_SANDBOX_MEMORY
+    SCOPE: ClassVar[str] = "run"
+
+    model: str = setting(
+        "fixture", "Root model (in a volley, every task's). The default is the fixture "
+        "model's name: with provider openai or anthropic, name one.",
+        commands=_SEND, env="RLM_MODEL", metavar="NAME", shown="",
+    )
+    base_url: str | None = setting(
+        None, "Endpoint (default: OpenAI's or Anthropic's, by provider); user:password@ in "
+        "it is sent as HTTP Basic auth and shown nowhere.",
+        commands=_SEND, env="RLM_BASE_URL", metavar="URL",
+    )
+    sub_model: str | None = setting(
+        None, "Model for sub-queries and child calls (default: the root's model).",
+        commands=_SEND, metavar="NAME",
+    )
+    sub_base_url: str | None = setting(
+        None, "Endpoint for sub-queries and child calls (default: base URL).",
+        commands=_SEND, metavar="URL",
+    )
+    provider: ProviderName = setting(
+        "openai", "openai: any OpenAI-compatible endpoint; anthropic: the Messages API; "
+        "fixture: the built-in scripted model, no key needed.",
+        commands=_SEND, env="RLM_PROVIDER",
+    )
+    api_key: str | None = setting(
+        None, "Read by the command line from RLM_API_KEY (or OPENAI_API_KEY / "
+        "ANTHROPIC_API_KEY), never from argv; never logged, stored or sent to a sandbox.",
+        secret=True,
+    )
+    max_depth: int = setting(
+        1, "Depth of the call tree: 1 makes every llm_query a one-shot sub-query; 2 makes "
+        "sub-calls child RLM calls with their own sandbox.",
+        commands=_SEND, check=whole(1, 16),
+    )
+    max_iterations: int = setting(
+        20, "Steps per call before it is asked for its final answer.",
+        commands=_SEND, check=whole(1, 1_000),
+    )
+    max_concurrent: int = setting(
+        8, "LLM requests in flight at once, all lanes together (in a volley: for every "
+        "worker on its journal together).",
+        commands=_SEND, check=whole(1, 4_096), defaults=dict.fromkeys(_VOLLEY_DEFAULT, 16),
+    )
+    root_permits: int = setting(
+        1, "Permits reserved for root steps, so sub-queries never stall them.",
+        commands=_RUN, check=whole(0, 4_095),
+    )
+    timeout: float | None = setting(
+        DEFAULT_TIMEOUT, "Wall-clock limit of the whole run (in a volley, of each task; a "
+        "task's own timeout wins): 90, 30s, 5m, 2h; none lifts it.",
+        commands=_SEND, parse=lifted(_duration), metavar="DURATION|none",
+        check=positive("seconds", 30 * _DAY),
+    )
+    exec_timeout: float = setting(
+        60.0, "Limit for one code execution in the sandbox; waiting for served llm_query "
+        "answers does not count, calls the budget refused do.",
+        commands=_SEND, parse=_duration, metavar="DURATION", check=positive("seconds", _DAY),
+    )
+    max_output_chars: int = setting(
+        20_000, "Printed output shown to the model per code block.",
+        commands=_SEND, check=whole(1, 4_000_000),
+    )
+    max_tokens: int | None = setting(
+        None, "Output tokens per request (sent to the provider).",
+        commands=_SEND, metavar="N|none", check=whole(1, 10_000_000),
+    )
+    request_timeout: float = setting(
+        600.0, "Limit for one HTTP attempt, its whole response included.",
+        commands=_SEND, parse=_duration, metavar="DURATION", check=positive("seconds", _DAY),
+    )
+    stream_idle_timeout: float = setting(
+        60.0, "A streamed reply with no bytes for this long fails its attempt.",
+        commands=_SEND, parse=_duration, metavar="DURATION", check=positive("seconds", _DAY),
+    )
+    stream: bool = setting(
+        False, "Stream every step and run its code blocks as they close, even with no live "
+        "consumer (the commands' --stream also shows the text).",
+    )
+    max_llm_calls: int | None = setting(
+        DEFAULT_MAX_LLM_CALLS, "Requests sent to providers, retries and batch items included: "
+        "a ceiling a normal analysis never reaches but a runaway loop does; none lifts it.",
+        commands=_SEND, metavar="N|none", check=whole(1, 10**9),
+        defaults=dict.fromkeys(_VOLLEY_DEFAULT, None),
+    )
+    max_input_tokens: int | None = setting(
+        None, "Input tokens for the whole run.",
+        commands=_SEND, metavar="N|none", check=whole(1, _TOKENS),
+    )
+    max_output_tokens: int | None = setting(
+        None, "Output tokens for the whole run.",
+        commands=_SEND, metavar="N|none", check=whole(1, _TOKENS),
+    )
+    max_total_tokens: int | None = setting(
+        None, "Input + output tokens for the whole run.",
+        commands=_SEND, metavar="N|none", check=whole(1, _TOKENS),
+    )
+    max_cost: float | None = setting(
+        None, "USD for the whole run (prices from rlm/data/prices.json, or --prices).",
+        commands=_SEND, metavar="USD|none", check=positive("USD", 1e6),
+    )
+    prices_path: str | None = setting(
+        None, "JSON price table (model: input/output/cached_input USD per token) on top of "
+        "ours.", commands=_SEND, flag="--prices", metavar="PATH",
+    )
+    rpm: float | None = setting(
+        None, "Requests per minute the provider allows (paced with a margin; a rate 429 "
+        "slows the pace).", commands=_SEND, metavar="N|none", check=positive("per minute", 1e7),
+    )
+    tpm: float | None = setting(
+        None, "Tokens per minute the provider allows.",
+        commands=_SEND, metavar="N|none", check=positive("per minute", 1e11),
+    )
+    burst: int = setting(
+        1, "Requests that may go back to back before rpm spacing applies.",
+        commands=_SEND, check=whole(1, 10_000),
+    )
+    max_retries: int = setting(
+        3, "Retries per request (429, 5xx, network); Retry-After is honoured.",
+        commands=_SEND, check=whole(0, 100),
+    )
+    retry_delay: float = setting(
+        0.5, "The first retry waits a random time up to this (full jitter), doubling per "
+        "retry up to 30 s; a provider's Retry-After wins.", commands=_SEND, parse=_duration,
+        metavar="DURATION", check=positive("seconds", 600.0),
+    )
+    adaptive: bool = setting(
+        True, "Shrink sub-query concurrency when the provider pushes back; grow it back after.",
+        commands=_SEND, flag="--adapt", off_flag="--no-adapt",
+    )
+    require_isolation: tuple[str, ...] = setting(
+        (), "Refuse to run unless these sandbox layers are active ('all'; see `rlm doctor`).",
+        commands=(*_RUN, *_VOLLEY), parse=_layers, metavar="LAYER,...",
+    )
+    cache_path: str | None = setting(
+        None, "Replay answers to identical requests from this journal (a file, or a "
+        "postgresql:// URL) and store new ones: a re-run sends nothing.",
+        commands=_RUN, flag="--cache", metavar="PATH",
+    )
+    trace_content: TraceContent = setting(
+        "full", "full: the trace keeps prompts, replies, code and outputs (`rlm view` shows "
+        "them); meta: sizes and timings only, for sensitive inputs.", commands=_SEND,
+    )
+    cache_mode: CacheMode = setting(
+        "read-write", "read-only: replay, never store; refresh: never replay, store what is "
+        "sent.", commands=_RUN,
+    )
+    sandbox_memory: int = setting(
+        DEFAULT_SANDBOX_MEMORY, "Memory of one sandbox (2GiB, 512MiB, bytes).",
+        commands=(*_RUN, *_VOLLEY), parse=_size, metavar="SIZE", check=_memory, shown="2GiB",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.require_isolation, list):  # from JSON or a caller's list
@@ -107,68 +281,11 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         """Return self, or raise SettingError naming the setting that is wrong."""
-        _check_types(self)
-        _positive("max_depth", self.max_depth)
-        _positive("max_iterations", self.max_iterations)
-        _positive("max_concurrent", self.max_concurrent)
-        if self.root_permits < 0:
-            raise SettingError("<root_permits> must be 0 or more")
+        check_fields(self)
         if self.root_permits >= self.max_concurrent:
             raise SettingError(
                 f"<root_permits> ({self.root_permits}) must be less than <max_concurrent> "
                 f"({self.max_concurrent}), or sub-queries could never run"
-            )
-        if self.timeout is not None and self.timeout <= 0:
-            raise SettingError("<timeout> must be a positive number of seconds")
-        # `not x > 0` and not `x <= 0`: NaN is refused here, not deep in trio's clock.
-        if not self.exec_timeout > 0:
-            raise SettingError("<exec_timeout> must be a positive number of seconds")
-        if not self.stream_idle_timeout > 0:
-            raise SettingError("<stream_idle_timeout> must be a positive number of seconds")
-        _positive("max_output_chars", self.max_output_chars)
-        if self.sandbox_memory < _MIN_SANDBOX_MEMORY:
-            raise SettingError(
-                f"<sandbox_memory> must be at least 256 MiB, got {self.sandbox_memory:,} bytes"
-            )
-        for name, rate in (("rpm", self.rpm), ("tpm", self.tpm)):
-            if rate is not None and rate <= 0:
-                raise SettingError(f"<{name}> must be a positive rate per minute, got {rate:g}")
-        _positive("burst", self.burst)
-        for name, limit in (
-            ("max_llm_calls", self.max_llm_calls),
-            ("max_input_tokens", self.max_input_tokens),
-            ("max_output_tokens", self.max_output_tokens),
-            ("max_total_tokens", self.max_total_tokens),
-        ):
-            if limit is not None:
-                _positive(name, limit)
-        if self.max_cost is not None and self.max_cost <= 0:
-            raise SettingError(
-                f"<max_cost> must be a positive amount of USD, got {self.max_cost:g}"
-            )
-        if self.max_retries < 0:
-            raise SettingError(f"<max_retries> must be 0 or more, got {self.max_retries}")
-        if not self.retry_delay > 0:
-            raise SettingError(
-                f"<retry_delay> must be a positive duration, got {self.retry_delay:g}"
-            )
-        if self.max_tokens is not None:
-            _positive("max_tokens", self.max_tokens)
-        if self.cache_mode not in ("read-write", "read-only", "refresh"):
-            raise SettingError(
-                f"<cache_mode> must be read-write, read-only or refresh, got {self.cache_mode!r}"
-            )
-        if self.trace_content not in ("full", "meta"):
-            raise SettingError(
-                f"<trace_content> must be 'full' or 'meta', got {self.trace_content!r}"
-            )
-        try:
-            parse_layers(self.require_isolation)
-        except ValueError as exc:
-            raise SettingError(f"<require_isolation>: {exc}") from None
-        if self.provider not in PROVIDERS:
-            raise SettingError(
-                f"<provider> must be 'openai', 'anthropic' or 'fixture', got {self.provider!r}"
             )
         return self
 
@@ -207,6 +324,92 @@ class RunConfig:
         return self
 
 
+@dataclass(frozen=True)
+class SessionOptions:
+    """A session's own settings (``RLM(...).session(context, **options)``, ``rlm chat``).
+
+    Each question is still bounded by the run settings, as one run is.
+    """
+
+    SCOPE: ClassVar[str] = "session"
+
+    max_history_chars: int | None = setting(
+        DEFAULT_MAX_HISTORY_CHARS, "Past this many characters of conversation, older steps "
+        "are summarised by the root model before the next question (the REPL's variables "
+        "stay); none never compacts.",
+        commands=("chat",), metavar="N|none", check=whole(1_000, 10**9),
+    )
+    max_total_llm_calls: int | None = setting(
+        None, "Requests for the whole session, every question together.",
+        commands=("chat",), metavar="N|none", check=whole(1, 10**9),
+    )
+    max_total_cost: float | None = setting(
+        None, "USD for the whole session, every question together.",
+        commands=("chat",), metavar="USD|none", check=positive("USD", 1e6),
+    )
+
+    def validate(self) -> SessionOptions:
+        check_fields(self)
+        return self
+
+
+@dataclass(frozen=True)
+class VolleyOptions:
+    """A volley's own settings (``RLM(...).volley(tasks, **options)``, ``rlm volley``).
+
+    Each task is bounded by the run settings as one run is (``timeout`` is each
+    task's); ``max_concurrent``, ``rpm`` and ``tpm`` are the volley's, shared by
+    every worker on its journal.
+    """
+
+    SCOPE: ClassVar[str] = "volley"
+
+    mode: VolleyMode = setting(
+        "completion", "Run each task as a whole RLM call over the shared context (its own "
+        "sandbox, llm_query_batched, FINAL); the context is loaded once for all.",
+        commands=_VOLLEY, flag="--rlm", switch="rlm",
+    )
+    cache_warm: bool = setting(
+        True, "Send the first task alone when the shared prefix is long enough to be cached, "
+        "then fan out reading the provider's prompt cache.",
+        commands=_VOLLEY, flag="--cache-warm", off_flag="--no-cache-warm",
+    )
+    window: int | None = setting(
+        None, "Tasks claimed at once (default: twice max_concurrent; max_concurrent for rlm "
+        "tasks, each of which holds a sandbox).", check=whole(1, 100_000),
+    )
+    journal: str | None = setting(
+        None, "The journal: a SQLite file, or postgresql://... for workers on several "
+        "machines (default: journal.sqlite3 in your state directory).",
+        commands=(*_VOLLEY, *_WORK, "volley list", "volley show"), env="RLM_JOURNAL",
+        metavar="PATH|URL",
+    )
+    stale_timeout: float = setting(
+        DEFAULT_STALE_TIMEOUT, "Reopen a task whose worker sent no heartbeat for this long "
+        "(90s, 10m, 2h; at least 1s).", commands=("volley", *_WORK), parse=_duration,
+        metavar="DURATION", check=positive("seconds", 7 * _DAY),
+    )
+
+    def validate(self) -> VolleyOptions:
+        check_fields(self)
+        if self.stale_timeout < 1.0:
+            raise SettingError(
+                f"<stale_timeout> must be at least 1s, got {self.stale_timeout:g} s: workers "
+                "heartbeat every quarter of it, so a shorter one would reopen tasks whose "
+                "workers are alive and run them twice"
+            )
+        return self
+
+    def stored(self) -> dict[str, Any]:
+        """What a journal keeps of these options (not where the journal is)."""
+        return {k: v for k, v in asdict(self).items() if k != "journal"}
+
+
+#: The whole table, in the order docs and ``--help`` list it.
+SETTINGS: tuple[Setting, ...] = (
+    *settings_of(RunConfig), *settings_of(SessionOptions), *settings_of(VolleyOptions),
+)
+
 #: Every setting at its default: what the CLI's flags and ``RLM(...)`` start from.
 DEFAULTS = RunConfig()
 
@@ -231,58 +434,6 @@ def shown_settings(config: RunConfig) -> dict[str, Any]:
     if public["cache_path"]:
         public["cache_path"] = redact_url(public["cache_path"])
     return public
-
-
-def _positive(name: str, value: int) -> None:
-    if value <= 0:
-        raise SettingError(f"<{name}> must be a positive integer, got {value}")
-
-
-@functools.cache
-def _setting_types() -> dict[str, Any]:
-    return typing.get_type_hints(RunConfig)
-
-
-def _check_types(config: RunConfig) -> None:
-    """A value of the wrong type (``max_depth="3"`` from Python, a hand-edited saved
-    session) is named here, not met later as a TypeError deep in a run."""
-    hints = _setting_types()
-    for setting in fields(config):
-        value, kind = getattr(config, setting.name), hints[setting.name]
-        if not _fits(value, kind):
-            raise SettingError(f"<{setting.name}> must be {_spell(kind)}, got {value!r}")
-
-
-def _fits(value: object, kind: Any) -> bool:
-    origin = get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, option) for option in get_args(kind))
-    if origin is Literal:
-        return value in get_args(kind)
-    if origin is tuple:
-        (item, _) = get_args(kind)
-        return isinstance(value, tuple | list) and all(_fits(v, item) for v in value)
-    if kind is type(None):
-        return value is None
-    if kind is float:  # an int is a fine number of seconds; a bool is not
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind)
-
-
-def _spell(kind: Any) -> str:
-    origin = get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_spell(option) for option in get_args(kind))
-    if origin is Literal:
-        *others, last = (repr(v) for v in get_args(kind))
-        return f"{', '.join(others)} or {last}" if others else last
-    if origin is tuple:
-        return f"a list of {get_args(kind)[0].__name__}"
-    names = {type(None): "None", int: "an integer", float: "a number", str: "a string",
-             bool: "True or False"}
-    return names.get(kind, getattr(kind, "__name__", str(kind)))
 
 
 def _unparsable(url: str) -> str | None:

@@ -3,7 +3,7 @@
 Two files are read, when they exist: the user's (``config.toml`` in
 ``click.get_app_dir("rlm")``, e.g. ``~/.config/rlm/config.toml``) and then
 ``rlm.toml`` in the working directory, whose keys win.  Keys are
-:class:`rlm.RunConfig` field names (dashes or underscores); top-level keys
+settings of the table (``rlm/_config.py``; dashes or underscores); top-level keys
 apply to every run, ``[profiles.NAME]`` tables only when that profile is
 chosen (``--profile NAME`` or ``RLM_PROFILE``)::
 
@@ -25,22 +25,19 @@ are read from the environment only.  Other commands (``rlm volley``) reuse
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
-from rlm._config import RunConfig
+from rlm._config import SETTINGS
+from rlm._settings import from_file
 from rlm.errors import UsageError
 
 __all__ = ["PROJECT_FILE", "Profile", "config_files", "load_profile", "user_config_file"]
 
 PROJECT_FILE = "rlm.toml"
-_SECRET_KEYS = frozenset({"api_key"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,57 +133,23 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
-    """``table``'s keys checked against RunConfig's fields and their types."""
-    hints = typing.get_type_hints(RunConfig)
-    known = {f.name for f in dataclasses.fields(RunConfig)} - _SECRET_KEYS
+    """``table``'s keys checked against the settings table, their values read as it says."""
+    rows = {row.name: row for row in SETTINGS}
     settings: dict[str, Any] = {}
     for raw_key, value in table.items():
         key = raw_key.replace("-", "_")
-        if key in _SECRET_KEYS:
+        row = rows.get(key)
+        if row is not None and row.spec.secret:
             raise UsageError(
                 f"{path}: {where}{raw_key}: API keys do not belong in config files; "
                 "set RLM_API_KEY (or OPENAI_API_KEY / ANTHROPIC_API_KEY) in the environment"
             )
-        if key not in known:
+        if row is None:
             import difflib
 
-            close = difflib.get_close_matches(key, sorted(known), n=1)
+            known = sorted(name for name, r in rows.items() if not r.spec.secret)
+            close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(f"{path}: {where}unknown setting {raw_key!r}{hint}")
-        settings[key] = _checked(value, hints[key], f"{path}: {where}{raw_key}")
+        settings[key] = from_file(row, value, f"{path}: {where}{raw_key}")
     return settings
-
-
-def _checked(value: Any, hint: Any, where: str) -> Any:
-    """``value`` if it fits the field's type (an int where a float goes is fine)."""
-    origin = typing.get_origin(hint)
-    options = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
-    if type(None) in options and value == "none":  # TOML has no null: "none" lifts a limit
-        return None
-    for option in options:
-        if option is type(None):
-            continue
-        if typing.get_origin(option) is typing.Literal:
-            if value in typing.get_args(option):
-                return value
-        elif typing.get_origin(option) is tuple:
-            if isinstance(value, str):
-                return tuple(part.strip() for part in value.split(",") if part.strip())
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return tuple(value)
-        elif option is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        elif isinstance(value, option) and (option is not int or not isinstance(value, bool)):
-            return value  # str, bool, or an int that is not a bool
-    wanted = " or ".join(_type_name(option) for option in options if option is not type(None))
-    raise UsageError(f"{where} must be {wanted}, got {value!r}")
-
-
-def _type_name(option: Any) -> str:
-    if typing.get_origin(option) is typing.Literal:
-        return "one of " + ", ".join(repr(v) for v in typing.get_args(option))
-    if typing.get_origin(option) is tuple:
-        return "a list of strings"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        option, str(option)
-    )

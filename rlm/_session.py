@@ -31,11 +31,11 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import trio
 
-from rlm._config import DEFAULT_MAX_HISTORY_CHARS, RunConfig, public_settings
+from rlm._config import RunConfig, SessionOptions, public_settings
 from rlm._events import EventBus
 from rlm._result import RunResult
 from rlm._run.call import SessionCarry
@@ -43,9 +43,10 @@ from rlm._run.context import Context
 from rlm._run.runtime import default_launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
+from rlm._settings_types import SessionSettings
 from rlm._traffic.budget import SessionTotals
 from rlm._trio_only import require_trio
-from rlm.errors import RLMError, SettingError, UsageError
+from rlm.errors import RLMError, UsageError
 from rlm.providers.base import Message
 from rlm_sandbox.protocol import BridgeAnswer
 
@@ -82,17 +83,15 @@ class AsyncSession:
         model: RLM,
         context: Context = "",
         *,
-        max_history_chars: int | None = DEFAULT_MAX_HISTORY_CHARS,
-        max_total_llm_calls: int | None = None,
-        max_total_cost: float | None = None,
         restore: SavedSession | None = None,
+        **options: Unpack[SessionSettings],
     ) -> None:
-        check_session_limits(max_history_chars, max_total_llm_calls, max_total_cost)
+        settings = SessionOptions(**options).validate()
         self._model = model
         self._context = context
-        self._max_history_chars = max_history_chars
-        self._max_total_llm_calls = max_total_llm_calls
-        self._max_total_cost = max_total_cost
+        self._max_history_chars = settings.max_history_chars
+        self._max_total_llm_calls = settings.max_total_llm_calls
+        self._max_total_cost = settings.max_total_cost
         self._restore = restore
         self._carry: SessionCarry | None = None
         self._stack: AsyncExitStack | None = None
@@ -272,8 +271,15 @@ class AsyncSession:
 class Session:
     """A blocking session (see :class:`AsyncSession`): its trio loop runs on a thread."""
 
-    def __init__(self, model: RLM, context: Context = "", **options: Any) -> None:
-        self._async = AsyncSession(model, context, **options)
+    def __init__(
+        self,
+        model: RLM,
+        context: Context = "",
+        *,
+        restore: SavedSession | None = None,
+        **options: Unpack[SessionSettings],
+    ) -> None:
+        self._async = AsyncSession(model, context, restore=restore, **options)
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -403,31 +409,6 @@ def query_trace_path(path: str, number: int) -> str:
     """
     target = Path(path)
     return str(target.with_name(f"{target.stem}.{number}{target.suffix}"))
-
-
-def check_session_limits(
-    max_history_chars: int | None, max_total_llm_calls: int | None, max_total_cost: float | None
-) -> None:
-    """SettingError naming the session setting that is wrong (``rlm chat`` spells its flag)."""
-    if max_history_chars is not None and not (
-        type(max_history_chars) is int and max_history_chars >= 1_000
-    ):
-        raise SettingError(
-            f"<max_history_chars> must be at least 1,000 characters, or none for no limit "
-            f"(None in Python), got {max_history_chars!r}"
-        )
-    if max_total_llm_calls is not None and not (
-        type(max_total_llm_calls) is int and max_total_llm_calls > 0
-    ):
-        raise SettingError(
-            f"<max_total_llm_calls> must be a positive integer, got {max_total_llm_calls!r}"
-        )
-    if max_total_cost is not None and not (
-        isinstance(max_total_cost, int | float) and max_total_cost > 0
-    ):
-        raise SettingError(
-            f"<max_total_cost> must be a positive amount of USD, got {max_total_cost!r}"
-        )
 
 
 def restore_source(variables: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from rlm._config import SETTINGS
 from rlm.errors import SettingError, SettingNamer
 
 __all__ = ["cli_setting", "flag_namer", "model_or_blank", "usage_message"]
@@ -24,9 +25,9 @@ def flag_namer(command: click.Command) -> SettingNamer:
         if value is None:
             return flag
         text = f"{flag} {value}"
-        envvar = option.envvar if option is not None else None
-        if isinstance(envvar, str):
-            text += f" (or set {envvar})"
+        row = next((row for row in SETTINGS if row.name == name), None)
+        if option is not None and row is not None and row.spec.env:
+            text += f" (or set {row.spec.env})"
         return text
 
     return spell

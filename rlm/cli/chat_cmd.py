@@ -7,20 +7,21 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import Any
+from typing import cast
 
 import click
 
 from rlm._api import RLM
-from rlm._config import DEFAULT_MAX_HISTORY_CHARS
+from rlm._config import RunConfig, SessionOptions
 from rlm._run.tools import load_tool
 from rlm._session import Session
+from rlm._settings import api_key_from_environment, settings_of
+from rlm._settings_types import SessionSettings
 from rlm._trace import check_trace_path
 from rlm.cli._context_input import context_paths, read_context
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
-from rlm.cli._limits import optional_count
-from rlm.cli._profile_option import profile_only_settings
+from rlm.cli._settings_cli import command_settings, settings_params
 from rlm.cli._terminal import answer_for_stdout, say
 from rlm.cli.run_cmd import run
 from rlm.errors import RLMError, UsageError
@@ -28,10 +29,6 @@ from rlm.providers.keys import missing_key_message
 
 __all__ = ["chat"]
 
-#: ``rlm run`` options that mean something else (or nothing) in a chat.
-_NOT_SHARED = {
-    "query", "as_json", "output_format", "stream", "trace_path", "quiet", "history", "view",
-}
 _BANNER = (
     "rlm chat: ask about the context; follow-ups keep the REPL's variables.\n"
     "Ctrl-C cancels the current question; Ctrl-D or 'exit' ends."
@@ -47,11 +44,7 @@ def _chat(
     tools: tuple[str, ...],
     load: str | None,
     save: str | None,
-    max_history_chars: int | None,
-    max_total_llm_calls: int | None,
-    max_total_cost: float | None,
     trace_path: str | None,
-    **settings: Any,
 ) -> None:
     """Ask questions about a large context, one after another, in one session.
 
@@ -71,10 +64,12 @@ def _chat(
       printf 'What is the magic number?\\nHow many chunks did you search?\\n' | \\
           rlm chat --context-file big.txt --provider fixture --json
     """
-    settings.update(profile_only_settings())
-    settings["model"] = model_or_blank(settings["provider"], settings["model"])
-    vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
-    api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
+    resolved = command_settings(("run", "session"), "chat")
+    settings = resolved.scope(settings_of(RunConfig))
+    options = cast(SessionSettings, resolved.scope(settings_of(SessionOptions)))
+    if resolved.sources["model"] == "default":
+        settings["model"] = model_or_blank(settings["provider"], None)
+    api_key = api_key_from_environment(settings["provider"])
     interactive = sys.stdin.isatty() and not as_json
     try:
         if save is not None:
@@ -90,8 +85,6 @@ def _chat(
         if model.config.cache_path is not None:
             _check_cache(model.config.cache_path, model.config.cache_mode)
         context = read_context(context_paths(context_files, more_paths), encoding, glob_pattern)
-        options = {"max_history_chars": max_history_chars,
-                   "max_total_llm_calls": max_total_llm_calls, "max_total_cost": max_total_cost}
         if load is not None:
             session = RLM.load_session(
                 load, context, session_options=options, api_key=api_key, tools=functions,
@@ -198,39 +191,19 @@ def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
                 say(f"the question ended with status {result.status}{reason}")
 
 
+#: ``rlm run``'s options that a chat shares: its input and its host tools.
+_SHARED = {"more_paths", "context_files", "glob_pattern", "encoding", "tools"}
+
 chat = click.Command(
     "chat",
     callback=_chat,
     help=_chat.__doc__,
     params=[
-        *(param for param in run.params if param.name not in _NOT_SHARED),
+        *(param for param in run.params if param.name in _SHARED),
         click.Option(
             ["--json", "as_json"],
             is_flag=True,
             help="Read one question per line; write one JSON object per answer.",
-        ),
-        click.Option(
-            ["--max-history-chars"],
-            type=str,
-            default=DEFAULT_MAX_HISTORY_CHARS,
-            callback=optional_count,
-            metavar="N|none",
-            show_default=True,
-            help="Past this many characters of conversation, older steps are summarised "
-            "by the model before the next question (the variables stay); 'none' never.",
-        ),
-        click.Option(
-            ["--max-total-llm-calls"],
-            type=int,
-            metavar="N",
-            help="Requests for the whole chat, every question together (each question is "
-            "also bounded by --max-llm-calls).",
-        ),
-        click.Option(
-            ["--max-total-cost"],
-            type=float,
-            metavar="USD",
-            help="USD for the whole chat, every question together (see --prices).",
         ),
         click.Option(
             ["--trace", "trace_path"],
@@ -242,5 +215,6 @@ chat = click.Command(
         click.Option(
             ["--save"], metavar="PATH", help="At the end, save the conversation and variables."
         ),
+        *settings_params("chat"),
     ],
 )

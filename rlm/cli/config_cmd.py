@@ -6,20 +6,15 @@ import json
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from rlm._profiles import PROJECT_FILE, user_config_file
 from rlm._url_userinfo import redact_url
-from rlm.cli._profile_option import current_profile, profile_option
+from rlm.cli._flags import model_or_blank
+from rlm.cli._settings_cli import command_settings, current_profile, settings_options
 from rlm.providers.keys import default_base_url
 
 __all__ = ["config_group"]
 
-# Options of `rlm run` that describe one run's input and output, not a setting.
-_NOT_SETTINGS = frozenset(
-    {"query", "more_paths", "context_files", "glob_pattern", "encoding", "trace_path"}
-    | {"as_json", "output_format", "quiet", "profile_name"}
-)
 
 
 @click.group("config")
@@ -28,7 +23,8 @@ def config_group() -> None:
 
     rlm reads config.toml in the user config directory, then rlm.toml in the
     working directory (its keys win).  Keys are `rlm run` settings with
-    underscores (base_url, model, sub_model, max_concurrent, rpm, tpm, ...).
+    underscores (base_url, model, sub_model, max_concurrent, rpm, tpm, ...;
+    every one is in docs/settings.md).
     Top-level keys apply to every run; a [profiles.NAME] table applies with
     --profile NAME (or RLM_PROFILE=NAME).  Precedence: flags > environment
     (RLM_MODEL, RLM_BASE_URL, RLM_PROVIDER) > profile > top-level keys >
@@ -52,33 +48,26 @@ def config_group() -> None:
 
 @config_group.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@profile_option
+@settings_options("config show")
 def show(as_json: bool) -> None:
-    """Show each run setting's value and its source (flag, env, profile, default)."""
-    from rlm.cli.run_cmd import run  # the settings are run's options
-
+    """Show each setting's value and its source (flag, env, profile, default), as `rlm run`
+    (and, for the session and volley settings, `rlm chat` and `rlm volley`) would see it."""
     profile = current_profile()
-    args = ["--profile", profile.name] if profile.name else []
-    ctx = run.make_context("run", ["query", *args])
-    settings: dict[str, dict[str, Any]] = {}
-    for param in run.params:
-        name = param.name
-        if not name or name in _NOT_SETTINGS:
-            continue
-        settings[name] = {
-            "value": ctx.params.get(name),
-            "source": _source(ctx, param, profile.sources.get(name)),
-        }
+    resolved = command_settings(("run", "session", "volley"), "run")
+    settings: dict[str, dict[str, Any]] = {
+        name: {"value": value, "source": resolved.sources[name]}
+        for name, value in resolved.values.items()
+    }
+    if resolved.sources["model"] == "default":  # the fixture's name only for the fixture
+        settings["model"]["value"] = model_or_blank(str(settings["provider"]["value"]), None)
     if settings["base_url"]["value"] is None:
         provider = str(settings["provider"]["value"])
         settings["base_url"] = {
             "value": default_base_url(provider),
             "source": f"default for --provider {provider}",
         }
-    for name, value in profile.values.items():  # settings only a config file can set
-        settings.setdefault(name, {"value": value, "source": profile.sources.get(name, "")})
-    for name in ("base_url", "sub_base_url"):  # shown as everywhere: without user:password
-        if settings.get(name, {}).get("value"):
+    for name in ("base_url", "sub_base_url", "cache_path", "journal"):  # never a password
+        if settings[name]["value"]:
             settings[name]["value"] = redact_url(str(settings[name]["value"]))
     files = [str(path) for path in profile.files]
     if as_json:
@@ -103,15 +92,3 @@ def show(as_json: bool) -> None:
         value = entry["value"]
         shown = "-" if value in (None, (), "") else value
         click.echo(f"  {name:<{width}}  {shown!s:<28} {entry['source']}")
-
-
-def _source(ctx: click.Context, param: click.Parameter, profile_source: str | None) -> str:
-    source = ctx.get_parameter_source(param.name or "")
-    if source is ParameterSource.ENVIRONMENT:
-        envvar = param.envvar if isinstance(param.envvar, str) else "environment"
-        return f"env {envvar}"
-    if source is ParameterSource.DEFAULT_MAP:
-        return profile_source or "config file"
-    if source is ParameterSource.COMMANDLINE:
-        return "flag"
-    return "default"

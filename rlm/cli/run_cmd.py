@@ -5,19 +5,15 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import os
 import sys
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 import click
-from click.core import ParameterSource
 
-from rlm._config import DEFAULTS, PROVIDERS, TraceContent
-from rlm._sizes import format_size
+from rlm._settings import api_key_from_environment
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
-from rlm.cli._limits import memory_size, optional_count, optional_duration
-from rlm.cli._profile_option import profile_only_settings, profile_option
+from rlm.cli._settings_cli import command_settings, settings_options
 from rlm.cli._terminal import answer_for_stdout, plural, say
 from rlm.errors import RLMError, UsageError
 
@@ -50,159 +46,7 @@ __all__ = ["run"]
     help="Which files of a --context-file directory to read, e.g. '*.log' or '**/*.md'.",
 )
 @click.option("--encoding", default="utf-8", show_default=True, help="Encoding of context files.")
-@click.option(
-    "--base-url",
-    envvar="RLM_BASE_URL",
-    help="Endpoint (default: OpenAI's or Anthropic's, by --provider) [env: RLM_BASE_URL].",
-)
-@click.option("--model", envvar="RLM_MODEL", help="Root model [env: RLM_MODEL].")
-@click.option("--sub-model", help="Model for sub-queries and child calls (default: --model).")
-@click.option("--sub-base-url", help="Endpoint for sub-queries (default: --base-url).")
-@click.option(
-    "--provider",
-    type=click.Choice(PROVIDERS),
-    default=DEFAULTS.provider,
-    show_default=True,
-    envvar="RLM_PROVIDER",
-    help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API; fixture: "
-    "the built-in scripted model, no key needed [env: RLM_PROVIDER].",
-)
-@click.option(
-    "--max-depth",
-    type=int,
-    default=DEFAULTS.max_depth,
-    show_default=True,
-    help="Depth of the call tree: 1 makes every llm_query a one-shot sub-query.",
-)
-@click.option(
-    "--max-iterations",
-    type=int,
-    default=DEFAULTS.max_iterations,
-    show_default=True,
-    help="Steps per call before it is asked for its final answer.",
-)
-@click.option(
-    "--max-concurrent",
-    type=int,
-    default=DEFAULTS.max_concurrent,
-    show_default=True,
-    help="LLM requests in flight at once, all lanes together.",
-)
-@click.option(
-    "--root-permits",
-    type=int,
-    default=DEFAULTS.root_permits,
-    show_default=True,
-    help="Permits reserved for root steps, so sub-queries never stall them.",
-)
-@click.option(
-    "--max-llm-calls",
-    type=str,
-    default=DEFAULTS.max_llm_calls,
-    callback=optional_count,
-    metavar="N|none",
-    show_default=True,
-    help="Requests sent to providers, retries included: a ceiling a normal analysis never "
-    "reaches but a runaway loop does; 'none' lifts it.",
-)
-@click.option("--max-input-tokens", type=int, help="Input tokens for the whole run.")
-@click.option("--max-output-tokens", type=int, help="Output tokens for the whole run.")
-@click.option("--max-total-tokens", type=int, help="Input + output tokens for the whole run.")
-@click.option("--max-cost", type=float, help="USD for the whole run (see --prices).")
-@click.option(
-    "--prices",
-    "prices_path",
-    metavar="PATH",
-    help="JSON price table (model → input/output/cached_input USD per token) on top of ours.",
-)
-@click.option("--max-tokens", type=int, help="Output tokens per request (sent to the provider).")
-@click.option("--rpm", type=float, help="Requests per minute the provider allows (paced evenly).")
-@click.option("--tpm", type=float, help="Tokens per minute the provider allows.")
-@click.option(
-    "--burst",
-    type=int,
-    default=DEFAULTS.burst,
-    show_default=True,
-    help="Requests that may go back to back before --rpm spacing applies.",
-)
-@click.option(
-    "--max-retries",
-    type=int,
-    default=DEFAULTS.max_retries,
-    show_default=True,
-    help="Retries per request (429, 5xx, network); Retry-After is honoured.",
-)
-@click.option(
-    "--adapt/--no-adapt",
-    "adaptive",
-    default=DEFAULTS.adaptive,
-    show_default=True,
-    help="Shrink sub-query concurrency when the provider pushes back; grow it back after.",
-)
-@click.option(
-    "--timeout",
-    type=str,
-    default=DEFAULTS.timeout,
-    callback=optional_duration,
-    metavar="SECONDS|none",
-    show_default=True,
-    help="Wall-clock limit for the whole run (s); 'none' lifts it.",
-)
-@click.option(
-    "--exec-timeout",
-    type=float,
-    default=DEFAULTS.exec_timeout,
-    show_default=True,
-    help="Limit for one code execution in the sandbox (s); waiting for served llm_query "
-    "answers does not count, calls the budget refused do.",
-)
-@click.option(
-    "--sandbox-memory",
-    type=str,
-    default=DEFAULTS.sandbox_memory,
-    callback=memory_size,
-    show_default=format_size(DEFAULTS.sandbox_memory),
-    metavar="SIZE",
-    help="Memory of one sandbox (e.g. 1GiB, 512MiB); a run's sandboxes together hold at "
-    "most half this machine's memory.",
-)
-@click.option(
-    "--max-output-chars",
-    type=int,
-    default=DEFAULTS.max_output_chars,
-    show_default=True,
-    help="Printed output shown to the model per code block.",
-)
-@click.option(
-    "--require-isolation",
-    default="",
-    metavar="LAYER,...",
-    callback=lambda ctx, param, value: _isolation_option(value),
-    help="Refuse to run unless these sandbox layers are active ('all'; see `rlm doctor`).",
-)
-@click.option(
-    "--cache",
-    "cache_path",
-    metavar="PATH",
-    help="Replay answers to identical requests from this journal (a file, or a postgresql:// "
-    "URL) and store new ones: a re-run sends nothing, an interrupted run resumes.",
-)
-@click.option(
-    "--cache-mode",
-    type=click.Choice(["read-write", "read-only", "refresh"]),
-    default=DEFAULTS.cache_mode,
-    show_default=True,
-    help="read-only: replay, never store; refresh: never replay, store what is sent.",
-)
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
-@click.option(
-    "--trace-content",
-    type=click.Choice(get_args(TraceContent)),
-    default=DEFAULTS.trace_content,
-    show_default=True,
-    help="full: the trace keeps prompts, replies, code and outputs (`rlm view` shows them); "
-    "meta: sizes and timings only, for sensitive inputs.",
-)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object instead of the answer."
 )
@@ -214,17 +58,11 @@ __all__ = ["run"]
 )
 @click.option(
     "--stream",
+    "show_text",
     is_flag=True,
     help="Show the root's reply as it is written (stderr), code running as soon as its "
     "block closes; with --json or --output-format jsonl, every event as one JSON line on "
     "stdout.",
-)
-@click.option(
-    "--stream-idle-timeout",
-    type=float,
-    default=DEFAULTS.stream_idle_timeout,
-    show_default=True,
-    help="A streamed reply with no bytes for this long fails its attempt (s).",
 )
 @click.option(
     "--history/--no-history",
@@ -242,7 +80,7 @@ __all__ = ["run"]
     help="Offer a Python function to the model's code, by name (repeatable). It runs on "
     "this machine with your privileges: host code, not sandboxed.",
 )
-@profile_option
+@settings_options("run")
 def run(
     query: str,
     more_paths: tuple[str, ...],
@@ -253,11 +91,10 @@ def run(
     output_format: str | None,
     quiet: bool,
     trace_path: str | None,
-    stream: bool,
+    show_text: bool,
     history: bool,
     view: bool,
     tools: tuple[str, ...],
-    **settings: Any,
 ) -> None:
     """Answer QUERY over a large context with a recursive language model.
 
@@ -313,20 +150,19 @@ def run(
             f"--json is --output-format json; give --output-format {output_format} alone"
         )
     # --json with --stream has always meant the events, one per line (jsonl).
-    fmt = output_format or ("jsonl" if as_json and stream else "json" if as_json else "text")
-    events_out = stream and fmt == "jsonl"  # stdout carries every event, one JSON line each
+    fmt = output_format or ("jsonl" if as_json and show_text else "json" if as_json else "text")
+    events_out = show_text and fmt == "jsonl"  # stdout carries every event, one JSON line each
     object_out = fmt != "text" and not events_out  # stdout carries one JSON object
-    settings.update(profile_only_settings())
-    if settings["cache_path"] is None and ctx.get_parameter_source("cache_mode") in (
-        ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT
-    ):
+    resolved = command_settings(("run",), "run")
+    settings = resolved.values
+    if settings["cache_path"] is None and resolved.sources["cache_mode"] != "default":
         raise click.UsageError("--cache-mode needs --cache PATH: the journal to replay from")
-    settings["model"] = model_or_blank(settings["provider"], settings["model"])
+    if resolved.sources["model"] == "default":
+        settings["model"] = model_or_blank(settings["provider"], None)
     if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
         importlib.import_module("rlm.providers._http").load_http_transport()
-    vendor_key = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
-    api_key = os.environ.get("RLM_API_KEY") or os.environ.get(vendor_key)
-    printer = None if quiet or stream else _progress_printer()
+    api_key = api_key_from_environment(settings["provider"])
+    printer = None if quiet or show_text else _progress_printer()
     keeper = RunKeeper(keep=history, view=view, trace_path=trace_path, query=query)
     try:
         if trace_path is not None:
@@ -351,7 +187,7 @@ def run(
         paths = context_paths(context_files, more_paths)
         context = read_context(paths, encoding, glob_pattern)
         warn_if_empty(paths, context)
-        on_event = _live_output(events_out) if stream else None
+        on_event = _live_output(events_out) if show_text else None
         keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
     except UsageError as exc:
@@ -426,11 +262,3 @@ _NEXT_STEP = {
     "iterations": " (raise --max-iterations, or ask a narrower question)",
 }
 
-
-def _isolation_option(value: str) -> tuple[str, ...]:
-    from rlm._sandbox.isolation import parse_layers
-
-    try:
-        return parse_layers(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None

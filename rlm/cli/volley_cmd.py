@@ -2,51 +2,43 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 import trio
-from click.core import ParameterSource
 from rich.console import Console
 
-from rlm._config import DEFAULT_MAX_LLM_CALLS, DEFAULT_TIMEOUT, RunConfig
+from rlm._config import RunConfig, VolleyOptions
 from rlm._durations import parse_duration
 from rlm._events import Event
 from rlm._run.runtime import load_prices
 from rlm.cli._context_input import read_context, read_text
-from rlm.cli._flags import model_or_blank, usage_message
+from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper
-from rlm.cli._limits import optional_count, optional_number
-from rlm.cli._profile_option import profile_only_settings, profile_option
 from rlm.cli._progress import stderr_console
+from rlm.cli._settings_cli import given_flag, settings_options
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
-    FIXED_BY_VOLLEY,
-    JournalFlags,
     JournalSession,
-    api_key_for,
-    config_provider,
+    journal_flags,
     require_key,
-    resume_options,
-    resume_overrides,
     resumed_fixture,
-    resumed_options,
+    volley_settings,
     with_other_workers,
 )
 from rlm.errors import RLMError, UsageError
 from rlm.history.record import volley_summary
 from rlm.journal import Spend
-from rlm.journal.volleys import StoredVolley, reopen_failed, run_config
+from rlm.journal.volleys import StoredVolley, reopen_failed
 from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import bills_cache_writes
 from rlm.streaming import StreamMerger, drain
-from rlm.volley.engine import Volley, VolleyOptions
+from rlm.volley.engine import Volley
 from rlm.volley.estimate import estimate
 from rlm.volley.layout import RequestLayout
 from rlm.volley.output import OrderedWriter
@@ -83,50 +75,10 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Shared context from a file (repeatable; - reads stdin).")
 @click.option("--encoding", default="utf-8", show_default=True,
               help="Encoding of context and task files (and of --stdin).")
-@click.option("--provider", type=click.Choice(["openai", "anthropic", "fixture"]),
-              default="openai", show_default=True,
-              help="openai: any OpenAI-compatible endpoint; anthropic: the Messages API; "
-              "fixture: the built-in scripted model, no key needed.")
-@click.option("--base-url", envvar="RLM_BASE_URL", help="Endpoint [env: RLM_BASE_URL].")
-@click.option("--model", envvar="RLM_MODEL", help="Model for every task [env: RLM_MODEL].")
-@click.option("--max-tokens", type=int, help="Output tokens per task (sent to the provider).")
-@click.option("--rlm", "rlm_tasks", is_flag=True,
-              help="Run each task as a whole RLM call over the shared context (its own "
-              "sandbox, llm_query_batched, FINAL); the context is loaded once for all.  "
-              f"Each task is bounded like one rlm run: at most {DEFAULT_MAX_LLM_CALLS:,} "
-              f"requests, and {DEFAULT_TIMEOUT / 3600:g} h unless --timeout gives another "
-              "limit.")
-@click.option("--sub-model", help="With --rlm: model for sub-queries [default: --model].")
 @click.option("--tools", multiple=True, metavar="MODULE:FUNCTION",
               help="With --rlm: offer a Python function to every task's code, by name "
               "(repeatable; give it again to --resume and `rlm volley work`). It runs on this "
               "machine with your privileges: host code, not sandboxed.")
-@click.option("--max-iterations", type=int, default=20, show_default=True,
-              help="With --rlm: root steps per task before it must answer.")
-@click.option("--max-concurrent", type=int, default=None,
-              help=f"Requests in flight at once [default: {DEFAULT_CONCURRENCY}, or the file's].")
-@click.option("--rpm", type=float, help="Requests per minute the provider allows (paced evenly).")
-@click.option("--tpm", type=float, help="Tokens per minute the provider allows.")
-@click.option("--burst", type=int, default=1, show_default=True,
-              help="Requests that may go back to back before --rpm spacing applies.")
-@click.option("--max-retries", type=int, default=3, show_default=True,
-              help="Retries per request (429, 5xx, network); Retry-After is honoured.")
-@click.option("--retry-delay", default="0.5s", show_default=True, callback=_duration,
-              help="The first retry waits up to this (full jitter), doubling per retry.")
-@click.option("--adapt/--no-adapt", "adaptive", default=True, show_default=True,
-              help="Halve concurrency when the provider pushes back; grow it back after.")
-@click.option("--timeout", default=None, callback=_duration, metavar="DURATION",
-              help="Per-task limit, e.g. 90s or 5m (a task's own \"timeout\" wins).")
-@click.option("--max-llm-calls", callback=optional_count, metavar="INTEGER",
-              help="Requests sent, retries included: a hard wall ('none' lifts a stored one "
-              "on --resume and `work`).")
-@click.option("--max-total-tokens", callback=optional_count, metavar="INTEGER",
-              help="Input + output tokens: a hard wall ('none' lifts a stored one).")
-@click.option("--max-cost", callback=optional_number, metavar="USD",
-              help="USD for the whole volley: a hard wall ('none' lifts a stored one).")
-@click.option("--prices", "prices_path", metavar="PATH", help="JSON price table on top of ours.")
-@click.option("--no-cache-warm", is_flag=True,
-              help="Fan out at once instead of warming the prompt cache with one task first.")
 @click.option("--estimate", "estimate_only", is_flag=True,
               help="Print the estimate (tokens, cost, time) and exit; nothing is sent.")
 @click.option("--no-estimate", is_flag=True, help="Never show the estimate before running.")
@@ -136,21 +88,22 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--trace", "trace_path", metavar="PATH", help="Write every event as JSONL to PATH.")
 @click.option("--fixture-latency", default=None, callback=_duration, metavar="DURATION",
               help="With --provider fixture: how long each task takes.")
-@click.option("--stream", is_flag=True,
+@click.option("--stream", "show_text", is_flag=True,
               help="Show every task's text as it arrives on stderr, each line prefixed with its "
               "task; with --output-format jsonl, every event as a JSON line on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--history/--no-history", default=True, show_default=True,
               help="Keep this volley's trace and summary in the run history (`rlm runs`).")
-@resume_options
-@profile_option
+@click.option("--resume", metavar="ID|last",
+              help="Run the tasks of volley ID (or the latest) not done yet, then print all of it.")
+@click.option("--skip-failed", is_flag=True, help="With --resume: keep failed tasks failed.")
+@settings_options("volley")
 def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
-           no_cache_warm: bool, estimate_only: bool, no_estimate: bool, yes: bool,
+           estimate_only: bool, no_estimate: bool, yes: bool,
            output_format: str, trace_path: str | None, quiet: bool,
-           fixture_latency: float | None, timeout: float | None, stream: bool,
-           journal_path: str | None, resume: str | None, skip_failed: bool, stale_timeout: float,
-           history: bool, tools: tuple[str, ...], **settings: Any) -> None:
+           fixture_latency: float | None, show_text: bool, resume: str | None, skip_failed: bool,
+           history: bool, tools: tuple[str, ...]) -> None:
     """Run many independent TASKs, optionally over one shared context, as fast as allowed.
 
     Every request is [system prompt] + [shared context] + [task], the shared
@@ -183,25 +136,18 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     Exit codes: 0 all succeeded · 1 a task failed · 2 usage error ·
     3 a budget or limit stopped it · 4 credentials refused · 130 interrupted.
     """
-    flags = JournalFlags(journal_path, resume, skip_failed, stale_timeout)
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     keeper = RunKeeper(keep=history, view=False, trace_path=trace_path, query="")
     try:
         if resume is not None:
-            _check_resume_flags(tasks, task_file, from_stdin, contexts, context_files,
-                                settings.pop("rlm_tasks"))
+            _check_resume_flags(tasks, task_file, from_stdin, contexts, context_files)
+        flags = journal_flags("volley", resume, skip_failed)
         with JournalSession(flags, err, existing=resume is not None) as session:
             if resume is not None:
                 stored = session.load(resume, rerun_failed=False)
                 task_list, context = stored.tasks, stored.context
-                overrides = resume_overrides(click.get_current_context(),
-                                             {**settings, "timeout": timeout})
-                config = run_config(stored.settings, overrides, api_key_for(config_provider(
-                    overrides, stored.settings)))
+                config, options = volley_settings("volley", stored=stored.settings)
                 fixture = resumed_fixture(stored.settings, fixture_latency)
-                options = resumed_options(stored.settings, overrides)
-                if no_cache_warm:
-                    options = dataclasses.replace(options, cache_warm=False)
                 toolbox = host_tools(tools, options)
                 if not _confirmed(_to_run(stored, skip_failed), context, config, options,
                                   estimate_only, no_estimate, yes,
@@ -212,10 +158,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                     stored = reopen_failed(session.store, stored)
                 volley_id, earlier, spent = stored.volley_id, stored.earlier, stored.spent
             else:
-                _take_profile(settings)
                 task_list, context, config, options = read_volley(
-                    tasks, task_file, from_stdin, contexts, context_files, encoding,
-                    no_cache_warm, timeout, settings)
+                    "volley", tasks, task_file, from_stdin, contexts, context_files, encoding)
                 fixture = FixtureOptions(sub_latency=fixture_latency or 0.0)
                 toolbox = host_tools(tools, options)  # a bad --tools before anything is stored
                 if not _confirmed(task_list, context, config, options, estimate_only,
@@ -223,19 +167,18 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                     return
                 require_key(config)  # before the volley is stored: nothing to resume
                 volley_id, earlier, spent = new_volley_id(), [], Spend()
-                session.create(volley_id, config, dataclasses.asdict(options), task_list,
-                               context, fixture)
-            events_out = stream and output_format == "jsonl"  # stdout carries the events
+                session.create(volley_id, config, options, task_list, context, fixture)
+            events_out = show_text and output_format == "jsonl"  # stdout carries the events
             write = (lambda line: None) if events_out else click.echo
             writer = OrderedWriter(output_format, len(task_list), write)  # type: ignore[arg-type]
             for done in earlier:
                 writer.add(done)
             prompts = {t.index: t.prompt for t in task_list}
-            quiet_progress = quiet or stream
+            quiet_progress = quiet or show_text
             sinks = ([] if quiet_progress
                      else [ProgressLines(len(task_list), prompts.__getitem__, err,
                                          done=len(earlier))])
-            merger = StreamMerger() if stream else None
+            merger = StreamMerger() if show_text else None
             worker = session.worker(volley_id)
             trace_path = keeper.open(config, kind="volley", query=" · ".join(
                 t.prompt for t in task_list[:3]) + (" · …" if len(task_list) > 3 else ""))
@@ -263,15 +206,14 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
 
 
 def _check_resume_flags(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
-                        contexts: tuple[str, ...], context_files: tuple[str, ...],
-                        rlm_tasks: bool) -> None:
+                        contexts: tuple[str, ...], context_files: tuple[str, ...]) -> None:
     """--resume runs what the journal holds: flags that would change it are refused."""
     if tasks or task_file or from_stdin:
         raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
     if contexts or context_files:
         raise UsageError("--resume uses the shared context stored with the volley; leave out "
                          "--context and --context-file (a new context is a new volley)")
-    if rlm_tasks:
+    if given_flag("mode"):
         raise UsageError("--resume keeps the stored volley's kind of task; leave out --rlm "
                          "(a volley of --rlm tasks resumes as one)")
 
@@ -301,30 +243,15 @@ def host_tools(specs: tuple[str, ...], options: VolleyOptions) -> ToolBox | None
 
 
 def read_volley(
-    tasks: tuple[str, ...], task_file: str | None, from_stdin: bool, contexts: tuple[str, ...],
-    context_files: tuple[str, ...], encoding: str, no_cache_warm: bool,
-    timeout: float | None, settings: dict[str, Any],
+    command: str, tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
+    contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
 ) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
     """Tasks, shared context, run settings and volley options from the flags."""
     parsed = _read_tasks(tasks, task_file, from_stdin, context_files, encoding)
     context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
     task_list = number_tasks(parsed.tasks)
-    rlm_tasks = settings.pop("rlm_tasks", False)
-    config = _config(settings, parsed.max_concurrent)
-    options = VolleyOptions(timeout=timeout, cache_warm=not no_cache_warm,
-                            mode="rlm" if rlm_tasks else "completion")
+    config, options = volley_settings(command, file_cap=parsed.max_concurrent)
     return task_list, context, config, options
-
-
-def _take_profile(settings: dict[str, Any]) -> None:
-    """Add the --profile settings no option carries (provider limits come as options'
-    defaults); a task file's max_concurrent wins over the profile's."""
-    extra = profile_only_settings()
-    settings.update({k: v for k, v in extra.items() if k not in FIXED_BY_VOLLEY})
-    source = click.get_current_context().get_parameter_source("max_concurrent")
-    if source is ParameterSource.DEFAULT_MAP:
-        settings["profile_max_concurrent"] = settings.pop("max_concurrent")
-        settings["max_concurrent"] = None
 
 
 def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
@@ -350,19 +277,6 @@ def _context_list(paths: tuple[str, ...], encoding: str) -> list[str]:
     if isinstance(context, str):
         return [context] if paths else []
     return context
-
-
-def _config(settings: dict[str, Any], file_cap: int | None) -> RunConfig:
-    settings["model"] = model_or_blank(settings["provider"], settings["model"])
-    vendor = "ANTHROPIC_API_KEY" if settings["provider"] == "anthropic" else "OPENAI_API_KEY"
-    profile_cap = settings.pop("profile_max_concurrent", None)
-    caps = (settings["max_concurrent"], file_cap, profile_cap)  # 0 is a mistake, not "unset"
-    settings["max_concurrent"] = next((c for c in caps if c is not None), DEFAULT_CONCURRENCY)
-    return RunConfig(
-        **settings,
-        api_key=os.environ.get("RLM_API_KEY") or os.environ.get(vendor),
-        root_permits=0,
-    ).validate().validate_endpoint()  # no model, a bad URL: say so before anything runs
 
 
 def _confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,

@@ -18,27 +18,26 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import trio
-from click.core import ParameterSource
 from rich.console import Console
 
-from rlm._config import RunConfig
-from rlm._durations import format_duration, parse_duration
-from rlm.cli._profile_option import current_profile
+from rlm._config import DEFAULT_STALE_TIMEOUT, RunConfig, VolleyOptions
+from rlm._settings import Layer, api_key_from_environment, settings_of
+from rlm.cli._flags import model_or_blank
 from rlm.cli._progress import stderr_console
+from rlm.cli._settings_cli import command_settings, settings_options
 from rlm.cli._stale_lines import recovery_lines
 from rlm.cli._terminal import plural
-from rlm.errors import JournalError, RLMError, UnknownVolleyError, UsageError
+from rlm.errors import JournalError, RLMError, UnknownVolleyError
 from rlm.journal import (
     JournalStore,
     Recovered,
@@ -54,101 +53,65 @@ from rlm.journal.volleys import (
     record_volley,
     result_from_row,
     stored_fixture,
+    stored_layer,
     stored_settings,
 )
-from rlm.journal.worker import (
-    DEFAULT_STALE_TIMEOUT,
-    JournalWorker,
-    pid_alive,
-)
+from rlm.journal.worker import JournalWorker, pid_alive
 from rlm.providers.fixture import FixtureOptions
-from rlm.volley.engine import Volley, VolleyOptions
+from rlm.volley.engine import Volley
 from rlm.volley.events import StaleRecovery, task_call_id
 from rlm.volley.output import OrderedWriter, heartbeat_age
 from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySummary, VolleyTask
 
 __all__ = [
-    "FIXED_BY_VOLLEY",
-    "MIN_STALE_TIMEOUT",
     "JournalFlags",
     "JournalSession",
-    "api_key_for",
-    "config_provider",
-    "explicit",
-    "journal_option",
+    "journal_flags",
     "list_cmd",
     "live_heartbeat_age",
     "open_journal",
     "pool_argv",
     "require_key",
-    "resume_options",
-    "resume_overrides",
-    "resumed_options",
+    "resumed_fixture",
     "show_cmd",
-    "stale_option",
     "stale_recovery_event",
     "stored_result",
+    "volley_settings",
     "with_other_workers",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-#: Settings a volley fixes itself, whatever a profile says.
-FIXED_BY_VOLLEY = frozenset({"root_permits"})
-
-#: The shortest --stale-timeout: a worker heartbeats every quarter of it, so much
-#: shorter and a busy but live worker's tasks would be reopened and run twice.
-MIN_STALE_TIMEOUT = 1.0
-
-
-def _stale_duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    try:
-        seconds = parse_duration(value, param.opts[0])
-    except UsageError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if seconds < MIN_STALE_TIMEOUT:
-        raise click.BadParameter(
-            f"{param.opts[0]} must be at least {format_duration(MIN_STALE_TIMEOUT)}, got "
-            f"{value!r}: workers heartbeat every quarter of it, so a shorter one would reopen "
-            "tasks whose workers are alive and run them twice"
-        )
-    return seconds
+def journal_flags(command: str, resume: str | None = None, skip_failed: bool = False
+                  ) -> JournalFlags:
+    """Where the journal is and how long a worker may be silent, as ``command`` resolves
+    them (flag > RLM_JOURNAL > profile > config file > default)."""
+    options = VolleyOptions(**command_settings(("volley",), command).scope(
+        settings_of(VolleyOptions))).validate()
+    return JournalFlags(options.journal, resume, skip_failed, options.stale_timeout)
 
 
-def journal_option(f: F) -> F:
-    return click.option(
-        "--journal",
-        "journal_path",
-        envvar="RLM_JOURNAL",
-        metavar="PATH|URL",
-        help="The journal: a SQLite file, or postgresql://... for several machines "
-        "[default: journal.sqlite3 in your state directory; env: RLM_JOURNAL].",
-    )(f)
+def volley_settings(
+    command: str, *, stored: Mapping[str, Any] | None = None, file_cap: int | None = None
+) -> tuple[RunConfig, VolleyOptions]:
+    """The run settings and volley options of ``command``: a new volley's (a task file's
+    ``max_concurrent`` between the environment and the profile), or, with ``stored``, a
+    volley read back from its journal (flags and the profile on top of what it stored).
 
-
-def stale_option(f: F) -> F:
-    return click.option(
-        "--stale-timeout",
-        default=format_duration(DEFAULT_STALE_TIMEOUT),
-        show_default=True,
-        callback=_stale_duration,
-        metavar="DURATION",
-        help="Reopen a task whose worker sent no heartbeat for this long (90s, 10m, 2h; "
-        "at least 1s).",
-    )(f)
-
-
-def resume_options(f: F) -> F:
-    """--journal, --resume, --skip-failed and --stale-timeout for plain ``rlm volley``."""
-    f = click.option(
-        "--skip-failed", is_flag=True, help="With --resume: keep failed tasks failed."
-    )(f)
-    f = click.option(
-        "--resume",
-        metavar="ID|last",
-        help="Run the tasks of volley ID (or the latest) not done yet, then print all of it.",
-    )(f)
-    return stale_option(journal_option(f))
+    The key comes from this process's environment; a volley reserves no root permits.
+    """
+    layers: list[Layer] = [] if file_cap is None else [({"max_concurrent": file_cap},
+                                                        "the task file")]
+    resolved = command_settings(
+        ("run", "volley"), command, before_profile=layers,
+        stored=None if stored is None else (stored_layer(stored), "stored with the volley"),
+    )
+    run = resolved.scope(settings_of(RunConfig))
+    if resolved.sources["model"] == "default":
+        run["model"] = model_or_blank(run["provider"], None)
+    run["root_permits"] = 0
+    config = RunConfig(**run, api_key=api_key_from_environment(run["provider"]))
+    options = VolleyOptions(**resolved.scope(settings_of(VolleyOptions)))
+    # No model, a bad URL: said before anything runs or is stored.
+    return config.validate().validate_endpoint(), options.validate()
 
 
 @dataclass(frozen=True)
@@ -219,13 +182,14 @@ def _fail(exc: RLMError) -> None:
 
 
 @click.command("list")
-@journal_option
 @click.option(
     "--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-def list_cmd(journal_path: str | None, output_format: str) -> None:
+@settings_options("volley list")
+def list_cmd(output_format: str) -> None:
     """List the journal's volleys, newest first: tasks done/failed/open and cost so far."""
     try:
+        journal_path = journal_flags("volley list").path
         if journal_path is None and not default_journal_path().exists():
             rows = []  # nothing has made the default journal yet
         else:
@@ -262,16 +226,17 @@ def list_cmd(journal_path: str | None, output_format: str) -> None:
 
 @click.command("show")
 @click.argument("volley_ref", metavar="ID|last")
-@journal_option
 @click.option(
     "--output-format",
     type=click.Choice(["text", "json", "jsonl"]),
     default="text",
     show_default=True,
 )
-def show_cmd(volley_ref: str, journal_path: str | None, output_format: str) -> None:
+@settings_options("volley show")
+def show_cmd(volley_ref: str, output_format: str) -> None:
     """Print volley ID (or the latest) from the journal, every task in task order."""
     try:
+        journal_path = journal_flags("volley show").path
         with closing(open_journal(journal_path, existing=True)) as store:
             result = stored_result(store, volley_ref, journal_path)
     except RLMError as exc:
@@ -432,11 +397,6 @@ def pool_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     return out, env
 
 
-def api_key_for(provider: str) -> str | None:
-    vendor = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
-    return os.environ.get("RLM_API_KEY") or os.environ.get(vendor)
-
-
 def require_key(config: RunConfig) -> None:
     """A hosted API and no key: stop before anything is sent (exit 4), as `rlm run` does.
 
@@ -451,24 +411,6 @@ def require_key(config: RunConfig) -> None:
     if problem:
         click.echo(f"Error: {problem}", err=True)
         sys.exit(4)
-
-
-def explicit(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
-    """The values the user gave (command line or environment), not click's defaults."""
-    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    return {k: v for k, v in values.items() if ctx.get_parameter_source(k) in given}
-
-
-def resume_overrides(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
-    """What a resume or a worker changes of a volley's stored settings.
-
-    The profile named by --profile (or RLM_PROFILE) applies as it does to a new
-    volley, on top of what was stored, and flags and environment variables given
-    now win over both.  The config files' top-level keys do not: they applied
-    when the volley was created, and must not undo a flag given then.
-    """
-    profile = {k: v for k, v in current_profile().chosen.items() if k not in FIXED_BY_VOLLEY}
-    return {**profile, **explicit(ctx, values)}
 
 
 class JournalSession:
@@ -495,13 +437,13 @@ class JournalSession:
         self,
         volley_id: str,
         config: RunConfig,
-        options: Mapping[str, Any],
+        options: VolleyOptions,
         tasks: Sequence[VolleyTask],
         context: Sequence[str],
         fixture: FixtureOptions | None = None,
     ) -> None:
-        record_volley(self.store, volley_id, stored_settings(config, options, fixture), tasks,
-                      context)
+        record_volley(self.store, volley_id, stored_settings(config, options.stored(), fixture),
+                      tasks, context)
 
     def load(self, ref: str, *, rerun_failed: bool) -> StoredVolley:
         volley_id = resolve_volley(self.store, ref, self.flags.path)
@@ -587,23 +529,9 @@ class JournalSession:
         run.share_limits(live)
 
 
-def config_provider(overrides: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
-    """The provider a resumed volley will use (to pick the API key's variable)."""
-    return str(overrides.get("provider") or settings.get("config", {}).get("provider", ""))
-
-
 def resumed_fixture(stored: Mapping[str, Any], latency: float | None) -> FixtureOptions | None:
     """The fixture's stored pace, with a ``--fixture-latency`` given now on top."""
     fixture = stored_fixture(stored)
     if latency is None:
         return fixture
     return dataclasses.replace(fixture or FixtureOptions(), sub_latency=latency)
-
-
-def resumed_options(stored: Mapping[str, Any], overrides: Mapping[str, Any]) -> VolleyOptions:
-    """The stored volley options, with a ``--timeout`` given now on top."""
-    names = {f.name for f in dataclasses.fields(VolleyOptions)}
-    values = {k: v for k, v in dict(stored.get("options", {})).items() if k in names}
-    if "timeout" in overrides:
-        values["timeout"] = overrides["timeout"]
-    return VolleyOptions(**values)

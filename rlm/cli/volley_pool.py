@@ -12,7 +12,6 @@ divide them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -25,23 +24,17 @@ import trio
 from rlm.cli import volley_cmd
 from rlm.cli._flags import usage_message
 from rlm.cli._pool_link import PoolParent, link_to_parent, supervise_siblings
-from rlm.cli._profile_option import profile_option
 from rlm.cli._progress import stderr_console
+from rlm.cli._settings_cli import settings_params
 from rlm.cli.volley_journal import (
-    JournalFlags,
     JournalSession,
-    api_key_for,
-    config_provider,
-    journal_option,
+    journal_flags,
     pool_argv,
     require_key,
-    resume_overrides,
     resumed_fixture,
-    resumed_options,
-    stale_option,
+    volley_settings,
 )
 from rlm.errors import RLMError, UsageError
-from rlm.journal.volleys import run_config
 from rlm.providers.fixture import FixtureOptions
 from rlm.volley.engine import Volley
 from rlm.volley.progress import ProgressLines
@@ -49,12 +42,8 @@ from rlm.volley.records import VolleyResult, new_volley_id
 
 __all__ = ["create_cmd", "work_cmd"]
 
-#: Plain `rlm volley` flags that say where and how to send; `work` accepts them as overrides.
-SEND_FLAGS = (
-    "provider", "base_url", "model", "max_tokens", "max_concurrent", "rpm", "tpm", "burst",
-    "max_retries", "retry_delay", "adaptive", "timeout", "max_llm_calls", "max_total_tokens",
-    "max_cost", "prices_path", "fixture_latency", "trace_path", "quiet", "tools",
-)  # fmt: skip
+#: Plain `rlm volley` flags `work` takes beside its settings (the table's "volley work").
+_WORK_FLAGS = ("fixture_latency", "trace_path", "quiet", "tools")
 
 
 def _fail(exc: RLMError) -> None:
@@ -65,7 +54,7 @@ def _fail(exc: RLMError) -> None:
     sys.exit(exc.exit_code)
 
 
-def _create(journal_path: str | None, **values: Any) -> None:
+def _create(**values: Any) -> None:
     """Record a volley in the journal without running it, and print its id.
 
     Takes the tasks, context and settings plain `rlm volley` takes; the API key
@@ -77,14 +66,13 @@ def _create(journal_path: str | None, **values: Any) -> None:
     fixture = FixtureOptions(sub_latency=values.pop("fixture_latency") or 0.0)
     try:
         tasks, context, config, options = volley_cmd.read_volley(
-            values.pop("tasks"), values.pop("task_file"), values.pop("from_stdin"),
-            values.pop("contexts"), values.pop("context_files"), values.pop("encoding"),
-            values.pop("no_cache_warm"), values.pop("timeout"), values,
+            "volley create", values.pop("tasks"), values.pop("task_file"),
+            values.pop("from_stdin"), values.pop("contexts"), values.pop("context_files"),
+            values.pop("encoding"),
         )
         volley_id = new_volley_id()
-        with JournalSession(JournalFlags(journal_path)) as session:
-            session.create(volley_id, config, dataclasses.asdict(options), tasks, context,
-                           fixture)
+        with JournalSession(journal_flags("volley create")) as session:
+            session.create(volley_id, config, options, tasks, context, fixture)
     except RLMError as exc:
         _fail(exc)
     if output_format in ("json", "jsonl"):  # one JSON line either way
@@ -98,10 +86,11 @@ def _work(
     ctx: click.Context,
     /,
     volley_ref: str,
-    journal_path: str | None,
-    stale_timeout: float,
     pool: int,
-    **values: Any,
+    fixture_latency: float | None,
+    trace_path: str | None,
+    quiet: bool,
+    tools: tuple[str, ...],
 ) -> None:
     """Work on volley ID (or the latest) from the journal until no task is left.
 
@@ -124,21 +113,15 @@ def _work(
         parent = link_to_parent()  # a pool's sibling dies with the pool's first worker
     except RLMError as exc:
         _fail(exc)
-    quiet, trace_path, tools = values.pop("quiet"), values.pop("trace_path"), values.pop("tools")
-    overrides = resume_overrides(ctx, values)
-    flags = JournalFlags(journal_path, stale_timeout=stale_timeout)
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     try:
-        with JournalSession(flags, err, existing=True) as session:
+        with JournalSession(journal_flags("volley work"), err, existing=True) as session:
             # A sibling works on the pool's volley, whatever ``last`` names by now.
             ref = volley_ref if parent is None else parent.volley_id
             stored = session.load(ref, rerun_failed=False)
-            settings = dict(overrides)
-            fixture = resumed_fixture(stored.settings, settings.pop("fixture_latency", None))
-            provider = config_provider(settings, stored.settings)
-            config = run_config(stored.settings, settings, api_key_for(provider))
+            fixture = resumed_fixture(stored.settings, fixture_latency)
+            config, options = volley_settings("volley work", stored=stored.settings)
             require_key(config)
-            options = resumed_options(stored.settings, overrides)
             toolbox = volley_cmd.host_tools(tools, options)
             worker = session.worker(stored.volley_id)
             prompts = {t.index: t.prompt for t in stored.tasks}
@@ -227,7 +210,7 @@ def _die(run: Volley) -> None:
 #: Plain `rlm volley` flags that mean nothing to `create` (the ones that only quiet a
 #: run, -q, -y and --no-estimate, are accepted so a command line can switch verbs).
 _NOT_FOR_CREATE = (
-    "resume", "skip_failed", "stale_timeout", "estimate_only", "trace_path", "stream", "history",
+    "resume", "skip_failed", "estimate_only", "trace_path", "show_text", "history",
     "tools",  # not kept in the journal: given to `rlm volley work`
 )  # fmt: skip
 _IGNORED_BY_CREATE = ("no_estimate", "yes", "quiet")
@@ -244,19 +227,21 @@ def _tools_not_stored(ctx: click.Context, param: click.Parameter, specs: tuple[s
 
 
 def _build_create() -> click.Command:
-    params = [p for p in volley_cmd.volley.params if p.name not in _NOT_FOR_CREATE]
-    params.append(click.Option(["--tools"], multiple=True, hidden=True, expose_value=False,
-                               callback=_tools_not_stored))
-    return click.Command("create", callback=_create, params=params, help=_create.__doc__)
+    own = [p for p in volley_cmd.volley.params
+           if p.expose_value and p.name not in _NOT_FOR_CREATE]
+    own.append(click.Option(["--tools"], multiple=True, hidden=True, expose_value=False,
+                            callback=_tools_not_stored))
+    return click.Command("create", callback=_create, help=_create.__doc__,
+                         params=[*own, *settings_params("volley create")])
 
 
 def _build_work() -> click.Command:
-    command = click.Command(
+    return click.Command(
         "work",
         callback=_work,
         params=[
             click.Argument(["volley_ref"], metavar="ID|last"),
-            *[p for p in volley_cmd.volley.params if p.name in SEND_FLAGS],
+            *[p for p in volley_cmd.volley.params if p.name in _WORK_FLAGS],
             click.Option(
                 ["--pool"],
                 type=int,
@@ -264,10 +249,10 @@ def _build_work() -> click.Command:
                 show_default=True,
                 help="Run N workers on this machine (this process and N-1 children).",
             ),
+            *settings_params("volley work"),
         ],
         help=_work.__doc__,
     )
-    return profile_option(stale_option(journal_option(command)))
 
 
 create_cmd = _build_create()

@@ -27,8 +27,8 @@ __all__ = [
     "record_volley",
     "reopen_failed",
     "result_from_row",
-    "run_config",
     "stored_fixture",
+    "stored_layer",
     "stored_settings",
 ]
 
@@ -59,17 +59,22 @@ def stored_fixture(settings: Mapping[str, Any]) -> FixtureOptions | None:
     return pop_legacy_options(dict(settings.get("config", {})))
 
 
-def run_config(
-    settings: Mapping[str, Any], overrides: Mapping[str, Any], api_key: str | None
-) -> RunConfig:
-    """The stored run settings with ``overrides`` on top, and this process's key."""
-    names = {f.name for f in dataclasses.fields(RunConfig)} - _SECRET
-    stored = {k: v for k, v in dict(settings.get("config", {})).items() if k in names}
-    if isinstance(stored.get("require_isolation"), list):
-        stored["require_isolation"] = tuple(stored["require_isolation"])
-    merged = {**stored, **{k: v for k, v in overrides.items() if k in names}}
-    # A base URL stored without its credentials is refused until it is given again.
-    return RunConfig(**merged, api_key=api_key).validate().validate_endpoint()
+def stored_layer(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What a volley stored, by setting name: its run settings and its options (to
+    resolve a resume's or a worker's settings on top of; never the key).
+
+    Volleys stored before the settings table kept a per-task ``timeout`` among their
+    options: it is the run setting ``timeout`` now (each task's limit).
+    """
+    config = {k: v for k, v in dict(settings.get("config", {})).items() if k not in _SECRET}
+    pop_legacy_options(config)  # the fixture's pace, once a run setting
+    if isinstance(config.get("require_isolation"), list):
+        config["require_isolation"] = tuple(config["require_isolation"])
+    options = dict(settings.get("options", {}))
+    if options.get("timeout") is not None:
+        config["timeout"] = options["timeout"]
+    options.pop("timeout", None)
+    return {**config, **options}
 
 
 def record_volley(

@@ -41,6 +41,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from rlm._config import DEFAULT_STALE_TIMEOUT
 from rlm._traffic.budget import Budget
 from rlm.errors import JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
@@ -52,7 +53,6 @@ from rlm.volley.records import TaskResult, VolleyTask
 __all__ = ["JournalWorker", "pid_alive"]
 
 #: The default for ``--stale-timeout``: ten minutes without a heartbeat.
-DEFAULT_STALE_TIMEOUT = 600.0
 
 
 #: The most tasks one claim takes (a very fast volley's claims grow up to this).

@@ -15,7 +15,7 @@ exist so sessions, tools and schemas are exercised offline, end to end.
   or with the ``ToolError`` it raised.
 - **A runaway model** (a query holding a fenced ````repl`` block): the root
   runs that code at every step and never answers, as a model stuck in a loop
-  would, so the run's limits end it (see ``docs/settings.md``, Bounded by default).
+  would, so the run's limits end it (see ``docs/bounds.md``).
 - **A structured root answer** (``Answer schema: {...}`` in the first user
   message): step one's code also builds ``answer_data`` shaped by the schema
   from ``answer`` and ends with ``FINAL_VAR("answer_data")``.

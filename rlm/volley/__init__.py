@@ -5,7 +5,8 @@ and the store protocols (:class:`TaskSource`, :class:`ResultSink`) are the
 interface a durable journal builds on; :class:`Volley` runs one volley.
 """
 
-from rlm.volley.engine import Volley, VolleyOptions, VolleyProgress
+from rlm._config import VolleyOptions
+from rlm.volley.engine import Volley, VolleyProgress
 from rlm.volley.records import (
     EXIT_CODES,
     TaskResult,

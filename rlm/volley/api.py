@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -9,9 +10,10 @@ from typing import Any
 
 import trio
 
+from rlm._config import VolleyOptions
 from rlm._run.context import Context
 from rlm.errors import UsageError
-from rlm.volley.engine import Volley, VolleyOptions
+from rlm.volley.engine import Volley
 from rlm.volley.records import TaskResult, VolleyResult
 from rlm.volley.tasks import TaskInput, number_tasks
 
@@ -37,9 +39,9 @@ def make_volley(
     documents = [] if context is None else [context] if isinstance(context, str) else context
     if not all(isinstance(doc, str) for doc in documents):
         raise UsageError("context must be a str or a list of str")
-    options = VolleyOptions(
-        timeout=timeout, cache_warm=cache_warm, mode="rlm" if rlm else "completion"
-    )
+    options = VolleyOptions(cache_warm=cache_warm, mode="rlm" if rlm else "completion")
+    if timeout is not None:  # each task's limit: the run setting, for this volley
+        engine["config"] = dataclasses.replace(engine["config"], timeout=timeout)
     return Volley(
         tasks=number_tasks(tasks, none="no tasks: give a list of at least one prompt that is "
                                         "not blank (or task mappings with a 'prompt')"),

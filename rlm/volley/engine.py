@@ -11,15 +11,14 @@ of the result but are not run again.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import trio
 
-from rlm._config import RunConfig, public_settings
+from rlm._config import RunConfig, VolleyOptions, public_settings
 from rlm._events import Event, EventBus, StreamSink
 from rlm._run.runtime import default_launcher, load_prices, make_budget
 from rlm._run.tools import ToolBox
@@ -51,26 +50,6 @@ from rlm.volley.store import MemoryStore, ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
 
 __all__ = ["Volley", "VolleyOptions", "VolleyProgress"]
-
-Mode = Literal["completion", "rlm"]
-
-
-@dataclass(frozen=True)
-class VolleyOptions:
-    """Volley settings that are not run settings (those live in RunConfig).
-
-    ``timeout`` is the default per-task limit (seconds); ``cache_warm`` sends
-    the first task alone when the shared prefix is long enough to be cached;
-    ``window`` caps tasks claimed at once (default: twice ``max_concurrent``;
-    ``max_concurrent`` for ``rlm`` tasks, each of which holds a sandbox).
-    ``mode`` ``rlm`` runs every task as a whole RLM call over the shared context.
-    """
-
-    timeout: float | None = None
-    cache_warm: bool = True
-    window: int | None = None
-    mode: Mode = "completion"
-
 
 @dataclass(frozen=True)
 class VolleyProgress:
@@ -248,7 +227,7 @@ class Volley:
                     tally=self._tally,
                     window=self._window(),
                     warm_first=self._warm(),
-                    timeout=self.options.timeout,
+                    timeout=self.config.timeout,
                     on_result=self._accepted,
                 )
                 if self._interrupted:
@@ -294,8 +273,7 @@ class Volley:
             yield RlmTaskExecutor(
                 self.config, events=events, gate=gate, budget=self._budget,
                 sandboxes=launcher, context=shared_context(self.context), tools=self._tools,
-                # A run's wall-clock limit, for each task the volley gives no timeout.
-                default_timeout=None if self.options.timeout else self.config.timeout,
+                default_timeout=None,  # the runner bounds each task by config.timeout
             )
 
     def _warm(self) -> bool:
@@ -389,7 +367,7 @@ class Volley:
 
     def settings(self) -> dict[str, Any]:
         """The volley's settings as recorded (never the API key)."""
-        return {**public_settings(self.config), **dataclasses.asdict(self.options)}
+        return {**public_settings(self.config), **self.options.stored()}
 
 
 def _checked_budget(config: RunConfig, prices: PriceTable, tasks: Sequence[VolleyTask]) -> Budget:

@@ -67,7 +67,7 @@ def test_profiles_merge_user_file_project_file_and_the_chosen_profile(
         ("max_iteration = 3", r"unknown setting 'max_iteration' \(did you mean 'max_iterations'"),
         ("rpm = 'fast'", r"rpm must be a number"),
         ("max_depth = true", r"max_depth must be an integer"),
-        ("provider = 'gemini'", r"provider must be one of 'openai', 'anthropic', 'fixture'"),
+        ("provider = 'gemini'", r"provider must be 'openai', 'anthropic' or 'fixture'"),
         ("api_key = 'sk-1'", r"API keys do not belong in config files"),
         ("rpm = ", r"is not valid TOML"),
     ],
