@@ -273,7 +273,6 @@ class Volley:
             yield RlmTaskExecutor(
                 self.config, events=events, gate=gate, budget=self._budget,
                 sandboxes=launcher, context=shared_context(self.context), tools=self._tools,
-                default_timeout=None,  # the runner bounds each task by config.timeout
             )
 
     def _warm(self) -> bool:

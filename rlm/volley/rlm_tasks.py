@@ -22,7 +22,7 @@ import dataclasses
 
 import trio
 
-from rlm._config import DEFAULT_MAX_LLM_CALLS, DEFAULT_TIMEOUT, RunConfig
+from rlm._config import DEFAULT_MAX_LLM_CALLS, RunConfig
 from rlm._events import EventBus
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call, CallParts
@@ -65,16 +65,13 @@ class RlmTaskExecutor:
         budget: Budget,
         sandboxes: Launcher,
         context: Context,
-        default_timeout: float | None = DEFAULT_TIMEOUT,
         call_limit: int | None = DEFAULT_MAX_LLM_CALLS,
         tools: ToolBox | None = None,
     ) -> None:
-        """``default_timeout`` (s) bounds a task that has no timeout of its own (None
-        when the volley gives every task one);
-        ``call_limit`` bounds the requests one task's code may send;
+        """``call_limit`` bounds the requests one task's code may send (the volley's
+        runner bounds each task's time by the run setting ``timeout``);
         ``tools`` are the host tools every task's code may call (the ``sandboxes``
         launcher must have been told their names)."""
-        self._default_timeout = default_timeout
         self._call_limit = call_limit
         self._config = config
         self._events = events
@@ -104,9 +101,6 @@ class RlmTaskExecutor:
             scope.cancel()
 
         deadline = trio.current_effective_deadline()  # the runner's per-task timeout
-        if task.timeout is None and self._default_timeout is not None:
-            # No --timeout and none in the task: bounded like an rlm run by default.
-            deadline = scope.deadline = trio.current_time() + self._default_timeout
         bridge = Bridge(
             config=config,
             events=self._events,
@@ -129,11 +123,6 @@ class RlmTaskExecutor:
             await call.run()
         if errors:
             raise errors[0]
-        if scope.cancelled_caught:
-            raise TaskCallFailed(
-                f"the task ran past the run limit of {self._default_timeout:g} s (each --rlm "
-                "task is bounded like one rlm run; a per-task --timeout sets another)"
-            )
         outcome = call.outcome
         if outcome is None:  # cannot happen: run() concludes the call on every path
             raise TaskCallFailed("the task's call ended without an outcome")
