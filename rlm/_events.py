@@ -41,6 +41,7 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "SandboxExited",
+    "SandboxMemoryWait",
     "SandboxStarted",
     "StepCompleted",
     "StreamDiscarded",
@@ -378,6 +379,17 @@ class SandboxStarted(Event):
     pid: int
     startup_s: float
     isolation: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxMemoryWait(Event):
+    """A call's sandbox waits: what the run's sandboxes use leaves no room under the ceiling."""
+
+    kind: ClassVar[str] = "sandbox_memory_wait"
+    used_bytes: int
+    ceiling_bytes: int
+    sandboxes: int
+    gauge: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,11 +23,11 @@ from collections.abc import AsyncIterator, Iterable
 import trio
 
 from rlm._config import DEFAULT_SANDBOX_MEMORY
-from rlm._events import EventBus
+from rlm._events import EventBus, SandboxMemoryWait
 from rlm._run.context import context_chars
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.isolation import IsolationUnavailable, check_required, parse_layers
-from rlm._sandbox.memory import MemoryCeiling, memory_ceiling
+from rlm._sandbox.memory import MemoryCeiling, MemoryWait, memory_ceiling, open_gauge
 from rlm._sandbox.process import (
     BridgeHandler,
     ChildProcess,
@@ -56,9 +56,10 @@ class SandboxLauncher:
     without one is killed and IsolationUnavailable raised.  ``early_zygote``
     is a zygote started at process start (:mod:`rlm._sandbox.early`): the
     first run adopts it instead of starting its own.  Each sandbox may use
-    ``memory_bytes``; the sandboxes calls hold at once stay within
-    ``ceiling`` bytes together (default: half the machine's memory,
-    :mod:`rlm._sandbox.memory`).  With ``pool_on_demand`` the warm pool
+    ``memory_bytes``; what the sandboxes calls hold at once really use stays
+    within ``ceiling`` bytes together (default: half the machine's memory,
+    :mod:`rlm._sandbox.memory`; inside ``serving``, one cgroup v2 holds them
+    where the kernel allows).  With ``pool_on_demand`` the warm pool
     starts filling only once a second sandbox is asked for (or someone waits
     for a full pool): a run at depth 1 only ever opens its root's.  Without
     ``pool_refills`` the pool is filled once and a sandbox taken from it is not
@@ -84,7 +85,8 @@ class SandboxLauncher:
     ) -> None:
         self._events = events
         self._memory = MemoryCeiling(
-            per_sandbox=memory_bytes, ceiling=memory_ceiling() if ceiling is None else ceiling
+            per_sandbox=memory_bytes, ceiling=memory_ceiling() if ceiling is None else ceiling,
+            on_wait=self._waiting_for_memory,
         )
         self._tools = list(tools)
         self._answer_json = answer_json
@@ -137,6 +139,7 @@ class SandboxLauncher:
     async def serving(self) -> AsyncIterator[SandboxLauncher]:
         """Run the zygote and the warm pool for the body's duration; on exit (however
         it happens) every sandbox this launcher made, and the zygote, are killed."""
+        self._memory.gauge = open_gauge(self._memory.ceiling)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -154,6 +157,7 @@ class SandboxLauncher:
             self._nursery = None
             with trio.CancelScope(shield=True):
                 await self._close_everything()
+            self._memory.close()  # every sandbox is reaped: its cgroup is empty
 
     async def open(
         self, nursery: trio.Nursery, *, context: str | list[str], owner: SandboxIdentity
@@ -179,8 +183,16 @@ class SandboxLauncher:
             self._opening -= 1
             if not self._opening:
                 self._none_opening.set()
-        box.on_close = functools.partial(self._memory.release, owner)
+        self._memory.attach(owner, box.pid)
+        box.on_close = functools.partial(self._memory.release, owner, box.pid)
         return box
+
+    def _waiting_for_memory(self, wait: MemoryWait) -> None:
+        owner = wait.owner
+        self._events.emit(SandboxMemoryWait(
+            call_id=owner.call_id, parent_id=owner.parent_id, depth=owner.depth,
+            used_bytes=wait.used, ceiling_bytes=wait.ceiling, sandboxes=wait.sandboxes,
+            gauge=wait.gauge))
 
     async def _open_reserved(self, nursery: trio.Nursery, context: str | list[str],
                              owner: SandboxIdentity, requested_at: float) -> Sandbox:

@@ -148,7 +148,7 @@ def doctor(as_json: bool, required: str) -> None:
         click.echo(f"{active}/{len(report)} layers active")
         click.echo(
             f"memory: {format_size(memory['per_sandbox'])} per sandbox by default "
-            f"(--sandbox-memory); a run's sandboxes hold at most {format_size(memory['ceiling'])} "
+            f"(--sandbox-memory); a run's sandboxes use at most {format_size(memory['ceiling'])} "
             f"together (half of this machine's {format_size(memory['machine'])})"
         )
     if missing:
