@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -15,45 +13,29 @@ import trio
 from rlm._config import (
     DEFAULTS,
     RunConfig,
-    shown_settings,
 )
-from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
+from rlm._events import Event, StreamSink
 from rlm._result import RunResult
-from rlm._run.call import CallOutcome, SessionCarry
-from rlm._run.context import Context, context_chars
-from rlm._run.runtime import RunOutcome, Runtime, load_prices, make_budget, root_system_prompt
-from rlm._run.schema import SchemaError, normalise_schema
+from rlm._run.context import Context
+from rlm._run.query import QueryRunner
 from rlm._run.tools import HostTool, ToolBox
-from rlm._sandbox.interface import Launcher, LauncherFactory
+from rlm._sandbox.interface import LauncherFactory
 from rlm._settings import settings_of
 from rlm._settings_types import RunSettings, SessionSettings
-from rlm._spelling import python_spelled
-from rlm._status import RunStatus
-from rlm._trace import TraceWriter
-from rlm._traffic.budget import SessionTotals
-from rlm._traffic.usage import Usage
 from rlm._trio_only import require_trio
 from rlm.errors import (
-    Interrupted,
-    LimitExceeded,
-    RLMError,
-    RunTimeout,
     SettingError,
     UsageError,
 )
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import (
     FixtureOptions,
-    FixtureProvider,
-    is_fixture_answer,
     pop_legacy_options,
 )
-from rlm.providers.open import open_providers
 
 if TYPE_CHECKING:
     # Sessions, volleys and streaming load when a method uses them: a plain run never does.
     from rlm._session import AsyncSession, Session
-    from rlm.journal import ResponseCache
     from rlm.volley.api import VolleyStream
     from rlm.volley.engine import Volley
     from rlm.volley.records import VolleyResult
@@ -122,22 +104,29 @@ class RLM:
         self.config = RunConfig(**settings).validate()
         if providers is None:
             self.config.validate_endpoint()
-        # A bad price table or an unpriced model under max_cost fails here, not mid-run.
-        self._prices = load_prices(self.config)
-        make_budget(self.config, self._prices)
-        self.trace_path = trace_path
-        self._providers = dict(providers) if providers is not None else None
-        self._sinks = list(sinks or [])
-        self._sandboxes = sandboxes
-        self._tools = ToolBox(tools or ())
-        self.fixture = fixture
-        self._runtime: Runtime | None = None
+        self._runs = QueryRunner(
+            self.config, trace_path=trace_path, sinks=sinks or (), providers=providers,
+            sandboxes=sandboxes, tools=ToolBox(tools or ()), fixture=fixture,
+        )
         self._volley: Volley | None = None
+
+    @property
+    def trace_path(self) -> str | None:
+        """Where each run writes its JSONL trace (None: no trace file)."""
+        return self._runs.trace_path
+
+    @trace_path.setter
+    def trace_path(self, path: str | None) -> None:
+        self._runs.trace_path = path
+
+    @property
+    def fixture(self) -> FixtureOptions | None:
+        return self._runs.fixture
 
     @property
     def tool_names(self) -> list[str]:
         """The host tools model code may call, by name."""
-        return self._tools.names
+        return self._runs.tools.names
 
     def completion(self, query: str, context: Context = "", *, schema: object = None) -> RunResult:
         """Run to the end in a fresh trio event loop and return the result.
@@ -162,7 +151,7 @@ class RLM:
         """
         from rlm._session import Session
 
-        return Session(self, context, **options)
+        return Session(self._runs, context, **options)
 
     def asession(
         self, context: Context = "", **options: Unpack[SessionSettings]
@@ -170,7 +159,7 @@ class RLM:
         """Like :meth:`session`, inside a running trio loop: ``async with model.asession(c)``."""
         from rlm._session import AsyncSession
 
-        return AsyncSession(self, context, **options)
+        return AsyncSession(self._runs, context, **options)
 
     @classmethod
     def load_session(
@@ -202,7 +191,7 @@ class RLM:
         if fixture is not None:
             arguments.setdefault("fixture", fixture)
         model = cls(**{**stored, **arguments})
-        return Session(model, context, restore=saved, **(session_options or {}))
+        return Session(model._runs, context, restore=saved, **(session_options or {}))
 
     def astream(
         self, query: str, context: Context = "", *, capacity: int = 256
@@ -245,97 +234,7 @@ class RLM:
         ``await asyncio.to_thread(model.completion, query, context)``.
         """
         require_trio("RLM.acompletion", _IN_A_THREAD.format("completion, query, context"))
-        return await self._arun(query, context, stream=stream, schema=schema)
-
-    async def _arun(
-        self,
-        query: str,
-        context: Context,
-        *,
-        stream: StreamSink | None = None,
-        schema: object = None,
-        carry: SessionCarry | None = None,
-        sandboxes: Launcher | None = None,
-        config: RunConfig | None = None,
-        trace_path: str | None = None,
-        session: SessionTotals | None = None,
-    ) -> RunResult:
-        """One run: ``carry`` and ``sandboxes`` make it a session's query (its root goes
-        on in the session's sandbox), ``config`` and ``trace_path`` replace the model's
-        for this run, ``session`` names the session's totals that bound it."""
-        _check_inputs(query, context)
-        try:
-            answer_schema = None if schema is None else normalise_schema(schema)
-        except SchemaError as exc:
-            raise UsageError(f"schema: {exc}") from None
-        config = config or self.config
-        events = EventBus()
-        if stream is not None:
-            events.add_stream(stream)
-        trace_path = trace_path or self.trace_path
-        trace = (
-            TraceWriter(trace_path, content=self.config.trace_content) if trace_path else None
-        )
-        if trace is not None:
-            events.add_sink(trace)
-        for sink in self._sinks:
-            events.add_sink(sink)
-        result: RunResult | None = None
-        runtime: Runtime | None = None
-        try:
-            events.emit(self._run_started(query, context, streams=stream is not None))
-            async with self._open_providers() as providers, self._open_cache() as cache:
-                runtime = Runtime(
-                    config,
-                    providers=providers,
-                    events=events,
-                    prices=self._prices,
-                    cache=cache,
-                    sandboxes=sandboxes
-                    if sandboxes is not None
-                    else self._factory_launcher(config, events, answer_schema is not None),
-                    tools=self._tools,
-                    answer_schema=answer_schema,
-                    session=session,
-                )
-                self._runtime = runtime
-                try:
-                    outcome = await runtime.run(query, context, carry)
-                finally:
-                    self._runtime = None
-            result = self._result(events, runtime, outcome, trace_path)
-            if runtime.root is not None and runtime.root.data is not None:
-                result = dataclasses.replace(result, data=runtime.root.data)
-        except RLMError as exc:  # failed before the run could start (e.g. a bad price table)
-            _emit_finished(events, runtime, "error", str(exc))
-            raise
-        finally:
-            if result is None and not events.finished:  # cancelled, or a bug
-                _emit_finished(events, runtime, "interrupted", "the run was cancelled")
-            if trace is not None:
-                trace.close()
-        error = outcome.error
-        if error is not None and not isinstance(error, LimitExceeded | Interrupted):
-            error.result = result
-            raise error
-        return result
-
-    def _factory_launcher(
-        self, config: RunConfig, events: EventBus, answer_json: bool
-    ) -> Launcher | None:
-        """The run's launcher from the ``sandboxes`` factory (None: the runtime's default),
-        told the host tools' names and whether FINAL_VAR hands over JSON when the run
-        has them: without, model code met a NameError calling a tool, and a structured
-        answer never fitted its schema."""
-        if self._sandboxes is None:
-            return None
-        extra: dict[str, Any] = {}
-        if self._tools:
-            extra["tools"] = self._tools.names
-        if answer_json:
-            extra["answer_json"] = True
-        launcher: Launcher = self._sandboxes(config, events, **extra)
-        return launcher
+        return await self._runs.run(query, context, stream=stream, schema=schema)
 
     def interrupt(self) -> None:
         """Stop the run in progress (call it from another task or a signal handler's task).
@@ -343,8 +242,7 @@ class RLM:
         The run stops launching work, cancels in-flight requests, kills every
         sandbox and returns a result with status ``interrupted``.
         """
-        if self._runtime is not None:
-            self._runtime.interrupt()
+        self._runs.interrupt()
         if self._volley is not None:
             self._volley.interrupt()
 
@@ -422,84 +320,16 @@ class RLM:
     ) -> Volley:
         from rlm.volley.api import make_volley
 
+        runs = self._runs
         return make_volley(
-            tasks, context, config=self.config, providers=self._providers, prices=self._prices,
-            fixture=self.fixture, tools=self._tools,
-            sinks=self._sinks, trace_path=self.trace_path, sandboxes=self._sandboxes, **options,
+            tasks, context, config=self.config, providers=runs.providers, prices=runs.prices,
+            fixture=runs.fixture, tools=runs.tools, sinks=runs.sinks, trace_path=runs.trace_path,
+            sandboxes=runs.sandboxes, **options,
         )
 
     def kill_sandboxes(self) -> None:
         """Kill every sandbox of the run in progress at once (for a second Ctrl-C)."""
-        if self._runtime is not None:
-            self._runtime.kill_sandboxes()
-
-    def _result(
-        self, events: EventBus, runtime: Runtime, outcome: RunOutcome, trace_path: str | None
-    ) -> RunResult:
-        usage = runtime.usage
-        root, error = outcome.root, outcome.error
-        status = _status(root, error)
-        answer = root.answer if root is not None else None
-        if answer is None:
-            answer = outcome.extracted or (root.candidate if root is not None else None)
-        message = str(error) if error is not None else (root.error if root is not None else None)
-        finished = _emit_finished(events, runtime, status, message, answer)
-        detail, traffic = finished.usage_detail, finished.traffic
-        return RunResult(
-            answer=answer,
-            status=status,
-            iterations=root.iterations if root is not None else 0,
-            usage=usage,
-            duration_s=finished.duration_s,
-            teardown_s=finished.teardown_s,
-            trace=tuple(e.trace_record() for e in events.events),
-            trace_path=trace_path,
-            error=message,
-            fixture=_saw_fixture(events.events),
-            traffic=traffic,
-            usage_detail=detail,
-            last_output=root.last_output if root is not None else None,
-            cached_calls=runtime.gate.cached_calls,
-        )
-
-    def _run_started(self, query: str, context: Context, *, streams: bool) -> RunStarted:
-        public = shown_settings(self.config)
-        # A live consumer (rlm run --stream, astream) makes every request stream, as
-        # stream=True does: the recorded setting says what the run did.
-        public["stream"] = self.config.stream or streams
-        return RunStarted(
-            query=query[:2000],
-            context_chars=context_chars(context),
-            context_docs=1 if isinstance(context, str) else len(context),
-            config=public,
-            wall_time=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            system_prompt=root_system_prompt(self._tools),  # what the root is sent
-        )
-
-    @asynccontextmanager
-    async def _open_cache(self) -> AsyncIterator[ResponseCache | None]:
-        path = self.config.cache_path
-        if path is None:
-            yield None
-            return
-        from rlm.journal import ResponseCache, parse_cache_mode  # only runs that cache
-        from rlm.journal.cache import open_cache_store
-
-        mode = parse_cache_mode(self.config.cache_mode)
-        store = await trio.to_thread.run_sync(open_cache_store, path, mode)
-        try:
-            yield ResponseCache(store, mode)
-        finally:
-            store.close()
-
-    @asynccontextmanager
-    async def _open_providers(self) -> AsyncIterator[Mapping[Lane, Provider]]:
-        if self._providers is not None:
-            yield self._providers
-            return
-        async with open_providers(self.config, self.fixture) as providers:
-            yield providers
-
+        self._runs.kill_sandboxes()
 
 
 def _show_settings_in_signature(cls: type[RLM]) -> None:
@@ -518,57 +348,6 @@ def _show_settings_in_signature(cls: type[RLM]) -> None:
 
 _show_settings_in_signature(RLM)
 
-def _emit_finished(
-    events: EventBus,
-    runtime: Runtime | None,
-    status: RunStatus,
-    error: str | None,
-    answer: str | None = None,
-) -> RunFinished:
-    """Record ``run_finished`` with everything the runtime (if any) counted."""
-    usage = runtime.usage if runtime is not None else Usage()
-    # The run's duration ends when its outcome was known; the teardown that followed
-    # (sandboxes reaped, the zygote gone) is reported apart.  It is over by now.
-    teardown = runtime.teardown_s if runtime is not None else 0.0
-    finished = events.emit(
-        RunFinished(
-            status=status,
-            answer=answer,
-            error=error,
-            duration_s=round(events.now() - teardown, 6),
-            teardown_s=round(teardown, 6),
-            llm_calls=usage.llm_calls,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            usage_detail=runtime.budget.usage_report() if runtime is not None else {},
-            traffic=runtime.gate.traffic() if runtime is not None else {},
-        )
-    )
-    assert isinstance(finished, RunFinished)
-    return finished
-
-
-def _status(root: CallOutcome | None, error: RLMError | None) -> RunStatus:
-    if isinstance(error, RunTimeout):
-        return "timeout"
-    if isinstance(error, LimitExceeded):
-        return "budget_exceeded"
-    if isinstance(error, Interrupted):
-        return "interrupted"
-    if error is not None or root is None or root.status == "stopped":
-        return "error"  # (a stopped root always comes with the error that stopped the run)
-    return root.status
-
-
-def _saw_fixture(events: list[Event]) -> bool:
-    """Whether the fixture model wrote an answer (sent, or replayed from the cache)."""
-    return any(
-        (isinstance(e, LLMResponse | LLMCached) and is_fixture_answer(e.metadata))
-        or (isinstance(e, LLMCached) and e.provider == FixtureProvider.name)
-        for e in events
-    )
-
-
 #: What an asyncio program does instead of awaiting an entry: the blocking call, in a thread.
 _IN_A_THREAD = "run the blocking call in a thread: `await asyncio.to_thread(model.{})`"
 
@@ -582,32 +361,3 @@ async def _under_trio(
                  "(asyncio.to_thread), and sinks=[...] for the events")
     async with events as channel:
         yield channel
-
-
-def _check_inputs(query: str, context: Context) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise UsageError("the query must be a non-empty string")
-    if isinstance(context, list):
-        if not all(isinstance(doc, str) for doc in context):
-            raise UsageError("context must be a str or a list of str")
-    elif not isinstance(context, str):
-        raise UsageError("context must be a str or a list of str")
-    for name, text in (("the query", query), *_documents(context)):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            if not python_spelled():  # a command line's argument: bytes that were not UTF-8
-                raise UsageError(
-                    f"{name} holds bytes that are not UTF-8 text (at character {exc.start}): "
-                    "give it as UTF-8 (check the encoding of the terminal or script it came from)"
-                ) from exc
-            raise UsageError(
-                f"{name} holds a character that is not valid Unicode text (a lone surrogate at "
-                f"index {exc.start}); decode the input with errors='replace' first"
-            ) from exc
-
-
-def _documents(context: Context) -> list[tuple[str, str]]:
-    if isinstance(context, str):
-        return [("the context", context)]
-    return [(f"context document {i}", doc) for i, doc in enumerate(context)]

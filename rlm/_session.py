@@ -38,9 +38,9 @@ import trio
 from rlm._config import RunConfig, SessionOptions, public_settings
 from rlm._events import EventBus
 from rlm._result import RunResult
+from rlm._run.assembly import default_launcher
 from rlm._run.call import SessionCarry
 from rlm._run.context import Context
-from rlm._run.runtime import default_launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
 from rlm._settings_types import SessionSettings
@@ -51,7 +51,7 @@ from rlm.providers.base import Message
 from rlm_sandbox.protocol import BridgeAnswer
 
 if TYPE_CHECKING:
-    from rlm._api import RLM
+    from rlm._run.query import QueryRunner
 
 __all__ = [
     "AsyncSession", "SavedSession", "Session", "query_trace_path", "read_saved_session",
@@ -80,14 +80,14 @@ class AsyncSession:
 
     def __init__(
         self,
-        model: RLM,
+        runs: QueryRunner,
         context: Context = "",
         *,
         restore: SavedSession | None = None,
         **options: Unpack[SessionSettings],
     ) -> None:
         settings = SessionOptions(**options).validate()
-        self._model = model
+        self._runs = runs.fork()  # its interrupt stops this session's question only
         self._context = context
         self._max_history_chars = settings.max_history_chars
         self._max_total_llm_calls = settings.max_total_llm_calls
@@ -112,14 +112,14 @@ class AsyncSession:
         try:
             nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)
-            model = self._model
+            runs = self._runs
             # The session's own sandbox start and exit belong to no single query's trace.
             # RLM(sandboxes=...) is where every sandbox of the model comes from, a
             # session's included (its queries' child calls open theirs here too).
             events = EventBus(keep=False)
-            injected = model._factory_launcher(model.config, events, False)
+            injected = runs.launcher(runs.config, events)
             self._launcher = injected if injected is not None else default_launcher(
-                model.config, events, tools=model.tool_names
+                runs.config, events, tools=runs.tools.names
             )
             await stack.enter_async_context(self._launcher.serving())
             slot = SandboxSlot(self._launcher, self._context, SandboxIdentity("root", None, 0))
@@ -163,9 +163,9 @@ class AsyncSession:
             carry = self._open_carry()
             config, totals = self._query_config()
             self._asked += 1
-            trace = self._model.trace_path
+            trace = self._runs.trace_path
             try:
-                result = await self._model._arun(
+                result = await self._runs.run(
                     query, self._context, carry=carry, sandboxes=self._launcher, config=config,
                     schema=schema, trace_path=trace and query_trace_path(trace, self._asked),
                     session=totals,
@@ -183,7 +183,7 @@ class AsyncSession:
 
     def interrupt(self) -> None:
         """Stop the query in progress (it ends ``interrupted``); the session stays open."""
-        self._model.interrupt()
+        self._runs.interrupt()
 
     async def save(self, path: str | os.PathLike[str]) -> list[str]:
         """Write the conversation and the plain-data variables to ``path`` (JSON, atomic).
@@ -196,9 +196,9 @@ class AsyncSession:
             data, skipped = "{}", list[str]()
             if carry.slot.started:
                 data, skipped = await carry.slot.export_variables()
-            settings = public_settings(self._model.config)
-            if self._model.fixture is not None:  # the fixture model's pace, not a run setting
-                settings["fixture"] = dataclasses.asdict(self._model.fixture)
+            settings = public_settings(self._runs.config)
+            if self._runs.fixture is not None:  # the fixture model's pace, not a run setting
+                settings["fixture"] = dataclasses.asdict(self._runs.fixture)
             document = {
                 "rlm_session": SESSION_FORMAT,
                 "settings": settings,
@@ -228,7 +228,7 @@ class AsyncSession:
     def _query_config(self) -> tuple[Any, SessionTotals]:
         """The model's settings, with the session's remaining total budget as this run's,
         and the totals that bound the query (so a refusal names them, not the query's)."""
-        config = self._model.config
+        config = self._runs.config
         changes: dict[str, Any] = {}
         calls_total, cost_total = None, None
         if self._max_total_llm_calls is not None:
@@ -262,7 +262,7 @@ class AsyncSession:
             return {"ok": False, "value": None, "error": "restoring a session", "kind": "usage"}
 
         result: ExecResult = await carry.slot.execute(
-            code, carry.nursery, no_bridge, self._model.config.exec_timeout
+            code, carry.nursery, no_bridge, self._runs.config.exec_timeout
         )
         if not result.ok:
             raise UsageError(f"the saved variables could not be restored: {result.error}")
@@ -273,13 +273,13 @@ class Session:
 
     def __init__(
         self,
-        model: RLM,
+        runs: QueryRunner,
         context: Context = "",
         *,
         restore: SavedSession | None = None,
         **options: Unpack[SessionSettings],
     ) -> None:
-        self._async = AsyncSession(model, context, restore=restore, **options)
+        self._async = AsyncSession(runs, context, restore=restore, **options)
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None

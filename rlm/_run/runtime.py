@@ -1,51 +1,44 @@
-"""The runtime: one trio nursery that owns every call, sandbox and request of a run.
+"""The runtime: runs root calls and everything they start, on one gate and one ledger.
 
-Nothing outlives :meth:`Runtime.run`.  When the root call concludes, when an
-error that ends the run is raised anywhere in the call tree (see
-``RLMError.ends_run``), or when ``--timeout`` passes, the run's cancel scope is
-cancelled: in-flight requests are abandoned, and every partition's ``aclose``
-kills its call's sandbox before ``run`` returns.
+:meth:`Runtime.run_root` is the one way a root call runs: ``RLM(...)``'s runs
+and a session's questions (one root at a time), and a volley's ``--rlm`` tasks
+(many at once, sharing the volley's gate, ledger and launcher) all go through
+it.  Each root runs under a cancel scope of its own: when the root call
+concludes, when an error that ends its run is raised anywhere in its call tree
+(see ``RLMError.ends_run``), or when its deadline passes, that scope is
+cancelled: its in-flight requests are abandoned, and every partition's
+``aclose`` kills its call's sandbox before ``run_root`` returns.  Nothing it
+started outlives it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import trio
 
-from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import EventBus, HistoryCompacted
+from rlm._run.assembly import build_gate, default_launcher, make_budget, root_system_prompt
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call, CallOutcome, CallParts, SessionCarry
 from rlm._run.context import Context
 from rlm._run.parsing import find_final
 from rlm._run.schema import JsonSchema
 from rlm._run.tools import ToolBox
-from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import Launcher
-from rlm._sandbox.launcher import SandboxLauncher
 from rlm._spelling import setting
-from rlm._traffic.budget import Budget, BudgetLimits, SessionTotals
+from rlm._traffic.budget import Budget, SessionTotals
 from rlm._traffic.gate import CompletionCache, Gate
-from rlm._traffic.limiter import TieredLimiter
-from rlm._traffic.pacer import Pacer
 from rlm._traffic.prices import PriceTable
-from rlm._traffic.retry import RetryPolicy
 from rlm._traffic.usage import Usage
-from rlm.errors import (
-    BudgetExceeded,
-    Interrupted,
-    LimitExceeded,
-    RLMError,
-    RunTimeout,
-    SettingError,
-)
+from rlm.errors import BudgetExceeded, Interrupted, LimitExceeded, RLMError, RunTimeout
 from rlm.providers.base import CompletionRequest, Lane, Provider
 
-__all__ = ["RunOutcome", "Runtime", "default_launcher", "root_system_prompt"]
+__all__ = ["RunOutcome", "Runtime"]
 
 # Short on purpose: the extract step must fit where a full step did not.
 _EXTRACT_SYSTEM = (
@@ -57,24 +50,53 @@ _EXTRACT_SYSTEM = (
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RunOutcome:
-    """How the run ended: the root call's outcome, or the error that stopped it."""
+    """How a root call's run ended: its outcome, or the error that stopped it.
+
+    ``extracted`` is the answer a last small request got when a budget stopped the
+    run; ``data`` the root's answer as data (structured answers); ``teardown_s``
+    how long the reaping after the root's outcome took (0 when the run was cut off).
+    """
 
     root: CallOutcome | None
     error: RLMError | None
     extracted: str | None = None
+    data: object = None
+    teardown_s: float = 0.0
 
 
 class Runtime:
-    """Runs one root call and everything it starts.
+    """Runs root calls on one gate, one budget ledger and one sandbox launcher.
 
-    It makes the run's parts (budget ledger, gate, bridge) from ``config`` and
-    hands each call exactly those (:class:`CallParts`).  ``sandboxes`` is where
-    calls get their sandboxes: by default real sandbox processes
-    (:func:`default_launcher`); tests pass an in-process launcher.
+    Every call of a root's tree gets exactly that root's parts
+    (:class:`CallParts`): the shared gate and launcher, and a bridge and an abort
+    of the root's own, so that an error ending one root (one volley task) ends
+    only that root.
     """
 
     def __init__(
         self,
+        config: RunConfig,
+        *,
+        gate: Gate,
+        budget: Budget,
+        events: EventBus,
+        sandboxes: Launcher,
+        tools: ToolBox | None = None,
+        answer_schema: JsonSchema | None = None,
+    ) -> None:
+        self.config = config
+        self.gate = gate
+        self.budget = budget
+        self.events = events
+        self.sandboxes = sandboxes
+        self._tools = tools or ToolBox()
+        self._system = root_system_prompt(self._tools)
+        self._answer_schema = answer_schema
+        self._live: set[_RootRun] = set()
+
+    @classmethod
+    def build(
+        cls,
         config: RunConfig,
         *,
         providers: Mapping[Lane, Provider],
@@ -85,111 +107,111 @@ class Runtime:
         tools: ToolBox | None = None,
         answer_schema: JsonSchema | None = None,
         session: SessionTotals | None = None,
-    ) -> None:
+    ) -> Runtime:
+        """A runtime for one run (or one session question): its own ledger (bound by the
+        session's ``session`` totals when given), its own gate, and ``sandboxes`` (by
+        default real sandbox processes, :func:`rlm._run.assembly.default_launcher`)."""
         tools = tools or ToolBox()
-        self.config = config
-        self.events = events
-        self.budget = make_budget(config, prices, session)
-        self.gate = Gate(
-            limiter=TieredLimiter(config.max_concurrent, config.root_permits),
-            providers=providers,
-            events=events,
-            pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
-            retry=RetryPolicy(max_retries=config.max_retries, base_s=config.retry_delay),
-            adaptive=config.adaptive,
-            deadline=self._current_deadline,
-            ledger=self.budget,
-            cache=cache,
-        )
-        self.sandboxes = (
-            sandboxes
-            if sandboxes is not None
-            else default_launcher(
-                config, events, tools=tools.names, answer_json=answer_schema is not None
-            )
-        )
-        bridge = Bridge(
-            config=config,
-            events=events,
-            gate=self.gate,
-            budget=self.budget,
-            abort=self.abort,
-            deadline=self._current_deadline,
-            tools=tools,
-        )
-        self._parts = CallParts(
-            config, events, self.gate, self.sandboxes, bridge, self.abort,
-            system_prompt=root_system_prompt(tools), answer_schema=answer_schema,
-        )
-        #: The root call of the last run (its ``data`` holds a structured answer).
-        self.root: Call | None = None
-        self._run_scope: trio.CancelScope | None = None
-        self._error: RLMError | None = None
-        self._deadline = float("inf")
-        #: How long the last run's teardown took, once its root call had ended (0 when
-        #: the run was cut off: its duration then counts the teardown).
-        self.teardown_s = 0.0
+        budget = make_budget(config, prices, session)
+        # Every request of a root runs inside the root's cancel scope: its effective
+        # deadline is the run's (or a tighter one, the extract step's).
+        gate = build_gate(config, providers=providers, events=events, ledger=budget,
+                          cache=cache, deadline=trio.current_effective_deadline)
+        if sandboxes is None:
+            sandboxes = default_launcher(config, events, tools=tools.names,
+                                         answer_json=answer_schema is not None)
+        return cls(config, gate=gate, budget=budget, events=events, sandboxes=sandboxes,
+                   tools=tools, answer_schema=answer_schema)
 
     @property
     def usage(self) -> Usage:
-        """What the run has spent so far, from its budget ledger."""
+        """What the runtime's roots have spent so far, from its budget ledger."""
         return self.budget.usage()
 
-    def _current_deadline(self) -> float:
-        return self._deadline
-
-    async def run(
-        self, query: str, context: Context, carry: SessionCarry | None = None
+    async def run_root(
+        self,
+        query: str,
+        context: Context,
+        *,
+        call_id: str = "root",
+        config: RunConfig | None = None,
+        deadline: float | None = None,
+        call_limit: int | None = None,
+        carry: SessionCarry | None = None,
+        serve: bool = False,
+        extract: bool = True,
     ) -> RunOutcome:
-        """Run the root call to its end, or until an error or the timeout stops it.
+        """Run one root call to its end, or until an error or its deadline stops it.
 
-        With ``carry`` (a session's follow-up) the root continues the session's
-        conversation in its sandbox; the session, not this run, keeps the
-        launcher serving.
+        ``config`` replaces the runtime's for this root (a volley task's own model);
+        ``deadline`` is on trio's clock (default: ``timeout`` from now); ``call_limit``
+        bounds the requests this root's code may send under the shared ledger.  With
+        ``carry`` (a session's follow-up) the root continues the session's conversation
+        in its sandbox.  With ``serve`` the launcher serves this root alone and reaps
+        every sandbox when it ends.  With ``extract``, a root a budget stopped before it
+        answered gets one last small request for its best answer.
         """
-        timeout = self.config.timeout
-        self._deadline = trio.current_time() + timeout if timeout else float("inf")
-        with trio.CancelScope(deadline=self._deadline) as run_scope:
-            self._run_scope = run_scope
+        config = config or self.config
+        if deadline is None:
+            deadline = trio.current_time() + config.timeout if config.timeout else float("inf")
+        run = _RootRun(deadline)
+        bridge = Bridge(config=config, events=self.events, gate=self.gate, budget=self.budget,
+                        abort=run.abort, deadline=lambda: run.deadline, tools=self._tools,
+                        call_limit=call_limit)
+        parts = CallParts(config, self.events, self.gate, self.sandboxes, bridge, run.abort,
+                          system_prompt=self._system, answer_schema=self._answer_schema)
+        self._live.add(run)
+        try:
+            return await self._run(run, parts, query, context, call_id, carry, serve, extract)
+        finally:
+            self._live.discard(run)
+
+    async def _run(
+        self, run: _RootRun, parts: CallParts, query: str, context: Context, call_id: str,
+        carry: SessionCarry | None, serve: bool, extract: bool,
+    ) -> RunOutcome:
+        teardown = 0.0
+        root: Call | None = None
+        with trio.CancelScope(deadline=run.deadline) as scope:
+            run.scope = scope
             if carry is not None and _too_long(carry):
                 try:
-                    await self._compact(carry)
+                    await self._compact(parts.config, carry)
                 except LimitExceeded as exc:  # the query ends with that status, not an error
-                    self._error = exc
                     return RunOutcome(None, exc)
-            # Without a carry the launcher serves this root call alone and reaps its sandbox.
-            root = self.root = Call.root(
-                self._parts, query, context, carry, launcher_reaps=carry is None
-            )
-            concluded_at: float | None = None
+            root = Call(parts, call_id=call_id, parent_id=None, depth=0, query=query,
+                        context=context, carry=carry, launcher_reaps=serve)
             async with contextlib.AsyncExitStack() as stack:
-                if carry is None:
+                if serve:
                     await stack.enter_async_context(self.sandboxes.serving())
                 await root.run()
-                concluded_at = root.concluded_at
-            if concluded_at is not None:
+            if root.concluded_at is not None:
                 # The root call has ended with its outcome; what came since (every sandbox
                 # killed and reaped, the zygote exited) is the run's teardown.
-                self.teardown_s = self.events.now() - concluded_at
-        if self.root is None:  # cut off while compacting
-            return RunOutcome(None, self._error or RunTimeout("the run ended before it began"))
-        root = self.root
+                teardown = self.events.now() - root.concluded_at
+        if root is None:  # cut off while compacting
+            return RunOutcome(None, run.error or RunTimeout("the run ended before it began"))
         outcome = root.outcome
         answered = outcome is not None and outcome.status == "answered"
-        if self._error is None and run_scope.cancelled_caught and not answered:
-            self._error = RunTimeout(
+        timeout = parts.config.timeout
+        if run.error is None and scope.cancelled_caught and not answered:
+            run.error = RunTimeout(
                 f"the run passed its {timeout:g} s {setting('timeout')} (raise it to let the "
                 f"run go further; {setting('timeout', 'none')} lifts it)"
+                if timeout else "the run passed its deadline"
             )
         extracted = None
-        if isinstance(self._error, BudgetExceeded) and outcome is not None and not answered:
+        if (extract and isinstance(run.error, BudgetExceeded) and outcome is not None
+                and not answered):
             # A fresh scope, so an interrupt during the extract step still stops it.
             with trio.CancelScope() as extract_scope:
-                self._run_scope = extract_scope
-                extracted = await self._extract_answer(query, outcome)
-        return RunOutcome(outcome, self._error, extracted)
+                run.scope = extract_scope
+                extracted = await self._extract_answer(parts.config, query, outcome, run)
+        return RunOutcome(outcome, run.error, extracted, root.data, teardown)
 
-    async def _extract_answer(self, query: str, outcome: CallOutcome) -> str | None:
+    async def _extract_answer(
+        self, config: RunConfig, query: str, outcome: CallOutcome, run: _RootRun
+    ) -> str | None:
         """One last root request for the best answer, if the budget still allows one.
 
         The request is small (the query, the last output, the candidate), not
@@ -210,12 +232,12 @@ class Runtime:
                 {"role": "system", "content": _EXTRACT_SYSTEM},
                 {"role": "user", "content": "\n\n".join(facts)},
             ],
-            model=self.config.model,
+            model=config.model,
             lane="root",
-            max_tokens=self.config.max_tokens,
+            max_tokens=config.max_tokens,
             call_id="root",
         )
-        with trio.move_on_at(self._deadline):
+        with trio.move_on_at(run.deadline):
             try:
                 completion = await self.gate.complete(request)
             except RLMError:
@@ -225,7 +247,7 @@ class Runtime:
                 return final.answer
         return None
 
-    async def _compact(self, carry: SessionCarry) -> None:
+    async def _compact(self, config: RunConfig, carry: SessionCarry) -> None:
         """Replace a session's older steps by a summary the root model writes.
 
         The system prompt and the first question stay; everything after them
@@ -241,9 +263,9 @@ class Runtime:
                 {"role": "system", "content": _COMPACT_SYSTEM},
                 {"role": "user", "content": transcript[-_COMPACT_INPUT_CHARS:]},
             ],
-            model=self.config.model,
+            model=config.model,
             lane="root",
-            max_tokens=self.config.max_tokens,
+            max_tokens=config.max_tokens,
             call_id="root",
         )
         try:
@@ -274,21 +296,25 @@ class Runtime:
         self.sandboxes.kill_all()
 
     def interrupt(self) -> None:
-        """Stop the run as if Ctrl-C was pressed: it ends with status ``interrupted``."""
-        self.abort(Interrupted("interrupted"))
+        """Stop every root running now as if Ctrl-C was pressed: each ends ``interrupted``."""
+        for run in list(self._live):
+            run.abort(Interrupted("interrupted"))
+
+
+@dataclasses.dataclass(eq=False)
+class _RootRun:
+    """One root's run: its deadline, the cancel scope it runs in, the error that ended it."""
+
+    deadline: float
+    scope: trio.CancelScope | None = None
+    error: RLMError | None = None
 
     def abort(self, exc: RLMError) -> None:
-        """End the run because of ``exc`` (the first such error wins)."""
-        if self._error is None:
-            self._error = exc
-        if self._run_scope is not None:
-            self._run_scope.cancel()
-
-
-def root_system_prompt(tools: ToolBox) -> str:
-    """The root model's system prompt: the built-in one, then the host tools' list."""
-    system = prompts.load("system")
-    return f"{system}\n\n{tools.describe()}" if tools else system
+        """End this root's run because of ``exc`` (the first such error wins)."""
+        if self.error is None:
+            self.error = exc
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 _COMPACT_SYSTEM = (
@@ -303,71 +329,3 @@ _COMPACT_INPUT_CHARS = 400_000
 def _too_long(carry: SessionCarry) -> bool:
     limit = carry.max_history_chars
     return limit is not None and sum(len(m["content"]) for m in carry.history) > limit
-
-
-def default_launcher(
-    config: RunConfig,
-    events: EventBus,
-    *,
-    tools: Sequence[str] = (),
-    answer_json: bool = False,
-    early_zygote: EarlyZygote | None = None,
-) -> SandboxLauncher:
-    """Real sandbox processes, as ``config`` asks for them (from ``early_zygote`` if given),
-    with the host tools' names, and JSON answers from FINAL_VAR when the run wants
-    structured data.  Without child calls the warm pool fills only once a second sandbox
-    is asked for (a volley's tasks), not for a run whose root is the only call; with
-    them it is filled once, for the first child calls, and not refilled."""
-    return SandboxLauncher(
-        events=events,
-        max_output_chars=config.max_output_chars,
-        require_isolation=config.require_isolation,
-        memory_bytes=config.sandbox_memory,
-        early_zygote=early_zygote,
-        tools=tools,
-        answer_json=answer_json,
-        # Without child calls (depth 1) a run opens its root's sandbox only; with them, the
-        # pool forks the first ones while the root's first step is generated, once: a child
-        # forks its own while its first step is generated as quickly, and two sandboxes
-        # refilled for nobody would be two more deaths at the end of every run.
-        pool_on_demand=config.max_depth <= 1,
-        pool_refills=config.max_depth <= 1,
-    )
-
-
-def load_prices(config: RunConfig) -> PriceTable:
-    """The shipped price table, with ``--prices`` entries on top."""
-    prices = PriceTable.default()
-    if config.prices_path:
-        prices = PriceTable.load(config.prices_path, base=prices)
-    return prices
-
-
-def make_budget(
-    config: RunConfig, prices: PriceTable | None = None, session: SessionTotals | None = None
-) -> Budget:
-    """The run's ledger from its configuration; unpriced models under --max-cost are refused.
-
-    ``session`` names a session's totals when they, not the query's own limits, bound it."""
-    if prices is None:
-        prices = load_prices(config)
-    budget = Budget(
-        limits=BudgetLimits(
-            max_llm_calls=config.max_llm_calls,
-            max_input_tokens=config.max_input_tokens,
-            max_output_tokens=config.max_output_tokens,
-            max_total_tokens=config.max_total_tokens,
-            max_cost=config.max_cost,
-        ),
-        prices=prices,
-        session=session or SessionTotals(),
-    )
-    for model in sorted({config.model, config.effective_sub_model}):
-        try:
-            budget.check_priced(model)
-        except BudgetExceeded as exc:
-            raise SettingError(
-                f"model {model!r} has no price, so <max_cost> cannot be enforced for it; "
-                "add it with <prices_path=FILE>"
-            ) from exc
-    return budget

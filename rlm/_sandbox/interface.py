@@ -71,7 +71,7 @@ class Launcher(Protocol):
 
 
 #: Makes one run's launcher from the run's configuration; the run's event bus
-#: receives its sandbox events.  ``rlm._run.runtime.default_launcher`` is one.
+#: receives its sandbox events.  ``rlm._run.assembly.default_launcher`` is one.
 #: Called as ``factory(config, events)``, plus ``tools=[names]`` when the run has
 #: host tools and ``answer_json=True`` when it wants a structured answer (the
 #: sandbox must know both), so a factory for such runs takes those keywords.

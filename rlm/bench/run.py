@@ -28,7 +28,7 @@ import trio
 
 from rlm._api import RLM
 from rlm._result import RunResult
-from rlm._run.runtime import default_launcher
+from rlm._run.assembly import default_launcher
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import LauncherFactory
 from rlm.bench.provider import BenchProvider

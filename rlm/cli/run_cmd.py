@@ -138,7 +138,7 @@ def run(
     # Imported here, not at the top: `rlm --help` lists this command without loading the runtime.
     from rlm._api import RLM
     from rlm._result import STATUS_EXIT_CODES
-    from rlm._run.runtime import default_launcher
+    from rlm._run.assembly import default_launcher
     from rlm._run.tools import load_tool
     from rlm._trace import check_trace_path
     from rlm.cli._context_input import context_paths, read_context, warn_if_empty

@@ -16,7 +16,7 @@ from rich.console import Console
 from rlm._config import RunConfig, VolleyOptions
 from rlm._durations import parse_duration
 from rlm._events import Event
-from rlm._run.runtime import load_prices
+from rlm._run.assembly import load_prices
 from rlm.cli._context_input import read_context, read_text
 from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper

@@ -11,6 +11,7 @@ of the result but are not run again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,17 +21,14 @@ import trio
 
 from rlm._config import RunConfig, VolleyOptions, public_settings
 from rlm._events import Event, EventBus, StreamSink
-from rlm._run.runtime import default_launcher, load_prices, make_budget
+from rlm._run.assembly import build_gate, default_launcher, load_prices, make_budget
+from rlm._run.runtime import Runtime
 from rlm._run.tools import ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
-from rlm._traffic.limiter import TieredLimiter
-from rlm._traffic.pacer import Pacer
 from rlm._traffic.prices import PriceTable
-from rlm._traffic.retry import RetryPolicy
-from rlm.errors import BudgetExceeded, UsageError
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import open_providers
@@ -103,7 +101,9 @@ class Volley:
         self.volley_id = volley_id or new_volley_id()
         self._providers = providers
         self._prices = prices if prices is not None else load_prices(config)
-        self._budget = _checked_budget(config, self._prices, self.tasks)
+        # A task's own model without a price under max_cost is refused, as the run's is.
+        self._budget = make_budget(config, self._prices, models=[t.model for t in self.tasks
+                                                                 if t.model])
         self._sinks = list(sinks)
         self._trace_path = trace_path
         self._results: dict[int, TaskResult] = {r.index: r for r in earlier}
@@ -269,11 +269,10 @@ class Volley:
         # A factory is told the tools' names only when there are some (its documented call).
         named = {"tools": self._tools.names} if self._tools else {}
         launcher = self._launcher = make(self.config, events, **named)
+        runtime = Runtime(self.config, gate=gate, budget=self._budget, events=events,
+                          sandboxes=launcher, tools=self._tools)
         async with launcher.serving():
-            yield RlmTaskExecutor(
-                self.config, events=events, gate=gate, budget=self._budget,
-                sandboxes=launcher, context=shared_context(self.context), tools=self._tools,
-            )
+            yield RlmTaskExecutor(runtime, context=shared_context(self.context))
 
     def _warm(self) -> bool:
         return (
@@ -292,16 +291,9 @@ class Volley:
                 yield providers
 
     def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus) -> Gate:
-        config = self.config
-        return Gate(
-            limiter=TieredLimiter(config.max_concurrent, 0),
-            providers=providers,
-            events=events,
-            pacer=Pacer(rpm=config.rpm, tpm=config.tpm, burst=config.burst),
-            retry=RetryPolicy(max_retries=config.max_retries, base_s=config.retry_delay),
-            adaptive=config.adaptive,
-            ledger=self._budget,
-        )
+        # A volley reserves no permits for root steps: its tasks are its roots.
+        config = dataclasses.replace(self.config, root_permits=0)
+        return build_gate(config, providers=providers, events=events, ledger=self._budget)
 
     async def _complete(self, task: VolleyTask, call_id: str) -> str:
         assert self._gate is not None
@@ -368,13 +360,3 @@ class Volley:
         """The volley's settings as recorded (never the API key)."""
         return {**public_settings(self.config), **self.options.stored()}
 
-
-def _checked_budget(config: RunConfig, prices: PriceTable, tasks: Sequence[VolleyTask]) -> Budget:
-    """The volley's ledger; a task model without a price under --max-cost is a usage error."""
-    budget = make_budget(config, prices)
-    for model in sorted({t.model for t in tasks if t.model}):
-        try:
-            budget.check_priced(model)
-        except BudgetExceeded as exc:
-            raise UsageError(str(exc)) from exc
-    return budget

@@ -22,17 +22,11 @@ import dataclasses
 
 import trio
 
-from rlm._config import DEFAULT_MAX_LLM_CALLS, RunConfig
-from rlm._events import EventBus
-from rlm._run.bridge import Bridge
-from rlm._run.call import Call, CallParts
+from rlm._config import DEFAULT_MAX_LLM_CALLS
+from rlm._durations import format_duration
 from rlm._run.context import Context
-from rlm._run.runtime import root_system_prompt
-from rlm._run.tools import ToolBox
-from rlm._sandbox.interface import Launcher
-from rlm._traffic.budget import Budget
-from rlm._traffic.gate import Gate
-from rlm.errors import RLMError
+from rlm._run.runtime import Runtime
+from rlm.errors import RLMError, RunTimeout
 from rlm.volley.records import VolleyTask
 
 __all__ = ["RlmTaskExecutor", "TaskCallFailed", "shared_context"]
@@ -54,82 +48,48 @@ def shared_context(documents: tuple[str, ...]) -> Context:
 
 
 class RlmTaskExecutor:
-    """Runs one volley task as a root call (a :data:`~rlm.volley.runner.TaskExecutor`)."""
+    """Runs one volley task as a root call (a :data:`~rlm.volley.runner.TaskExecutor`)
+    through the volley's runtime: its gate, ledger and launcher are the volley's."""
 
     def __init__(
         self,
-        config: RunConfig,
+        runtime: Runtime,
         *,
-        events: EventBus,
-        gate: Gate,
-        budget: Budget,
-        sandboxes: Launcher,
         context: Context,
         call_limit: int | None = DEFAULT_MAX_LLM_CALLS,
-        tools: ToolBox | None = None,
     ) -> None:
         """``call_limit`` bounds the requests one task's code may send (the volley's
-        runner bounds each task's time by the run setting ``timeout``);
-        ``tools`` are the host tools every task's code may call (the ``sandboxes``
-        launcher must have been told their names)."""
+        runner bounds each task's time by the run setting ``timeout``)."""
+        self._runtime = runtime
         self._call_limit = call_limit
-        self._config = config
-        self._events = events
-        self._gate = gate
-        self._budget = budget
-        self._sandboxes = sandboxes
         self._context = context
-        self._tools = tools or ToolBox()
-        self._system = root_system_prompt(self._tools)
 
     async def __call__(self, task: VolleyTask, call_id: str) -> str:
         """The task's answer; raises the error that ended its call, or TaskCallFailed."""
-        config = self._config
+        config = self._runtime.config
         if task.model or task.max_tokens:
             config = dataclasses.replace(
                 config,
                 model=task.model or config.model,
                 max_tokens=task.max_tokens or config.max_tokens,
             )
-        errors: list[RLMError] = []
-        scope = trio.CancelScope()
-
-        def abort(exc: RLMError) -> None:
-            # The first error wins and ends this task only.
-            if not errors:
-                errors.append(exc)
-            scope.cancel()
-
         deadline = trio.current_effective_deadline()  # the runner's per-task timeout
-        bridge = Bridge(
-            config=config,
-            events=self._events,
-            gate=self._gate,
-            budget=self._budget,
-            abort=abort,
-            deadline=lambda: deadline,
-            call_limit=self._call_limit,
-            tools=self._tools,
+        outcome = await self._runtime.run_root(
+            task.prompt, self._context, call_id=call_id, config=config, deadline=deadline,
+            call_limit=self._call_limit, extract=False,
         )
-        parts = CallParts(
-            config, self._events, self._gate, self._sandboxes, bridge, abort,
-            system_prompt=self._system,
-        )
-        call = Call(
-            parts, call_id=call_id, parent_id=None, depth=0, query=task.prompt,
-            context=self._context,
-        )
-        with scope:
-            await call.run()
-        if errors:
-            raise errors[0]
-        outcome = call.outcome
-        if outcome is None:  # cannot happen: run() concludes the call on every path
+        if isinstance(outcome.error, RunTimeout):  # said as the runner says it
+            limit = task.timeout or config.timeout or 0.0
+            raise TaskCallFailed(f"timed out after {format_duration(limit)}")
+        if outcome.error is not None:
+            raise outcome.error
+        root = outcome.root
+        if root is None:  # cannot happen: run_root concludes the call on every path
             raise TaskCallFailed("the task's call ended without an outcome")
-        if outcome.status == "answered" and outcome.answer is not None:
-            return outcome.answer
-        if outcome.status == "iterations":
+        if root.status == "answered" and root.answer is not None:
+            return root.answer
+        if root.status == "iterations":
             raise TaskCallFailed(
-                f"no FINAL answer in {outcome.iterations} steps (raise --max-iterations)"
+                f"no FINAL answer in {root.iterations} steps (raise --max-iterations)"
             )
-        raise TaskCallFailed(outcome.error or f"the task's call ended as {outcome.status}")
+        raise TaskCallFailed(root.error or f"the task's call ended as {root.status}")

@@ -133,7 +133,7 @@ def test_a_tool_made_with_its_own_timeout_times_out_as_a_tool_error() -> None:
 def test_a_sandboxes_factory_is_told_the_tools_and_the_structured_answer() -> None:
     # RLM(sandboxes=factory) called factory(config, events) only: a tool was a NameError in
     # the sandbox and a structured root answer never fitted (the run ended in an error).
-    from rlm._run.runtime import default_launcher
+    from rlm._run.assembly import default_launcher
 
     model = RLM(provider="fixture", sandboxes=default_launcher, tools=[lookup])
     assert model.completion("Call lookup('k')", "ctx").answer == "{'key': 'k', 'hits': ['K', 'K']}"

@@ -26,7 +26,7 @@ from rlm._profiles import load_profile
 from rlm._result import STATUS_EXIT_CODES
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call
-from rlm._run.runtime import make_budget
+from rlm._run.assembly import make_budget
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm.cli import main

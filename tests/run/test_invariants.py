@@ -42,13 +42,13 @@ async def run_fake(provider: FunctionProvider, **settings: Any) -> tuple[RunOutc
     """The real Runtime with fake sandboxes; returns the outcome and the trace."""
     config = RunConfig(provider="fixture", **settings).validate()
     events = EventBus()
-    runtime = Runtime(
+    runtime = Runtime.build(
         config,
         providers={"root": provider, "sub": provider},
         events=events,
         sandboxes=LineLauncher(),
     )
-    outcome = await runtime.run("q", "ctx")
+    outcome = await runtime.run_root("q", "ctx", serve=True)
     return outcome, [e.to_dict() for e in events.events]
 
 
@@ -111,7 +111,7 @@ async def test_1_root_step_takes_its_reserved_permit_while_subs_saturate(
     provider = FunctionProvider.scripted(
         ["FINAL(x)"], latency=lambda r: 10.0 if r.lane == "sub" else 1.0
     )
-    runtime = Runtime(
+    runtime = Runtime.build(
         RunConfig(provider="fixture", max_concurrent=3, root_permits=1).validate(),
         providers={"root": provider, "sub": provider},
         events=EventBus(),

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from rlm import RLM
-from rlm._run.runtime import default_launcher
+from rlm._run.assembly import default_launcher
 from rlm._sandbox.early import EarlyZygote
 from rlm.fixtures.needle import generate_needle
 from tests.run.test_invariants import sandbox_descendants

@@ -13,7 +13,7 @@ import trio
 
 from rlm import RLM, RunConfig
 from rlm._events import EventBus
-from rlm._run.runtime import default_launcher
+from rlm._run.assembly import default_launcher
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._sandbox.spawn import SHARED_CONTEXT_CHARS
 from tests.helpers import rlm_in_process, serving
