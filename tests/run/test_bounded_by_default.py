@@ -24,9 +24,9 @@ from rlm._config import DEFAULTS
 from rlm._events import EventBus
 from rlm._profiles import load_profile
 from rlm._result import STATUS_EXIT_CODES
+from rlm._run.assembly import make_budget
 from rlm._run.bridge import Bridge
 from rlm._run.call import Call
-from rlm._run.assembly import make_budget
 from rlm._traffic.budget import Budget, BudgetLimits
 from rlm._traffic.gate import Gate
 from rlm.cli import main
