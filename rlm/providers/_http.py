@@ -1,7 +1,9 @@
 """HTTP plumbing shared by the providers: one client, one error translation.
 
-One attempt per call, no hidden retries: the shared ``httpx2.AsyncClient`` is
-built with ``retries=0`` and the gate decides what to do with a failure.
+A run's providers post through one ``httpx2.AsyncClient`` (:func:`make_http_client`),
+which :func:`rlm.providers.open.open_providers` opens and closes.  One attempt per
+call, no hidden retries: the client's transport retries nothing and the gate decides
+what to do with a failure.
 httpx2's exceptions are translated here into :mod:`rlm.errors` types that name
 the URL and what came back.  API keys travel only in request headers; they are
 never logged and never part of an error message.
@@ -21,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import httpcore2
 import httpx2
 
 from rlm._spelling import give_key, key_source, setting
@@ -35,14 +36,6 @@ from rlm.errors import (
     QuotaExceededError,
     RateLimitError,
 )
-from rlm.providers._direct import (
-    TIMEOUTS,
-    TRANSPORT_ERRORS,
-    DirectPost,
-    HTTPReply,
-    PooledClient,
-)
-from rlm.providers._pool import ConnectionPool
 
 __all__ = [
     "BAD_SHAPE",
@@ -77,72 +70,41 @@ _E = TypeVar("_E", bound=BaseException)
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 # OpenAI: 429 insufficient_quota; Anthropic: 400 "credit balance is too low".
 _OUT_OF_CREDIT = re.compile(r"insufficient_quota|credit balance is too low", re.IGNORECASE)
+_CONNECT_TIMEOUT = 30.0
 
 
 def load_http_transport() -> None:
-    """Load what the first HTTP client loads, so that a caller can pay it before a run's
-    clock starts rather than between ``run_started`` and the root's first request:
-    httpx2 imports its transport, httpcore2, on first use (~30 ms idle), and the
-    process's first SSL context starts OpenSSL (1.4-18 ms here, loaded; later ones
-    take ~0.2 ms): a client for an ``https://`` endpoint, or through a proxy, makes one.
-
-    Also the modules that open the run's providers (``rlm.providers.open`` imports
-    them when a run starts, as a fixture run needs none: ~3 ms), and the first
-    look-up of a host: ``socket.getaddrinfo`` encodes the name with the ``idna``
-    codec, whose first use imports it with ``stringprep`` and ``unicodedata``
-    (~1.6 ms), on the root request's path.  With both, a run's providers open in
-    ~2 ms of CPU instead of ~5, and its first request takes ~2 ms less (issue 9)."""
-    importlib.import_module("httpcore2")
-    ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    for module in _PROVIDER_MODULES:
+    """Import what a run over HTTP uses, so that a caller can load it before the run's
+    clock starts: the run's duration then counts the run, not the loading of the HTTP
+    stack (httpx2 imports its transport, httpcore2, when the first client is made)."""
+    for module in ("httpcore2", "rlm.providers.anthropic", "rlm.providers.openai"):
         importlib.import_module(module)
-    socket.getaddrinfo(
-        "127.0.0.1", 80, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
-    )
-
-
-_PROVIDER_MODULES = (
-    "rlm.providers.anthropic",
-    "rlm.providers.keys",
-    "rlm.providers.openai",
-    "rlm.providers._one_write",
-    "rlm.providers._proxy",
-    "rlm.providers._warm",
-)
 
 
 def make_http_client(
     *,
     max_connections: int,
     request_timeout: float,
-    tls: bool = True,
-    network: httpcore2.AsyncNetworkBackend | None = None,
-) -> PooledClient:
-    """The one HTTP client a run shares across every provider.
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> httpx2.AsyncClient:
+    """The one HTTP client a run's providers share.
 
-    With ``tls=False`` (every endpoint is plain ``http://``, e.g. a local
-    vLLM or Ollama) the CA bundle is not loaded: that saves ~30 ms per run and
-    no TLS connection can be made anyway, since redirects are not followed.
-    ``network`` is where the pool gets its connections (e.g.
-    :class:`rlm.providers._warm.WarmConnections`); by default it dials them.
-    Its providers post on its pool directly (:mod:`rlm.providers._direct`).
+    Its pool keeps up to ``max_connections`` connections (one per request the run may
+    have in flight) and keeps them all alive between requests.  It follows no
+    redirects and makes one attempt per request: retries belong to the gate.  It reads
+    the environment as any httpx2 client does: ``HTTP_PROXY``/``HTTPS_PROXY``/
+    ``ALL_PROXY``/``NO_PROXY``, and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` for the CA
+    bundle.  ``transport`` replaces the network under it (tests pass an
+    ``httpx2.MockTransport``); everything above the transport stays the same.
     """
-    pool = ConnectionPool(
-        max_connections=max_connections,
-        keepalive_expiry=_KEEPALIVE_EXPIRY,
-        # None: no context for plain HTTP (httpcore2 would make one for https).
-        ssl_context=httpx2.create_ssl_context() if tls else None,
-        network_backend=network,
-    )
-    return PooledClient(
-        pool,
+    return httpx2.AsyncClient(
         timeout=httpx2.Timeout(request_timeout, connect=_CONNECT_TIMEOUT),
+        limits=httpx2.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
         follow_redirects=False,
+        transport=transport,
     )
-
-
-_CONNECT_TIMEOUT = 30.0
-_KEEPALIVE_EXPIRY = 5.0  # httpx's default
 
 
 class JSONProvider:
@@ -152,31 +114,22 @@ class JSONProvider:
 
     def __init__(self, client: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
         self._client = client
-        # Parsed once: httpx2 parses a string URL on every request (~50 us here, of
-        # ~1 ms that a request costs this process).
         self._target = httpx2.URL(url)
         self._headers = {"Content-Type": "application/json", **headers}
         if self._target.userinfo:
             # user:password in the URL is Basic auth, as httpx2's client.post makes it
-            # (replacing a bearer key); requests go to the URL without them, and
-            # errors name it as http://***@host/... (rlm._url_userinfo).
+            # (replacing a bearer key); requests go to the URL without them, so no
+            # request, error or trace carries them, and errors name it as
+            # http://***@host/... (rlm._url_userinfo).
             self._headers["Authorization"] = _basic_authorization(self._target)
             self._target = self._target.copy_with(username=None, password=None)
         self.url = redact_url(url)
-        # On the run's own client, below httpx2's client layer (rlm.providers._direct).
-        self._direct = (
-            DirectPost(client, self._target, self._headers)
-            if isinstance(client, PooledClient)
-            else None
-        )
 
     async def aclose(self) -> None:
-        """The shared client is closed by its owner, the runtime."""
+        """The shared client is closed by its owner, :func:`rlm.providers.open.open_providers`."""
 
-    async def post(self, body: dict[str, Any]) -> HTTPReply:
-        return await post_json(
-            self._client, self.url, body, self._headers, target=self._target, direct=self._direct
-        )
+    async def post(self, body: dict[str, Any]) -> httpx2.Response:
+        return await post_json(self._client, self.url, body, self._headers, target=self._target)
 
 
 def _basic_authorization(url: httpx2.URL) -> str:
@@ -194,20 +147,15 @@ async def post_json(
     headers: dict[str, str],
     *,
     target: httpx2.URL | None = None,
-    direct: DirectPost | None = None,
-) -> HTTPReply:
-    """POST ``body`` once to ``target`` (``url`` parsed, when the caller has it), by
-    ``direct`` when given; network failures become ProviderConnectionError, error
-    statuses ProviderStatusError subclasses that name ``url``."""
-    response: HTTPReply
+) -> httpx2.Response:
+    """POST ``body`` once to ``target`` (``url`` when not given; ``url`` is what errors
+    name); network failures become ProviderConnectionError, error statuses
+    ProviderStatusError subclasses that name ``url``."""
     try:
-        if direct is not None:
-            response = await direct(body)
-        else:
-            response = await client.post(target or url, json=body, headers=headers)
-    except (httpx2.TimeoutException, *TIMEOUTS) as exc:
+        response = await client.post(target or url, json=body, headers=headers)
+    except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
-    except (httpx2.TransportError, *TRANSPORT_ERRORS) as exc:
+    except httpx2.TransportError as exc:
         raise unreachable_error(url, exc) or ProviderConnectionError(
             f"cannot reach {url}: {reason(exc)} (is the server running, and "
             f"is {setting('base_url')} right?)",
@@ -288,7 +236,7 @@ def _unknown_host(exc: BaseException) -> bool:
     return "Name or service not known" in str(exc) or "nodename nor servname" in str(exc)
 
 
-def bad_reply(url: str, response: HTTPReply) -> ProviderResponseError:
+def bad_reply(url: str, response: httpx2.Response) -> ProviderResponseError:
     """The error for a reply that is not the JSON shape the provider speaks."""
     kind = response.headers.get("content-type", "no content-type")
     return ProviderResponseError(
@@ -300,7 +248,7 @@ def bad_reply(url: str, response: HTTPReply) -> ProviderResponseError:
 
 def status_error(
     url: str,
-    response: HTTPReply,
+    response: httpx2.Response,
     *,
     status: int | None = None,
     detail: str | None = None,
@@ -409,7 +357,7 @@ def count_tokens(value: object) -> int:
     return int(value)
 
 
-def error_detail(response: HTTPReply) -> str:
+def error_detail(response: httpx2.Response) -> str:
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -17,7 +17,6 @@ from typing import Any
 import httpx2
 
 from rlm.providers._anthropic_stream import AnthropicStreamReader
-from rlm.providers._direct import HTTPReply
 from rlm.providers._http import (
     BAD_SHAPE,
     bad_reply,
@@ -115,7 +114,7 @@ class AnthropicProvider(StreamingJSONProvider):
             body["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         return body
 
-    def _parse(self, response: HTTPReply) -> Completion:
+    def _parse(self, response: httpx2.Response) -> Completion:
         try:
             data = response.json()
             blocks = data["content"]

@@ -89,8 +89,8 @@ def parse_fixture_model(model: str, default_chunks: int = 16) -> FixtureModel:
     Names that do not mention ``sequential`` are batched, so any model name
     works.  Raises ``ValueError`` when the ``:N`` suffix is not a positive int.
     Remembered per name (the record is immutable): it is asked once or twice per
-    request, ~2.5 us each, on the loop a benchmark measures (in-process) or on the
-    same cores (the fixture server).
+    request, on the loop a benchmark measures (in-process) or on the same cores
+    (the fixture server).
     """
     name, colon, suffix = model.strip().rpartition(":")
     if not colon:
@@ -207,9 +207,9 @@ def sub_reply(prompt: str) -> str:
 
 def _may_mention(text: str, words: list[str]) -> bool:
     """False only when ``text`` cannot hold the key: its longest ASCII word is missing
-    from the case-folded text.  The case-insensitive search over a whole chunk costs
-    ~0.3 ms, and a benchmark's fixture model answers on the measured run's loop; most
-    chunks hold no key.  (``ı`` folds to itself, yet ``re.IGNORECASE`` matches it to ``i``.)
+    from the case-folded text.  The case-insensitive search over a whole chunk is slow,
+    a benchmark's fixture model answers on the measured run's loop, and most chunks
+    hold no key.  (``ı`` folds to itself, yet ``re.IGNORECASE`` matches it to ``i``.)
     """
     word = max(words, key=len).casefold()
     return not word.isascii() or word in text.casefold().replace("ı", "i")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from rlm._config import RunConfig
 from rlm.errors import SettingError
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureOptions
+
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["bills_cache_writes", "open_providers"]
 
@@ -25,26 +29,28 @@ def bills_cache_writes(config: RunConfig) -> bool:
 
 @asynccontextmanager
 async def open_providers(
-    config: RunConfig, fixture: FixtureOptions | None = None
+    config: RunConfig,
+    fixture: FixtureOptions | None = None,
+    *,
+    transport: httpx2.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Mapping[Lane, Provider]]:
-    """The root and sub providers of ``config``; the HTTP client closes on exit.
+    """The root and sub providers of ``config``, over one HTTP client that closes on exit.
 
     ``fixture`` paces the fixture model when ``config.provider`` is ``fixture``.
+    The client is built from ``config``'s limits and timeouts
+    (:func:`rlm.providers._http.make_http_client`); ``transport`` replaces the network
+    under it (tests pass an ``httpx2.MockTransport``).
     """
     if config.provider == "fixture":
         model = (fixture or FixtureOptions()).provider()
         yield {"root": model, "sub": model}
         return
-    # Imported here: httpx and the HTTP providers take a while to load, and a fixture run
-    # never needs them.
-    import trio
-
-    from rlm.providers._one_write import OneWriteBackend
-    from rlm.providers._proxy import proxied_client
-    from rlm.providers._warm import WarmConnections
+    # Imported here: httpx2 and the HTTP providers take a while to load, and a fixture
+    # run never needs them.
+    from rlm.providers._http import make_http_client
     from rlm.providers.anthropic import AnthropicProvider
     from rlm.providers.keys import default_base_url, missing_key_message
-    from rlm.providers.openai import OpenAIProvider, make_http_client
+    from rlm.providers.openai import OpenAIProvider
 
     # A hosted API answers 401 to a request without a key: say so before sending one
     # (the command line checks this itself, first; this is the Python API's check).
@@ -53,51 +59,17 @@ async def open_providers(
         raise SettingError(problem)
     kind = AnthropicProvider if config.provider == "anthropic" else OpenAIProvider
     base_url = config.base_url or default_base_url(config.provider) or ""
-    urls = [base_url, config.sub_base_url or base_url]
-    # Pre-opened connections, each sending a request in one write (see the modules).
-    warm = WarmConnections(OneWriteBackend())
-    # Through a proxy the environment names (HTTP_PROXY...), httpx2's standard client.
-    proxied = proxied_client(
-        urls,
+    sub_url = config.sub_base_url or base_url
+    async with make_http_client(
         max_connections=config.max_concurrent,
         request_timeout=config.request_timeout,
-    )
-    async with proxied or make_http_client(
-        max_connections=config.max_concurrent,
-        request_timeout=config.request_timeout,
-        tls=any(url.startswith("https://") for url in urls),
-        network=warm,
-    ) as client, trio.open_nursery() as nursery:
-        try:
-            # While the root's first step is generated, open the connections the sub
-            # lane's first wave will want (one per permit; no request is sent).
-            origin = None if proxied else _origin(urls[1])
-            if origin is not None:
-                sub_permits = config.max_concurrent - config.root_permits
-                nursery.start_soon(warm.open, *origin, sub_permits)
-            idle = config.stream_idle_timeout
-            root = kind(client, urls[0], config.api_key, stream_idle_timeout=idle)
-            # One provider serves both lanes when they go to the same URL: it holds no
-            # per-lane state, and each costs ~0.3 ms to make (URL parsing), on the way
-            # to the root's first request.
-            sub = root if urls[1] == urls[0] else kind(
-                client, urls[1], config.api_key, stream_idle_timeout=idle
-            )
-            yield {"root": root, "sub": sub}
-        finally:
-            nursery.cancel_scope.cancel()
-            await warm.aclose()
-
-
-def _origin(url: str) -> tuple[str, int] | None:
-    """The host and port the HTTP pool dials for ``url`` (None if it is not HTTP)."""
-    import httpx2
-
-    try:
-        parsed = httpx2.URL(url)
-    except httpx2.InvalidURL:
-        return None
-    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
-        return None
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return parsed.raw_host.decode("ascii"), port
+        transport=transport,
+    ) as client:
+        idle = config.stream_idle_timeout
+        root = kind(client, base_url, config.api_key, stream_idle_timeout=idle)
+        # One provider serves both lanes when they go to the same URL: it holds no
+        # per-lane state.
+        sub = root if sub_url == base_url else kind(
+            client, sub_url, config.api_key, stream_idle_timeout=idle
+        )
+        yield {"root": root, "sub": sub}

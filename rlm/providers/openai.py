@@ -12,7 +12,6 @@ from typing import Any
 import httpx2
 
 from rlm.errors import ProviderStatusError
-from rlm.providers._direct import HTTPReply
 from rlm.providers._http import (
     BAD_SHAPE,
     bad_reply,
@@ -94,7 +93,7 @@ class OpenAIProvider(StreamingJSONProvider):
             whole=self._parse,
         )
 
-    def _error_in_body(self, response: HTTPReply, error: object) -> ProviderStatusError:
+    def _error_in_body(self, response: httpx2.Response, error: object) -> ProviderStatusError:
         """An error inside a 200 response (OpenRouter and some proxies do this)."""
         code = error.get("code") if isinstance(error, dict) else None
         status = code if isinstance(code, int) and 400 <= code < 600 else 502
@@ -107,7 +106,7 @@ class OpenAIProvider(StreamingJSONProvider):
             where=f"{self.url} answered HTTP 200 with an error (treated as {status})",
         )
 
-    def _parse(self, response: HTTPReply) -> Completion:
+    def _parse(self, response: httpx2.Response) -> Completion:
         try:
             data = response.json()
             if isinstance(data, dict) and "error" in data and not data.get("choices"):

@@ -32,7 +32,7 @@ print(json.dumps({{"one": one, "many": many, "types": kinds}}))
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 async def test_structured_sub_queries_return_validated_dicts(dialect: str) -> None:
     root = FunctionProvider.scripted([repl("import json\n" + CODE), "FINAL(done)"])
-    client = make_http_client(max_connections=8, request_timeout=10, tls=False)
+    client = make_http_client(max_connections=8, request_timeout=10)
     async with serving() as (base_url, server), client:
         sub: Provider = (
             AnthropicProvider(client, base_url.removesuffix("/v1"), "k")

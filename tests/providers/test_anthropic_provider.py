@@ -10,6 +10,7 @@ import pytest
 
 from rlm import RLM
 from rlm.errors import AuthenticationError, ProviderStatusError, QuotaExceededError
+from rlm.providers._http import make_http_client
 from rlm.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 from rlm.providers.base import CompletionRequest
 
@@ -17,7 +18,9 @@ Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 def provider(handler: Handler, base_url: str = "https://api.anthropic.com") -> AnthropicProvider:
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    client = make_http_client(
+        max_connections=4, request_timeout=10, transport=httpx2.MockTransport(handler)
+    )
     return AnthropicProvider(client, base_url, api_key="sk-ant-test")
 
 

@@ -1,5 +1,5 @@
 """A proxy the environment names (HTTP_PROXY, NO_PROXY) carries the run's requests, as it
-would any httpx2 client's (rlm/providers/_proxy.py).
+would any httpx2 client's: the run's one client reads them (rlm/providers/_http.py).
 
 The real executable runs with the variables set, against a loopback "proxy" that
 answers the chat request itself: the endpoint's host does not exist, so only a

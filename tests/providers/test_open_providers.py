@@ -3,13 +3,15 @@ servers on loopback."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from typing import Literal
 
+import httpx2
 import pytest
+import trio
 
 from rlm import RLM, SettingError
 from rlm._config import RunConfig
+from rlm.fixtures import generate_needle
 from rlm.providers.base import CompletionRequest
 from rlm.providers.open import open_providers
 from tests.helpers import serving
@@ -39,26 +41,59 @@ async def test_a_sub_base_url_gets_a_provider_of_its_own() -> None:
         assert (root_server.stats.total_requests, sub_server.stats.total_requests) == (1, 2)
 
 
-def test_after_load_http_transport_opening_providers_imports_nothing() -> None:
-    """What `rlm run` loads before its clock is all that opening HTTP providers needs
-    (a module imported on the way to the root's first request costs the run ~0.2-3 ms)."""
-    script = """
-import sys, trio
-from rlm._config import RunConfig
-from rlm.providers._http import load_http_transport
-from rlm.providers.open import open_providers
-load_http_transport()
-before = set(sys.modules)
-async def main():
-    config = RunConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
-    async with open_providers(config):
-        pass
-trio.run(main)
-print(" ".join(sorted(set(sys.modules) - before)))
-"""
-    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60, check=True)
-    assert ran.stdout.split() == []
+async def test_a_fan_out_is_answered_on_at_most_max_concurrent_connections() -> None:
+    """The run's one client holds a connection per request in flight, at most
+    max_concurrent, and keeps them open for the next requests."""
+    async with serving(sub_latency=0.05) as (url, server):
+        config = RunConfig(model="fixture", base_url=url, max_concurrent=4)
+        async with open_providers(config) as providers:
+            answers = []
+
+            async def one() -> None:
+                answers.append((await providers["sub"].complete(ASK)).text.strip())
+
+            for _ in range(2):  # a second wave goes out on the first one's connections
+                async with trio.open_nursery() as nursery:
+                    for _ in range(12):
+                        nursery.start_soon(one)
+        assert answers == ["7"] * 24
+        assert server.stats.max_in_flight <= 4 and server.stats.connections <= 4
+        with trio.fail_after(10):  # closing the providers closed their connections
+            while server.stats.open_connections:  # noqa: ASYNC110 (the server's own counter)
+                await trio.sleep(0.01)
+
+
+async def test_a_run_over_http_sends_only_its_own_requests() -> None:
+    needle = generate_needle(20_000, seed=3)
+    async with serving(root_latency=0.2) as (url, server):
+        model = RLM(base_url=url, model="fixture:4", max_concurrent=5, root_permits=1)
+        result = await model.acompletion("What is the magic number?", needle.text)
+    assert result.answer == needle.answer
+    assert server.stats.total_requests == result.usage.llm_calls
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_transport_given_carries_every_request_of_both_lanes(
+    provider: Literal["openai", "anthropic"],
+) -> None:
+    """A test's MockTransport goes under the client the run builds: the same path."""
+    seen: list[httpx2.Request] = []
+    answer = (
+        {"model": "m", "content": [{"type": "text", "text": "7"}], "stop_reason": "end_turn"}
+        if provider == "anthropic"
+        else {"model": "m", "choices": [{"message": {"content": "7"}, "finish_reason": "stop"}]}
+    )
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json=answer)
+
+    config = RunConfig(provider=provider, model="m", base_url="http://llm.test/v1",
+                       sub_base_url="http://sub.test/v1", api_key="sk-test")
+    async with open_providers(config, transport=httpx2.MockTransport(handler)) as providers:
+        for lane in ("root", "sub"):
+            assert (await providers[lane].complete(ASK)).text == "7"
+    assert [request.url.host for request in seen] == ["llm.test", "sub.test"]
 
 
 async def test_a_hosted_api_without_a_key_is_refused_before_anything_is_sent() -> None:

@@ -15,6 +15,7 @@ from rlm.errors import (
     QuotaExceededError,
     RateLimitError,
 )
+from rlm.providers._http import make_http_client
 from rlm.providers.base import CompletionRequest
 from rlm.providers.openai import OpenAIProvider
 
@@ -23,7 +24,9 @@ Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 def provider(handler: Handler) -> OpenAIProvider:
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    client = make_http_client(
+        max_connections=4, request_timeout=10, transport=httpx2.MockTransport(handler)
+    )
     return OpenAIProvider(client, URL, api_key="sk-test")
 
 
@@ -177,7 +180,9 @@ async def test_the_output_cap_uses_the_parameter_the_endpoint_accepts(
         bodies.append(json.loads(req.content))
         return httpx2.Response(200, json=chat())
 
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    client = make_http_client(
+        max_connections=4, request_timeout=10, transport=httpx2.MockTransport(handler)
+    )
     capped = CompletionRequest(
         messages=[{"role": "user", "content": "hi"}], model="m", max_tokens=64
     )

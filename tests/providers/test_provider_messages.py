@@ -11,13 +11,13 @@ import pytest
 from rlm._spelling import settings_spelled_as
 from rlm.cli._flags import cli_setting
 from rlm.errors import AuthenticationError, ProviderConnectionError
-from rlm.providers._http import post_json
+from rlm.providers._http import make_http_client, post_json
 
 URL = "https://api.example.test/v1/chat/completions"
 
 
 def _client(handler: httpx2.MockTransport) -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(transport=handler)
+    return make_http_client(max_connections=4, request_timeout=10, transport=handler)
 
 
 def _raise_dns(code: int, text: str) -> httpx2.MockTransport:

@@ -19,6 +19,7 @@ from rlm.errors import (
     ProviderStatusError,
     RateLimitError,
 )
+from rlm.providers._http import make_http_client
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import CompletionRequest, StreamingProvider
 from rlm.providers.fixture import fixture_reply, is_fixture_answer
@@ -39,6 +40,11 @@ ROOT = CompletionRequest(
     model="fixture:4",
 )
 Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+def run_client() -> httpx2.AsyncClient:
+    """The client a run's providers share, as open_providers builds it."""
+    return make_http_client(max_connections=2, request_timeout=10)
 
 
 class Pieces:
@@ -66,7 +72,9 @@ def sse(*payloads: object, event: str | None = None) -> bytes:
 def mock(
     handler: Handler, kind: type[OpenAIProvider] | type[AnthropicProvider] = OpenAIProvider
 ) -> OpenAIProvider | AnthropicProvider:
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    client = make_http_client(
+        max_connections=4, request_timeout=10, transport=httpx2.MockTransport(handler)
+    )
     return kind(client, URL, api_key="sk-test")
 
 
@@ -86,7 +94,7 @@ def chunk(content: str | None = None, finish: str | None = None) -> dict[str, ob
 
 
 async def test_a_streamed_reply_arrives_in_pieces_with_usage_over_loopback() -> None:
-    async with serving(chunk_chars=5) as (url, server), httpx2.AsyncClient() as client:
+    async with serving(chunk_chars=5) as (url, server), run_client() as client:
         provider = OpenAIProvider(client, url, None)
         assert isinstance(provider, StreamingProvider)
         sink = Pieces()
@@ -104,7 +112,7 @@ async def test_a_streamed_reply_arrives_in_pieces_with_usage_over_loopback() -> 
 async def test_a_cut_stream_is_a_retryable_failure_and_the_next_attempt_is_whole() -> None:
     async with (
         serving(chunk_chars=4, cut_streams=1) as (url, server),
-        httpx2.AsyncClient() as client,
+        run_client() as client,
     ):
         provider = OpenAIProvider(client, url, None)
         cut = Pieces()
@@ -119,7 +127,7 @@ async def test_a_cut_stream_is_a_retryable_failure_and_the_next_attempt_is_whole
 
 
 async def test_a_stall_longer_than_the_idle_timeout_fails_the_attempt() -> None:
-    async with serving(chunk_delay=2.0) as (url, _), httpx2.AsyncClient() as client:
+    async with serving(chunk_delay=2.0) as (url, _), run_client() as client:
         provider = OpenAIProvider(client, url, None, stream_idle_timeout=0.2)
         with pytest.raises(ProviderConnectionError, match=r"stalled: no bytes for 0\.2 s"):
             await provider.stream(SUB, Pieces())
@@ -275,7 +283,7 @@ async def test_anthropic_stream_without_message_stop_is_a_retryable_failure() ->
 async def test_anthropic_streams_over_loopback_and_a_cut_stream_is_a_retryable_failure() -> None:
     async with (
         serving(chunk_chars=5, cut_streams=1) as (url, server),
-        httpx2.AsyncClient() as client,
+        run_client() as client,
     ):
         provider = AnthropicProvider(client, url, "k")
         cut = Pieces()

@@ -36,7 +36,7 @@ async def test_both_dialects_return_json_that_fits_the_schema(
     dialect: str, spec: object, expected: object
 ) -> None:
     schema = normalise_schema(spec)
-    client = make_http_client(max_connections=4, request_timeout=10, tls=False)
+    client = make_http_client(max_connections=4, request_timeout=10)
     async with serving(api_key="key") as (base_url, server), client:
         provider = _provider(dialect, client, base_url)
         request = CompletionRequest(
