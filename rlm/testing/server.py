@@ -2,36 +2,33 @@
 
 For loopback tests, demos and benchmarks: ``POST /v1/chat/completions`` answers
 with :func:`rlm.providers.fixture.fixture_reply` once a latency has passed since
-the request's first bytes arrived, slept inside the handler (so concurrent
-requests overlap, and the server's own reading, parsing and answering run inside
-it), optionally behind a bearer key, a hidden concurrency cap, a
-requests-per-minute limit and seeded fault injection.  Volley tasks report cached prompt tokens
-(``usage.prompt_tokens_details.cached_tokens``) from a simulated prefix cache.
+the server read the request, slept inside the handler (so concurrent requests
+overlap, and the reply is built while the latency runs), optionally behind a
+bearer key, a hidden concurrency cap, a requests-per-minute limit and seeded
+fault injection.  ``POST /v1/messages`` speaks Anthropic's dialect.  Volley tasks
+report cached prompt tokens (``usage.prompt_tokens_details.cached_tokens``) from a
+simulated prefix cache.
 ``GET /v1/models`` lists the fixture names; ``GET /stats`` reports what the
 server saw (and is not counted).
 
-HTTP/1.1 keep-alive is served one task per connection inside
+HTTP/1.1 keep-alive is served by h11, one task per connection inside
 ``trio.serve_listeners``; a client that disconnects or speaks garbage only
-ends its own connection.  Plain requests (:mod:`rlm.testing.plain_http`) are
-read without h11 and answered with the bytes h11 would write; from the first
-request that is not plain, h11 serves the connection.  Cancelling the task
-running :meth:`FixtureServer.serve` closes every listener and connection.
+ends its own connection.  Cancelling the task running
+:meth:`FixtureServer.serve` closes every listener and connection.
 Nothing is logged per request.
 """
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import h11
 import trio
@@ -44,18 +41,15 @@ from rlm.testing.anthropic_dialect import (
     anthropic_message,
     parse_anthropic,
 )
-from rlm.testing.arrival import ArrivalReader
-from rlm.testing.plain_http import Need, PlainRequest, RequestHead, parse_plain
 from rlm.testing.stream_reply import StreamReply, anthropic_stream_reply, stream_reply
 
-__all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats"]
+__all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats", "RequestHead"]
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _CHAT_PATHS = (b"/v1/chat/completions", b"/chat/completions")
 _MODEL_PATHS = (b"/v1/models", b"/models")
 _MODEL_IDS = ("fixture", "fixture-batched", "fixture-sequential")
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-_MAX_HEADS = 1024
 _GARBAGE = b"<html><body><h1>502 Bad Gateway</h1><p>fixture garbage mode</p></body></html>"
 
 
@@ -131,13 +125,20 @@ class FixtureServerStats:
     max_in_flight: int = 0
     streams: int = 0
     cut_streams: int = 0
-    reads: int = 0  # reads that returned bytes: a request that arrives in pieces takes several
 
     def as_json(self) -> dict[str, Any]:
         """The stats as served by ``GET /stats`` (status codes as string keys)."""
         data = asdict(self)
         data["by_status"] = {str(code): n for code, n in sorted(self.by_status.items())}
         return data
+
+
+class RequestHead(NamedTuple):
+    """A request's method, target and headers (lower-case names), as the server routes it."""
+
+    method: bytes
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
 
 
 @dataclass
@@ -147,22 +148,6 @@ class _Reply:
     content_type: bytes = b"application/json"
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     close: bool = False
-    wire: bytes | None = None  # the whole response, already encoded: only to be sent
-
-
-#: Turns a reply into the bytes of the whole response on its connection (on a connection
-#: h11 serves, h11's state moves on; a plain one has none: FixtureServer._wire).
-_Encode = Callable[[_Reply], bytes]
-
-
-#: A reply's status, content type, body length, extra headers and whether it closes.
-_HeadKey = tuple[int, bytes, int, tuple[tuple[bytes, bytes], ...], bool]
-
-#: The same without the length: a head's bytes before and after its content-length value.
-_WireKey = tuple[int, bytes, tuple[tuple[bytes, bytes], ...], bool]
-
-#: A plain request as h11 would see it: what h11 answers after it is what a plain one gets.
-_PLAIN_PROBE = b"POST / HTTP/1.1\r\nhost: fixture\r\ncontent-length: 0\r\n\r\n"
 
 
 class _BadRequest(Exception):
@@ -183,26 +168,6 @@ def _rate_limited(message: str, retry_after: float) -> _Reply:
     return _error(429, message, "rate_limit_exceeded", "rate_limit_exceeded", headers=headers)
 
 
-async def _send_all(stream: trio.abc.Stream, data: bytes) -> None:
-    """``stream.send_all(data)``, written at once when the socket takes it all.
-
-    trio's ``send_all`` ends with a checkpoint even then: the task goes round the
-    run loop once more before it reads the next request, ~10 us of this server's
-    CPU per reply.  The rest of a reply the socket did not take goes by ``send_all``.
-    """
-    if isinstance(stream, trio.SocketStream):
-        try:
-            sent = os.write(stream.socket.fileno(), data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:  # as trio says it (a closed stream's fileno is -1: EBADF)
-            raise trio.BrokenResourceError(str(exc)) from exc
-        if sent == len(data):
-            return
-        data = data[sent:]
-    await stream.send_all(data)
-
-
 def _sent(conn: h11.Connection, event: h11.Event) -> bytes:
     """The bytes h11 produces for ``event`` (``None`` only for ConnectionClosed)."""
     return conn.send(event) or b""
@@ -216,8 +181,6 @@ class _Chat:
     include_usage: bool = False
     dialect: Literal["openai", "anthropic"] = "openai"
     schema: dict[str, Any] | None = None
-    arrived: float | None = None  # trio time of the request's first bytes
-    encode: _Encode | None = None  # how its connection turns a reply into bytes
     number: int = 0  # how many requests the server had seen when this one arrived: its id
 
 
@@ -281,8 +244,6 @@ class FixtureServer:
         self._random = random.Random(self.options.seed)
         self._cache = scripted.PrefixCache()
         self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
-        self._heads: dict[_HeadKey, h11.Response] = {}  # see _response_head
-        self._wires: dict[_WireKey, tuple[bytes, bytes]] = {}  # see _wire
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -304,7 +265,7 @@ class FixtureServer:
         self.stats.connections += 1
         self.stats.open_connections += 1
         try:
-            await self._serve_connection(stream, ArrivalReader(stream))
+            await self._serve_connection(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             # The client went away or broke HTTP mid-exchange: only this connection ends.
             return
@@ -312,99 +273,39 @@ class FixtureServer:
             self.stats.open_connections -= 1
             await trio.aclose_forcefully(stream)
 
-    async def _serve_connection(self, stream: trio.abc.Stream, reader: ArrivalReader) -> None:
-        """Plain requests while they come, then h11 for the rest of the connection."""
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
+        """Answer the connection's requests in turn until it closes."""
         conn = h11.Connection(h11.SERVER)
-        pending = bytearray()  # read, not yet answered: h11 has seen none of it
-        while True:
-            plain, arrived, closed = await self._read_plain(reader, pending)
-            if plain is None:
-                break
-            raw = bytes(pending[:plain.end])
-            del pending[:plain.end]
-            reply = await self._dispatch(plain.head, raw[plain.body_start:], arrived, self._wire)
-            if reply is None:  # fault injection: drop the connection without a response
-                return
-            if isinstance(reply, StreamReply):
-                # h11 frames the stream (chunked): it reads the request first, as it
-                # would have, and its connection is between requests again after it.
-                conn.receive_data(raw)
-                while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-                    assert isinstance(event, h11.Request | h11.Data), event
-                if not await self._send_stream(conn, stream, reply):
-                    return  # a cut stream: close the connection mid-body
-                conn.start_next_cycle()
-                continue
-            await _send_all(stream, self._wire(reply) if reply.wire is None else reply.wire)
-            if reply.close:
-                return
-        if closed and not pending:  # the client closed between requests
-            return
-        conn.receive_data(bytes(pending))
-        if closed:
-            conn.receive_data(b"")
-        await self._serve_h11(conn, stream, reader, arrived)
-
-    async def _read_plain(
-        self, reader: ArrivalReader, pending: bytearray
-    ) -> tuple[PlainRequest | None, float | None, bool]:
-        """The plain request at the start of ``pending`` (read into it as needed) and
-        when its first bytes reached this host (trio time, :mod:`rlm.testing.arrival`);
-        ``None`` when h11 must read what is there, and whether the client has closed."""
-        arrived: float | None = None
-        while True:
-            found = parse_plain(pending, MAX_BODY_BYTES)
-            if isinstance(found, PlainRequest):
-                # (Already read with the previous request's bytes: it arrives now.)
-                return found, trio.current_time() if arrived is None else arrived, False
-            if found is Need.H11:
-                return None, arrived, False
-            data, came = await reader.receive(65536)
-            if not data:
-                return None, arrived, True
-            self.stats.reads += 1
-            pending += data
-            if arrived is None:
-                arrived = came
-
-    async def _serve_h11(self, conn: h11.Connection, stream: trio.abc.Stream,
-                         reader: ArrivalReader, arrived: float | None) -> None:
-        """Serve the connection with h11; ``arrived``: when the bytes it holds did."""
         while True:
             try:
-                request = await self._read_request(conn, stream, reader, arrived)
+                request = await self._read_request(conn, stream)
             except h11.RemoteProtocolError as exc:
-                bad = _error(400, str(exc), "invalid_request_error", close=True)
-                await self._send(conn, stream, bad)
+                await self._send(conn, stream, _error(400, str(exc), "invalid_request_error",
+                                                      close=True))
                 return
-            arrived = None
             if request is None:
                 return
-            head, body, came = request
+            head, body = request
             if len(body) > MAX_BODY_BYTES:
                 msg = f"request body is larger than {MAX_BODY_BYTES} bytes"
                 await self._send(conn, stream, _error(413, msg, "payload_too_large", close=True))
                 return
-            reply = await self._dispatch(head, body, came, functools.partial(self._encode, conn))
+            reply = await self._dispatch(head, body)
             if reply is None:  # fault injection: drop the connection without a response
                 return
             if isinstance(reply, StreamReply):
                 if not await self._send_stream(conn, stream, reply):
                     return  # a cut stream: close the connection mid-body
-                conn.start_next_cycle()
-                continue
-            await self._send(conn, stream, reply)
+            else:
+                await self._send(conn, stream, reply)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
 
     async def _read_request(
-        self, conn: h11.Connection, stream: trio.abc.Stream, reader: ArrivalReader,
-        arrived: float | None = None,
-    ) -> tuple[RequestHead, bytes, float] | None:
-        """The next request, its body and when its first bytes reached this host (trio
-        time, :mod:`rlm.testing.arrival`; ``arrived`` if they were read before), or
-        ``None`` when the client closed."""
+        self, conn: h11.Connection, stream: trio.abc.Stream
+    ) -> tuple[RequestHead, bytes] | None:
+        """The next request and its body, or ``None`` when the client closed."""
         head: RequestHead | None = None
         body = bytearray()
         while True:
@@ -413,15 +314,9 @@ class FixtureServer:
                 if conn.they_are_waiting_for_100_continue:  # e.g. curl with a big body
                     go_on = h11.InformationalResponse(status_code=100, headers=[])
                     await stream.send_all(_sent(conn, go_on))
-                data, came = await reader.receive(65536)
-                self.stats.reads += bool(data)
-                conn.receive_data(data)
-                if arrived is None:
-                    arrived = came
+                conn.receive_data(bytes(await stream.receive_some(65536)))
             elif isinstance(event, h11.Request):
                 head = RequestHead(event.method, event.target, list(event.headers))
-                if arrived is None:  # it was read with the previous request's bytes
-                    arrived = trio.current_time()
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY_BYTES:  # stop reading; the caller answers 413
@@ -430,70 +325,31 @@ class FixtureServer:
                 break
             else:  # ConnectionClosed, or PAUSED after a protocol switch we never accept
                 return None
-        if head is None or arrived is None:
+        if head is None:
             return None
-        return head, bytes(body), arrived
+        return head, bytes(body)
 
     async def _send(self, conn: h11.Connection, stream: trio.abc.Stream, reply: _Reply) -> None:
-        await _send_all(stream, self._encode(conn, reply) if reply.wire is None else reply.wire)
+        """Send ``reply`` whole."""
+        await stream.send_all(
+            _sent(conn, self._response_head(reply)) + _sent(conn, h11.Data(data=reply.body))
+            + _sent(conn, h11.EndOfMessage())
+        )
 
-    def _encode(self, conn: h11.Connection, reply: _Reply) -> bytes:
-        """The whole response's bytes; ``conn`` then holds it as sent."""
-        return (_sent(conn, self._response_head(reply)) + _sent(conn, h11.Data(data=reply.body))
-                + _sent(conn, h11.EndOfMessage()))
-
-    def _wire(self, reply: _Reply) -> bytes:
-        """The whole response to a plain request: what h11 writes after one.
-
-        The bytes of a head come from h11 once per distinct head but for its length,
-        sent after a plain request on a connection of their own; a reply puts its
-        length in between.
-        """
-        key = (reply.status, reply.content_type, tuple(reply.headers), reply.close)
-        parts = self._wires.get(key)
-        length = str(len(reply.body)).encode()
-        if parts is None:
-            probe = h11.Connection(h11.SERVER)
-            probe.receive_data(_PLAIN_PROBE)
-            while not isinstance(probe.next_event(), h11.EndOfMessage):
-                pass
-            head = _sent(probe, self._response_head(reply))
-            mark = b"\r\ncontent-length: "
-            at = head.index(mark + length + b"\r\n") + len(mark)
-            parts = (head[:at], head[at + len(length):])
-            if len(self._wires) >= _MAX_HEADS:
-                self._wires.clear()
-            self._wires[key] = parts
-        return parts[0] + length + parts[1] + reply.body
-
-    def _response_head(self, reply: _Reply) -> h11.Response:
-        """The h11 event of ``reply``'s status line and headers, built once per distinct head.
-
-        Building an ``h11.Response`` validates every header with regular expressions,
-        ~30 us a reply: a tenth of this server's CPU per request, spent on the machine
-        a benchmark measures the runtime on.  Replies of one status, type, length and
-        extra headers share one head, and h11's events are immutable, so they are kept.
-        """
-        key = (reply.status, reply.content_type, len(reply.body), tuple(reply.headers),
-               reply.close)
-        head = self._heads.get(key)
-        if head is None:
-            headers = [
-                (b"content-type", reply.content_type),
-                (b"content-length", str(len(reply.body)).encode()),
-                (b"server", b"rlm-fixture"),
-                *reply.headers,
-            ]
-            if reply.close:
-                headers.append((b"connection", b"close"))
-            # Every status sent here is standard except Anthropic's 529.
-            reason = (b"Overloaded" if reply.status == 529
-                      else HTTPStatus(reply.status).phrase.encode())
-            head = h11.Response(status_code=reply.status, headers=headers, reason=reason)
-            if len(self._heads) >= _MAX_HEADS:  # bodies of ever new lengths: start over
-                self._heads.clear()
-            self._heads[key] = head
-        return head
+    @staticmethod
+    def _response_head(reply: _Reply) -> h11.Response:
+        """The h11 event of ``reply``'s status line and headers."""
+        headers = [
+            (b"content-type", reply.content_type),
+            (b"content-length", str(len(reply.body)).encode()),
+            (b"server", b"rlm-fixture"),
+            *reply.headers,
+        ]
+        if reply.close:
+            headers.append((b"connection", b"close"))
+        # Every status sent here is standard except Anthropic's 529.
+        reason = b"Overloaded" if reply.status == 529 else HTTPStatus(reply.status).phrase.encode()
+        return h11.Response(status_code=reply.status, headers=headers, reason=reason)
 
     async def _send_stream(
         self, conn: h11.Connection, stream: trio.abc.Stream, reply: StreamReply
@@ -513,14 +369,12 @@ class FixtureServer:
         await stream.send_all(_sent(conn, h11.EndOfMessage()))
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
-    async def _dispatch(
-        self, head: RequestHead, body: bytes, arrived: float | None, encode: _Encode
-    ) -> _Reply | StreamReply | None:
+    async def _dispatch(self, head: RequestHead, body: bytes) -> _Reply | StreamReply | None:
         path = head.target.split(b"?", 1)[0]
         if path == b"/stats" and head.method == b"GET":
             return _json_reply(200, self.stats.as_json())
         self.stats.total_requests += 1
-        reply = await self._route(head, path, body, arrived, encode)
+        reply = await self._route(head, path, body)
         if reply is None:
             self.stats.dropped += 1
         else:
@@ -528,7 +382,7 @@ class FixtureServer:
         return reply
 
     async def _route(
-        self, head: RequestHead, path: bytes, body: bytes, arrived: float | None, encode: _Encode
+        self, head: RequestHead, path: bytes, body: bytes
     ) -> _Reply | StreamReply | None:
         if path not in _CHAT_PATHS and path not in _MODEL_PATHS and path not in MESSAGES_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
@@ -548,8 +402,6 @@ class FixtureServer:
             chat = _parse_chat(body, path)
         except _BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
-        chat.arrived = arrived
-        chat.encode = encode
         # Read now, not once the latency is over: by then requests in flight together
         # would all read the same count and share a reply id (streamed or not).
         chat.number = self.stats.total_requests
@@ -599,23 +451,15 @@ class FixtureServer:
                  else "529" if draw - opts.fail_500 < opts.fail_529
                  else "drop" if draw - opts.fail_500 - opts.fail_529 < opts.drop else None)
         root = scripted.is_root_request(messages)
+        # The latency counts from now, the request read, and the fixture model answers
+        # while it runs, as a provider's does: building the reply does not add to it.
+        # (The model name was checked when the request was parsed.)
+        deadline = trio.current_time() + (opts.root_latency if root else opts.sub_latency)
         cached = self._cache.lookup(messages)
-        # The latency counts from the request's arrival, as a provider's does, and the
-        # fixture model answers while it runs: the server's own work (reading, parsing,
-        # the reply) does not add to it, as it would not on a provider's machines.
-        # So a reply that does not stream is built and encoded (through h11) before
-        # the latency ends, and at its end the server only writes it: when a wave's
-        # requests end together, their answers are not queued behind each other's JSON
-        # and HTTP encoding on this one thread (a wave of 16 lost ~5 ms so).
-        # The model name was checked when the request was parsed.
         text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
         usage = self._usage(messages, text)
         ready = self._ready_reply(chat, fault, text, usage, cached)
-        if ready is not None and chat.encode is not None:
-            ready.wire = chat.encode(ready)
-        start = trio.current_time() if chat.arrived is None else chat.arrived
-        latency = opts.root_latency if root else opts.sub_latency
-        await self._sleep(max(0.0, start + latency - trio.current_time()))
+        await self._sleep(max(0.0, deadline - trio.current_time()))
         if fault == "drop":
             return None
         if fault is not None or opts.garbage:

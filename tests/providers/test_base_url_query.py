@@ -16,8 +16,7 @@ from rlm.errors import AuthenticationError
 from rlm.providers._http import make_http_client
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import CompletionRequest
-from rlm.testing.plain_http import RequestHead
-from rlm.testing.server import FixtureServer, FixtureServerOptions, _Encode, _Reply
+from rlm.testing.server import FixtureServer, FixtureServerOptions, RequestHead, _Reply
 from rlm.testing.stream_reply import StreamReply
 from tests.helpers import serving
 
@@ -32,11 +31,9 @@ class RecordingServer(FixtureServer):
         super().__init__(options)
         self.targets: list[bytes] = []
 
-    async def _dispatch(
-        self, head: RequestHead, body: bytes, arrived: float | None, encode: _Encode
-    ) -> _Reply | StreamReply | None:
+    async def _dispatch(self, head: RequestHead, body: bytes) -> _Reply | StreamReply | None:
         self.targets.append(head.target)
-        return await super()._dispatch(head, body, arrived, encode)
+        return await super()._dispatch(head, body)
 
 
 @asynccontextmanager
@@ -65,7 +62,7 @@ async def test_an_openai_base_url_with_a_query_sends_and_its_trace_hides_the_key
 async def test_an_anthropic_base_url_with_a_query_keeps_it_after_the_messages_path(
     path: str,
 ) -> None:
-    client = make_http_client(max_connections=2, request_timeout=10, tls=False)
+    client = make_http_client(max_connections=2, request_timeout=10)
     async with recording() as (origin, server), client:
         provider = AnthropicProvider(client, f"{origin}{path}?{QUERY}", "k")
         request = CompletionRequest(
