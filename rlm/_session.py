@@ -48,7 +48,7 @@ from rlm._traffic.budget import SessionTotals
 from rlm._trio_only import require_trio
 from rlm.errors import RLMError, UsageError
 from rlm.providers.base import Message
-from rlm_sandbox.protocol import BridgeAnswer
+from rlm_sandbox.protocol import BridgeAnswer, BridgeRequest, refusal
 
 if TYPE_CHECKING:
     from rlm._run.query import QueryRunner
@@ -258,8 +258,8 @@ class AsyncSession:
         carry = self._open_carry()
         code = restore_source(variables)
 
-        async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:
-            return {"ok": False, "value": None, "error": "restoring a session", "kind": "usage"}
+        async def no_bridge(request: BridgeRequest) -> BridgeAnswer:
+            return refusal("restoring a session", "usage")
 
         result: ExecResult = await carry.slot.execute(
             code, carry.nursery, no_bridge, self._runs.config.exec_timeout

@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the result module imports this one
+    from rlm._result import RunResult
 
 __all__ = [
     "AuthenticationError",
@@ -70,7 +73,7 @@ class RLMError(Exception):
 
     exit_code = 1
     ends_run = False
-    result: Any = None
+    result: RunResult | None = None
 
 
 class UsageError(RLMError):

@@ -35,7 +35,15 @@ from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
 from rlm.errors import BudgetExceeded, RLMError
 from rlm.providers.base import CompletionRequest, Message
-from rlm_sandbox.protocol import BridgeAnswer
+from rlm_sandbox.protocol import (
+    BridgeAnswer,
+    BridgeRequest,
+    BudgetRequest,
+    QueryRequest,
+    ToolRequest,
+    answer,
+    refusal,
+)
 
 if TYPE_CHECKING:
     from rlm._run.call import Call
@@ -81,32 +89,32 @@ class Bridge:
         self._ids = 0
         self._refusals: dict[str, int] = {}  # budget refusals per call_id
 
-    async def serve(self, call: Call, frame: dict[str, Any]) -> BridgeAnswer:
-        """The answer to ``frame``, a bridge frame as the sandbox sent it (unchecked)."""
-        fn = frame.get("fn")
-        if fn == "budget":
-            return {"ok": True, "value": self._budget_view(call), "error": "", "kind": ""}
-        if fn == "tool":
-            return await self._call_tool(call, frame.get("tool"), frame.get("arguments"))
-        if fn not in ("llm_query", "llm_query_batched"):
-            return _refuse(f"unknown bridge function {fn!r}")
+    async def serve(self, call: Call, request: BridgeRequest) -> BridgeAnswer:
+        """The answer to one checked bridge request of ``call``'s sandbox."""
+        match request:
+            case BudgetRequest():
+                return answer(self._budget_view(call))
+            case ToolRequest(tool=name, arguments=arguments):
+                return await self._call_tool(call, name, arguments)
+            case QueryRequest():
+                return await self._query(call, request)
+
+    async def _query(self, call: Call, request: QueryRequest) -> BridgeAnswer:
+        """``llm_query`` / ``llm_query_batched``: sub-queries or child calls, fanned out."""
+        fn = "llm_query_batched" if request.batched else "llm_query"
         schema: JsonSchema | None = None
-        if frame.get("schema") is not None:
+        if request.schema is not None:
             try:
-                schema = normalise_schema(json.loads(str(frame.get("schema"))))
+                schema = normalise_schema(json.loads(request.schema))
             except (SchemaError, ValueError) as exc:
-                return _refuse(f"schema: {exc}")
-        prompts, contexts = frame.get("prompts"), frame.get("contexts")
-        problem = _check_items(prompts, contexts)
-        if problem:
-            return _refuse(problem)
-        assert isinstance(prompts, list)
-        items: list[tuple[str, str | None]] = list(
-            zip(
-                prompts,
-                contexts if isinstance(contexts, list) else [None] * len(prompts),
-                strict=True,
+                return refusal(f"schema: {exc}", "usage")
+        prompts, contexts = request.prompts, request.contexts
+        if len(prompts) > _MAX_ITEMS:
+            return refusal(
+                f"a batch holds at most {_MAX_ITEMS:,} prompts; got {len(prompts):,}", "usage"
             )
+        items: list[tuple[str, str | None]] = list(
+            zip(prompts, contexts if contexts is not None else [None] * len(prompts), strict=True)
         )
         self._ids += 1
         bridge_id = self._ids
@@ -159,7 +167,7 @@ class Bridge:
                     reason=str(exc),
                 )
             )
-            return {"ok": False, "value": None, "error": str(exc), "kind": "budget"}
+            return refusal(str(exc), "budget")
         finally:
             events.emit(
                 BridgeCallFinished(
@@ -172,16 +180,14 @@ class Bridge:
                     # A batch refused whole sent nothing: its size is enough (a runaway
                     # loop may ask for 100,000 items at every step).
                     prompts=[prompt for prompt, _ in items] if sent else None,
-                    contexts=[c for _, c in items] if sent and isinstance(contexts, list)
-                    else None,
+                    contexts=[c for _, c in items] if sent and contexts is not None else None,
                     answers=results,
                 )
             )
         if schema is not None:
-            return {"ok": True, "value": json.dumps(structured), "error": "", "kind": ""}
+            return answer(json.dumps(structured))
         assert results is not None
-        value: str | list[str] = results[0] if fn == "llm_query" else results
-        return {"ok": True, "value": value, "error": "", "kind": ""}
+        return answer(results if request.batched else results[0])
 
     async def _to_send(
         self,
@@ -328,12 +334,10 @@ class Bridge:
                 ]
         return {"error": f"{problem}, even after one repair request"}
 
-    async def _call_tool(self, call: Call, name: object, arguments: object) -> BridgeAnswer:
+    async def _call_tool(self, call: Call, name: str, arguments: str) -> BridgeAnswer:
         """Run host tool ``name`` on JSON ``arguments``; its failure is a ``tool`` reply."""
         started = self._events.now()
         try:
-            if not isinstance(name, str) or not isinstance(arguments, str):
-                raise ToolFailure("a tool call needs a tool name and JSON arguments")
             try:
                 payload = json.loads(arguments)
                 args, kwargs = payload["args"], payload["kwargs"]
@@ -347,10 +351,10 @@ class Bridge:
             except (TypeError, ValueError):
                 raise ToolFailure(f"{name} returned data that is not JSON") from None
         except ToolFailure as exc:
-            self._emit_tool(call, str(name), str(exc), started)
-            return {"ok": False, "value": None, "error": str(exc), "kind": "tool"}
+            self._emit_tool(call, name, str(exc), started)
+            return refusal(str(exc), "tool")
         self._emit_tool(call, name, None, started)
-        return {"ok": True, "value": text, "error": "", "kind": ""}
+        return answer(text)
 
     def _emit_tool(self, call: Call, name: str, error: str | None, started: float) -> None:
         self._events.emit(
@@ -413,21 +417,3 @@ _REPAIR = (
 )
 
 
-def _refuse(message: str) -> BridgeAnswer:
-    return {"ok": False, "value": None, "error": message, "kind": "usage"}
-
-
-def _check_items(prompts: object, contexts: object) -> str | None:
-    if not isinstance(prompts, list):
-        return "prompts must be a list of str"
-    if len(prompts) > _MAX_ITEMS:
-        return f"a batch holds at most {_MAX_ITEMS:,} prompts; got {len(prompts):,}"
-    if not all(isinstance(p, str) for p in prompts):
-        return "prompts must be a list of str"
-    if contexts is None:
-        return None
-    if not isinstance(contexts, list) or len(contexts) != len(prompts):
-        return "contexts must be None or a list as long as prompts"
-    if not all(c is None or isinstance(c, str) for c in contexts):
-        return "each context must be a str or None"
-    return None

@@ -43,15 +43,13 @@ from rlm._status import CallStatus
 from rlm._traffic.gate import Gate
 from rlm.errors import BudgetExceeded, RLMError
 from rlm.providers.base import CompletionRequest, Lane, Message
-from rlm_sandbox.protocol import BridgeAnswer
+from rlm_sandbox.protocol import BridgeAnswer, BridgeRequest
 
 if TYPE_CHECKING:
     from rlm._run.bridge import Bridge
 
 __all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
 
-# No generated __eq__/__repr__ for this file's internal records: nothing compares or
-# prints them, and each generated method is compiled at import, on every start.
 @dataclass(frozen=True, slots=True, eq=False)
 class CallOutcome:
     """How a call ended.
@@ -391,8 +389,8 @@ class Call:
         return _Executed(None, [*feedback, failure])
 
     async def _run_block(self, code: str, nursery: trio.Nursery) -> ExecResult:
-        async def on_bridge(frame: dict[str, Any]) -> BridgeAnswer:
-            return await self._parts.bridge.serve(self, frame)
+        async def on_bridge(request: BridgeRequest) -> BridgeAnswer:
+            return await self._parts.bridge.serve(self, request)
 
         limit = self._parts.config.exec_timeout
         # A session's sandbox was started before this query's schema was known: the

@@ -31,6 +31,7 @@ from rlm_sandbox.protocol import (
     CHILD_FRAME_MAX_BYTES,
     HOST_FRAME_MAX_BYTES,
     BridgeAnswer,
+    BridgeRequest,
     ExecFrame,
     ExportFrame,
     FrameDecoder,
@@ -38,7 +39,9 @@ from rlm_sandbox.protocol import (
     InitFrame,
     ReplyFrame,
     ResultFrame,
+    decode_bridge,
     encode_frame,
+    refusal,
 )
 
 __all__ = [
@@ -53,11 +56,9 @@ _START_TIMEOUT = 30.0
 
 #: Answers one ``bridge`` frame.  The frame is as the child sent it: untrusted, checked by
 #: the handler.
-BridgeHandler = Callable[[dict[str, Any]], Awaitable[BridgeAnswer]]
+BridgeHandler = Callable[[BridgeRequest], Awaitable[BridgeAnswer]]
 
 
-# No generated __eq__/__repr__ for this file's internal records: nothing compares or
-# prints them, and each generated method is compiled at import, on every start.
 @dataclass(frozen=True, slots=True, eq=False)
 class SandboxIdentity:
     """Who owns a sandbox, for its events."""
@@ -260,7 +261,10 @@ class Sandbox:
                 if type(request_id) is not int:
                     self.kill("protocol-error")
                     raise SandboxCrashed("the sandbox sent a bridge frame without an int id")
-                answer = await on_bridge(frame)
+                try:
+                    answer = await on_bridge(decode_bridge(frame))
+                except FrameError as exc:  # model code's own doing: its call is refused
+                    answer = refusal(str(exc), "usage")
                 if answer.get("kind") != "budget":
                     deadline += trio.current_time() - paused
                 await self._send_frame(ReplyFrame(t="reply", id=request_id, **answer))

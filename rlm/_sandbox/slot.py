@@ -10,7 +10,6 @@ After too many losses in one call the call fails instead of looping.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import trio
 
@@ -18,7 +17,7 @@ from rlm._run.context import Context
 from rlm._sandbox.interface import Launcher, ReplSandbox
 from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
 from rlm.errors import ExecutionTimeout, SandboxCrashed, SandboxError
-from rlm_sandbox.protocol import BridgeAnswer
+from rlm_sandbox.protocol import BridgeAnswer, BridgeRequest, refusal
 
 __all__ = ["SandboxSlot"]
 
@@ -144,8 +143,8 @@ class SandboxSlot:
         if sandbox is None or not sandbox.alive or self.executing:
             return None
 
-        async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:
-            return {"ok": False, "value": None, "error": "the run has ended", "kind": "budget"}
+        async def no_bridge(request: BridgeRequest) -> BridgeAnswer:
+            return refusal("the run has ended", "budget")
 
         with trio.CancelScope(shield=True), trio.move_on_after(1.0):
             try:

@@ -62,8 +62,6 @@ class SessionTotals:
     cost_before: float = 0.0
 
 
-# No generated __eq__/__repr__ for this file's internal records: nothing compares or
-# prints them, and each generated method is compiled at import, on every start.
 @dataclass(frozen=True, slots=True, eq=False)
 class Ticket:
     """One reservation: what an attempt is expected to spend."""

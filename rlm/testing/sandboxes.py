@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
+from rlm_sandbox.protocol import QueryRequest
 
 __all__ = ["LineLauncher", "LineSandbox"]
 
@@ -43,10 +44,8 @@ class LineSandbox:
             op, _, arg = line.strip().partition(" ")
             if op in ("batch", "query"):
                 n = int(arg or 1)
-                fn = "llm_query_batched" if op == "batch" else "llm_query"
-                frame = {"t": "bridge", "id": 1, "fn": fn,
-                         "prompts": [f"item {i}" for i in range(n)], "contexts": None}
-                reply = await on_bridge(frame)
+                prompts = [f"item {i}" for i in range(n)]
+                reply = await on_bridge(QueryRequest(1, op == "batch", prompts, None, None))
                 output.append(repr(reply["value"]) if reply["ok"] else f"refused: {reply['error']}")
             elif op == "sleep":
                 await trio.sleep(float(arg))

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 import pytest
 import trio
@@ -29,6 +29,7 @@ from rlm.journal.cache import CacheMode
 from rlm.providers.base import CompletionRequest
 from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
+from rlm_sandbox.protocol import QueryRequest
 from tests.helpers import assistant_turns, repl
 from tests.traffic.test_gate import fake_provider, request
 
@@ -151,8 +152,8 @@ def _bridge(gate: Gate, config: RunConfig | None = None) -> Bridge:
 _ASKER = cast(Call, SimpleNamespace(call_id="root", parent_id=None, depth=0, iteration=1))
 
 
-def _batch(prompts: list[str]) -> dict[str, Any]:
-    return {"fn": "llm_query_batched", "prompts": prompts, "contexts": None}
+def _batch(prompts: list[str]) -> QueryRequest:
+    return QueryRequest(1, True, prompts, None, None)
 
 
 async def test_a_batch_is_checked_against_what_it_sends_not_what_the_cache_answers(
@@ -246,7 +247,7 @@ async def test_cached_structured_items_are_free_at_any_depth(
     # With a schema every item is a sub-query, even where plain items would be child
     # calls (--max-depth 2): cached ones are looked up as such and cost nothing.
     provider = FunctionProvider.scripted(["unused"], sub=lambda request: '{"n": 1}')
-    frame = {**_batch(["a", "b", "c"]), "schema": '{"type": "object"}'}
+    frame = _batch(["a", "b", "c"])._replace(schema='{"type": "object"}')
     filled = await _bridge(_gate(store, provider, "read-write", calls=10), _DEPTH_2).serve(
         _ASKER, frame
     )

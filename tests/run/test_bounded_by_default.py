@@ -35,6 +35,7 @@ from rlm.cli.run_cmd import run
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
+from rlm_sandbox.protocol import QueryRequest
 from tests.helpers import repl
 
 # The review's three runaway loops, as model code.
@@ -176,8 +177,8 @@ def _bridge(gate: _CountingGate, max_llm_calls: int | None,
     )
 
 
-def _batch(n: int) -> dict[str, Any]:
-    return {"fn": "llm_query_batched", "prompts": ["hi"] * n, "contexts": None}
+def _batch(n: int) -> QueryRequest:
+    return QueryRequest(1, True, ["hi"] * n, None, None)
 
 
 async def test_a_huge_batch_streams_through_a_bounded_window(autojump_clock: Any) -> None:

@@ -29,7 +29,7 @@ from rlm.errors import AuthenticationError, ProviderError, ProviderStatusError, 
 from rlm.providers.base import CompletionRequest, Lane
 from rlm.testing.provider import FunctionProvider, assistant_turns
 from rlm.testing.sandboxes import LineLauncher
-from rlm_sandbox.protocol import BridgeAnswer
+from rlm_sandbox.protocol import BridgeAnswer, BridgeRequest
 from tests.helpers import pid_alive, repl
 
 Trace = list[dict[str, Any]]
@@ -429,7 +429,7 @@ async def test_5_flood_hang_and_crash_cost_only_an_error() -> None:
     assert "64 MiB" in executed[1]["error"] and "(exec_timeout;" in executed[2]["error"]
 
 
-async def no_bridge(frame: dict[str, Any]) -> BridgeAnswer:
+async def no_bridge(request: BridgeRequest) -> BridgeAnswer:
     raise AssertionError("no bridge call expected")
 
 

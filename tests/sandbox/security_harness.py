@@ -14,26 +14,23 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
 from rlm._events import Event, EventBus, SandboxStarted
 from rlm._sandbox.launcher import ExecResult, Sandbox, SandboxIdentity, SandboxLauncher
-from rlm_sandbox.protocol import BridgeAnswer
+from rlm_sandbox.protocol import BridgeAnswer, BridgeRequest, QueryRequest, answer
 
 CANARY = "rlm-canary-" + secrets.token_hex(12)
 OWNER = SandboxIdentity("sec", None, 0)
 
 
-async def echo_bridge(frame: dict[str, Any]) -> BridgeAnswer:
+async def echo_bridge(request: BridgeRequest) -> BridgeAnswer:
     """Answers every bridge call with the prompts' lengths (or the budget)."""
-    if frame.get("fn") == "budget":
-        return {"ok": True, "value": {"llm_calls_used": 0}, "error": "", "kind": ""}
-    prompts = frame.get("prompts") or []
-    value = [f"len={len(p)}" for p in prompts]
-    answer = value[0] if frame.get("fn") == "llm_query" else value
-    return {"ok": True, "value": answer, "error": "", "kind": ""}
+    if not isinstance(request, QueryRequest):
+        return answer({"llm_calls_used": 0})
+    value = [f"len={len(p)}" for p in request.prompts]
+    return answer(value if request.batched else value[0])
 
 
 def assert_no_canary(*texts: object) -> None:
@@ -48,12 +45,12 @@ class Session:
     box: Sandbox
     launcher: SandboxLauncher
     events: list[Event] = field(default_factory=list)
-    bridge_frames: list[dict[str, Any]] = field(default_factory=list)
+    bridge_requests: list[BridgeRequest] = field(default_factory=list)
 
     async def run(self, code: str, *, limit: float = 5.0) -> ExecResult:
-        async def bridge(frame: dict[str, Any]) -> BridgeAnswer:
-            self.bridge_frames.append(frame)
-            return await echo_bridge(frame)
+        async def bridge(request: BridgeRequest) -> BridgeAnswer:
+            self.bridge_requests.append(request)
+            return await echo_bridge(request)
 
         result = await self.box.execute(code, bridge, limit=limit)
         assert_no_canary(result.output, result.error, result.final)

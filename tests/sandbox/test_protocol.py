@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlm_sandbox.protocol import HEADER, FrameDecoder, FrameError, encode_frame
+from rlm_sandbox.protocol import (
+    HEADER,
+    BudgetRequest,
+    FrameDecoder,
+    FrameError,
+    QueryRequest,
+    ToolRequest,
+    decode_bridge,
+    encode_frame,
+)
 
 scalars = (
     st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
@@ -128,3 +137,53 @@ def test_missing_bytes_is_what_completes_the_frame_begun(cut: int) -> None:
     # Before the whole header is in nothing is known; after it, exactly the rest.
     assert decoder.missing_bytes == (0 if cut < HEADER.size else len(frame) - cut)
     assert decoder.feed(frame[cut:]) and decoder.missing_bytes == 0
+
+
+# -- bridge frames: checked once into typed requests ---------------------------------------
+
+bridge_fields = st.fixed_dictionaries(
+    {"t": st.just("bridge")},
+    optional={
+        "id": st.integers(min_value=-3, max_value=3) | st.text(max_size=3),
+        "fn": st.sampled_from(["llm_query", "llm_query_batched", "budget", "tool", "exec"])
+        | st.text(max_size=5),
+        "prompts": values,
+        "contexts": values,
+        "schema": values,
+        "tool": values,
+        "arguments": values,
+    },
+)
+
+
+@given(bridge_fields)
+@settings(max_examples=300)
+def test_a_bridge_frame_decodes_to_a_typed_request_or_says_what_is_wrong(
+    frame: dict[str, Any],
+) -> None:
+    try:
+        request = decode_bridge(frame)
+    except FrameError as exc:
+        assert str(exc)
+        return
+    assert isinstance(request, QueryRequest | BudgetRequest | ToolRequest)
+    assert type(request.id) is int
+    if isinstance(request, QueryRequest):
+        assert all(isinstance(p, str) for p in request.prompts)
+        assert request.contexts is None or len(request.contexts) == len(request.prompts)
+        assert request.batched == (frame["fn"] == "llm_query_batched")
+
+
+def test_the_frames_model_code_sends_decode_as_what_they_ask() -> None:
+    query = {"t": "bridge", "id": 3, "fn": "llm_query", "prompts": ["q"], "contexts": None}
+    assert decode_bridge(query) == QueryRequest(3, False, ["q"], None, None)
+    batch = {**query, "fn": "llm_query_batched", "prompts": ["a", "b"], "contexts": [None, "c"],
+             "schema": '{"n": "int"}'}
+    assert decode_bridge(batch) == QueryRequest(3, True, ["a", "b"], [None, "c"], '{"n": "int"}')
+    assert decode_bridge({"t": "bridge", "id": 4, "fn": "budget"}) == BudgetRequest(4)
+    tool = {"t": "bridge", "id": 5, "fn": "tool", "tool": "lookup", "arguments": "{}"}
+    assert decode_bridge(tool) == ToolRequest(5, "lookup", "{}")
+    with pytest.raises(FrameError, match="contexts must be None or a list as long as prompts"):
+        decode_bridge({**batch, "contexts": ["one"]})
+    with pytest.raises(FrameError, match="unknown bridge function 'exec'"):
+        decode_bridge({**query, "fn": "exec"})

@@ -10,9 +10,10 @@ import trio
 from rlm._sandbox.process import SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
 from rlm.testing.sandboxes import LineLauncher
+from rlm_sandbox.protocol import BridgeRequest
 
 
-async def _no_bridge(frame: dict[str, Any]) -> Any:
+async def _no_bridge(request: BridgeRequest) -> Any:
     raise AssertionError("no bridge call expected")
 
 
@@ -52,7 +53,7 @@ async def test_a_step_cut_off_in_a_fan_out_kills_its_sandbox(autojump_clock: Any
     launcher = LineLauncher()
     slot = SandboxSlot(launcher, "ctx", SandboxIdentity("root", None, 0))
 
-    async def fan_out(frame: dict[str, Any]) -> Any:
+    async def fan_out(request: BridgeRequest) -> Any:
         async with trio.open_nursery() as items:
             items.start_soon(trio.sleep_forever)
         raise AssertionError("the fan-out was to be cancelled")

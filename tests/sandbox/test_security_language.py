@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm_sandbox.protocol import QueryRequest
 from tests.sandbox.security_harness import open_sandbox
 
 ATTRIBUTE_WALKS = [
@@ -147,7 +148,8 @@ async def test_bridge_abuse_is_refused_or_contained() -> None:
                      "print(llm_query(S('abc')))")
         await box.ok("g = (llm_query('q') for _ in range(2))")
         assert await box.ok("print(list(g))") == "['len=1', 'len=1']\n"
-        assert all(isinstance(p, str) for f in box.bridge_frames for p in f["prompts"])
+        queries = [r for r in box.bridge_requests if isinstance(r, QueryRequest)]
+        assert queries and all(isinstance(p, str) for r in queries for p in r.prompts)
 
 
 async def test_mutating_context_changes_only_the_sandbox_copy() -> None:

@@ -298,7 +298,7 @@ async def test_lone_surrogates_in_final_and_errors_are_errors(code: str) -> None
 async def test_a_prompt_with_a_lone_surrogate_is_refused_in_the_sandbox() -> None:
     async with open_sandbox() as box:
         await box.fails("llm_query('q' + chr(0xd800))", "cannot encode", "too large")
-        assert box.bridge_frames == []
+        assert box.bridge_requests == []
         assert await box.ok("print(llm_query('ok'))") == "len=2\n"
 
 
@@ -308,5 +308,5 @@ async def test_bridge_calls_from_hooks_outside_an_execution_are_refused() -> Non
         # runs inside an execution; nothing reaches the host between executions.
         await box.ok("import functools\nlater = functools.partial(llm_query, 'q')")
         assert await box.ok("print(later())") == "len=1\n"
-        assert len(box.bridge_frames) == 1
-        assert CANARY not in str(box.bridge_frames)
+        assert len(box.bridge_requests) == 1
+        assert CANARY not in str(box.bridge_requests)
