@@ -14,13 +14,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import re
 import resource
-import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +29,10 @@ from rlm._result import RunResult
 from rlm._run.assembly import default_launcher
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.interface import LauncherFactory
+from rlm.bench.figures import Check, Figures
 from rlm.bench.provider import BenchProvider
 from rlm.bench.scenarios import Scenario
+from rlm.bench.server import ServerShape, drawn_latency, fixture_server
 from rlm.bench.timer import precise_sleep
 from rlm.fixtures import generate_needle, lognormal_latencies
 from rlm.providers._http import load_http_transport
@@ -50,7 +50,9 @@ __all__ = [
     "efficiency",
     "max_rss_mib",
     "measure",
+    "run_figures",
     "run_scenario",
+    "server_shape",
     "traced_peak",
 ]
 
@@ -88,6 +90,10 @@ class ScenarioResult:
     phases: dict[str, float]  # where T − T* went: see time_phases()
     target_eta: float | None
     target_rate: float | None
+    # This process's CPU (the run's loop and threads, not its sandboxes or the server)
+    # per request sent, root steps included.
+    cpu_ms: float | None = None
+    memory_waits: int = 0  # sandbox starts that waited for memory (sandbox_memory_wait)
 
     @property
     def met(self) -> bool | None:
@@ -133,14 +139,17 @@ def _needle(chars: int, seed: int) -> tuple[str, str, str]:
 def _sub_latencies(s: Scenario) -> list[float] | None:
     if s.sigma <= 0:
         return None
-    total = s.n * s.n if s.depth > 1 else s.n
+    total = s.n * (s.child_n or s.n) if s.depth > 1 else s.n
     return lognormal_latencies(total, median=s.sub_latency, sigma=s.sigma, seed=s.seed)
 
 
 def _settings(s: Scenario) -> dict[str, Any]:
     # No call ceiling: a benchmark measures throughput past what a normal analysis sends.
-    return {"model": s.model, "max_concurrent": s.max_concurrent, "root_permits": 1,
-            "max_depth": s.depth, "rpm": s.rpm, "burst": s.burst, "max_llm_calls": None}
+    # An announced limit is the provider's to tell: the run learns it from the headers.
+    rpm, burst = (None, 1) if s.announced else (s.rpm, s.burst)
+    return {"model": s.model, "sub_model": s.sub_model, "max_concurrent": s.max_concurrent,
+            "root_permits": 1, "max_depth": s.depth, "rpm": rpm, "burst": burst,
+            "max_llm_calls": None}
 
 
 async def _run_in_process(s: Scenario, text: str, question: str,
@@ -159,35 +168,26 @@ async def _run_http(s: Scenario, text: str, question: str, sandboxes: LauncherFa
     return await rlm.acompletion(question, text)
 
 
-@contextlib.contextmanager
-def _fixture_server(s: Scenario) -> Iterator[str]:
-    """The fixture server in a process of its own, as a provider is; its ``/v1`` URL.
-
-    Served from the run's own trio loop, it would take its turns on the loop
-    the run is measured on; a provider's work never does.  Killed on exit.
-    """
-    if s.sigma > 0:
-        raise ValueError(f"{s.name}: the fixture server has no heterogeneous latencies")
-    argv = [sys.executable, "-m", "rlm", "fixture-server", "--port", "0",
-            "--latency", repr(s.root_latency), "--sub-latency", repr(s.sub_latency)]
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()  # it says where it listens once it does
-        found = re.search(r"listening on (http://\S+)", line)
-        if found is None:
-            raise RuntimeError(f"the fixture server did not start: {line}{process.stderr.read()}")
-        yield found.group(1)
-    finally:
-        process.kill()
-        process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+def server_shape(s: Scenario) -> ServerShape:
+    """The fixture server a scenario runs against: its latencies and the provider's limit."""
+    return ServerShape(root_latency=s.root_latency, sub_latency=s.sub_latency, sigma=s.sigma,
+                       seed=s.seed, rpm=s.rpm, burst=s.burst, announce_rpm=s.announced)
 
 
-def _one_run(s: Scenario) -> tuple[RunResult, float]:
-    """One run, and how long its zygote took to boot (not part of T).
+@dataclass(frozen=True)
+class _Run:
+    result: RunResult
+    boot_s: float  # how long its zygote took to boot (not part of T)
+    cpu_s: float  # this process's CPU time (user + system) while the run ran
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _one_run(s: Scenario) -> _Run:
+    """One run, how long its zygote took to boot, and the CPU the run's process took.
 
     As ``rlm run`` does at process start, the zygote is started before the
     run and the run adopts it; the run's clock starts once it is up, which is
@@ -199,7 +199,7 @@ def _one_run(s: Scenario) -> tuple[RunResult, float]:
         extra: tuple[str, ...] = ()
         if s.transport == "http":
             load_http_transport()  # once per process, before the clock, as `rlm run` does
-            runner, extra = _run_http, (stack.enter_context(_fixture_server(s)),)
+            runner, extra = _run_http, (stack.enter_context(fixture_server(server_shape(s))),)
         started = time.perf_counter()
         early = stack.enter_context(EarlyZygote.begin())
         early.wait_ready()
@@ -208,18 +208,26 @@ def _one_run(s: Scenario) -> tuple[RunResult, float]:
         # This process holds earlier scenarios' results, which a fresh `rlm run` would
         # not: collect them off the clock.
         gc.collect()
-        return trio.run(runner, s, text, question, sandboxes, *extra), boot_s
+        cpu = _cpu_s()
+        result = trio.run(runner, s, text, question, sandboxes, *extra)
+        return _Run(result, boot_s, _cpu_s() - cpu)
 
 
 def _http_latency(s: Scenario) -> Any:
+    """Each request's nominal latency over HTTP: the server's, or the one it drew (its id)."""
     def rule(step: bool, response: Mapping[str, Any]) -> float:
-        return s.root_latency if step else s.sub_latency
+        if step:
+            return s.root_latency
+        drawn = drawn_latency(response) if s.sigma > 0 else None
+        if s.sigma > 0 and drawn is None:
+            raise ValueError(f"llm_response {response.get('request_id')} names no latency")
+        return s.sub_latency if drawn is None else drawn
     return rule
 
 
 def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
             t_seq: float | None = None, peak_bytes: int | None = None,
-            zygote_boot_s: float | None = None) -> ScenarioResult:
+            zygote_boot_s: float | None = None, cpu_s: float | None = None) -> ScenarioResult:
     """Compare ``result`` (a run of ``s``) with its physical limit."""
     rule = _http_latency(s) if s.transport == "http" else metadata_latency
     work = work_from_trace(result.trace, rule)
@@ -254,6 +262,8 @@ def measure(s: Scenario, result: RunResult, *, wall_s: float = 0.0,
         peak_mib=peak_bytes / 2**20 if peak_bytes is not None else None,
         max_rss_mib=max_rss_mib(), phases=phases,
         target_eta=s.target_eta, target_rate=s.target_rate,
+        cpu_ms=None if cpu_s is None else 1000 * cpu_s / max(len(requests), 1),
+        memory_waits=sum(1 for e in result.trace if e["event"] == "sandbox_memory_wait"),
     )
 
 
@@ -278,16 +288,28 @@ def run_scenario(s: Scenario, *, baseline: bool = True) -> list[ScenarioResult]:
     Returns the scenario's result, followed by its sequential twin's when that ran.
     """
     started = time.perf_counter()
-    result, boot_s = _one_run(s)
+    run = _one_run(s)
     wall_s = time.perf_counter() - started
     twin: ScenarioResult | None = None
     if s.baseline and baseline:
         seq = s.sequential()
         started = time.perf_counter()
-        seq_result, seq_boot_s = _one_run(seq)
-        twin = measure(seq, seq_result, wall_s=time.perf_counter() - started,
-                       zygote_boot_s=seq_boot_s)
+        seq_run = _one_run(seq)
+        twin = measure(seq, seq_run.result, wall_s=time.perf_counter() - started,
+                       zygote_boot_s=seq_run.boot_s, cpu_s=seq_run.cpu_s)
     peak = traced_peak(lambda: _one_run(s)) if s.memory else None
-    main = measure(s, result, wall_s=wall_s, t_seq=twin.t if twin else None, peak_bytes=peak,
-                   zygote_boot_s=boot_s)
+    main = measure(s, run.result, wall_s=wall_s, t_seq=twin.t if twin else None,
+                   peak_bytes=peak, zygote_boot_s=run.boot_s, cpu_s=run.cpu_s)
     return [main] if twin is None else [main, twin]
+
+
+def run_figures(s: Scenario) -> Figures:
+    """A default-set run scenario: η against its target, and the client's CPU per request."""
+    [r] = run_scenario(s, baseline=False)
+    checks = (Check("η", r.eta, "η —" if r.eta is None else f"η {r.eta:.3f}",
+                    None if s.target_eta is None else f"η ≥ {s.target_eta:g}", r.met),)
+    notes = [] if r.cpu_ms is None else [f"client CPU {r.cpu_ms:.2f} ms/request"]
+    if r.memory_waits:
+        notes.append(f"{r.memory_waits} sandbox starts waited for memory")
+    return Figures(s.name, s.about, r.n, s.c, r.t, r.t_star, checks, r.correct, tuple(notes),
+                   r.as_json())

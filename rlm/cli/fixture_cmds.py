@@ -65,6 +65,18 @@ def _only_interrupts(exc: BaseException) -> bool:
     help="Seconds each sub-query takes.",
 )
 @click.option(
+    "--latency-sigma",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Make sub-query latencies lognormal with median --sub-latency and this sigma "
+    "(seeded draws; each reply's id names its latency).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True,
+    help="Seed of the latency draws.",
+)
+@click.option(
     "--chunks",
     type=click.IntRange(min=1),
     default=16,
@@ -89,6 +101,11 @@ def _only_interrupts(exc: BaseException) -> bool:
     default=1,
     show_default=True,
     help="Requests that may arrive back to back before --rpm spacing applies.",
+)
+@click.option(
+    "--announce-rpm",
+    is_flag=True,
+    help="Announce --rpm in every reply's x-ratelimit-limit-requests header, as providers do.",
 )
 @click.option(
     "--retry-after",
@@ -128,10 +145,13 @@ def fixture_server(
     host: str,
     latency: float,
     sub_latency: float,
+    latency_sigma: float,
+    seed: int,
     chunks: int,
     max_concurrent: int | None,
     rpm: float | None,
     rpm_burst: int,
+    announce_rpm: bool,
     retry_after: float,
     require_key: bool,
     chunk_chars: int,
@@ -168,11 +188,14 @@ def fixture_server(
     options = FixtureServerOptions(
         root_latency=latency,
         sub_latency=sub_latency,
+        latency_sigma=latency_sigma,
+        seed=seed,
         chunks=chunks,
         api_key=api_key,
         max_concurrent=max_concurrent,
         rpm=rpm,
         rpm_burst=rpm_burst,
+        announce_rpm=announce_rpm,
         retry_after=retry_after,
         chunk_chars=chunk_chars,
         chunk_delay=chunk_delay,

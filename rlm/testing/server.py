@@ -33,6 +33,7 @@ from typing import Any, Literal, NamedTuple
 import h11
 import trio
 
+from rlm.fixtures.draws import lognormal
 from rlm.providers import fixture as scripted
 from rlm.providers.base import Message
 from rlm.testing.anthropic_dialect import (
@@ -68,12 +69,20 @@ class FixtureServerOptions:
     its pieces' delays, then gets the whole answer.  The first ``cut_streams`` streamed replies stop
     half-way and the connection is closed, as if it had dropped.
 
+    ``latency_sigma`` > 0 makes sub-query latencies lognormal with median
+    ``sub_latency``: seeded draws (``seed``), handed out in the order requests
+    arrive; each reply's id then ends with the latency it was given
+    (``chatcmpl-fixture-7-0.412345s``), so a client's trace alone says what the
+    server did (``rlm bench`` rebuilds its physical limit from it).
+
     ``max_concurrent`` (a hidden cap: requests over it get an immediate 429)
     and ``rpm`` are enforced before any fault is drawn.  ``rpm`` is a GCRA
     limit, like providers' token buckets: ``rpm_burst`` requests may arrive back
     to back, after that one per ``60/rpm`` seconds; an arrival up to 10% of that
     interval early is let through (network jitter of an evenly paced client).
-    Every 429 says ``retry-after: <retry_after>`` seconds.
+    Every 429 says ``retry-after: <retry_after>`` seconds.  With
+    ``announce_rpm`` every chat reply announces the limit as providers do
+    (``x-ratelimit-limit-requests``), so a client can learn it.
     """
 
     root_latency: float = 0.0
@@ -94,12 +103,14 @@ class FixtureServerOptions:
     rpm: float | None = None
     rpm_burst: int = 1
     retry_after: float = 1.0
+    latency_sigma: float = 0.0
+    announce_rpm: bool = False
 
     def __post_init__(self) -> None:
         rates = (self.rate_429, self.fail_500, self.fail_529, self.drop)
         if any(not 0.0 <= rate <= 1.0 for rate in rates) or sum(rates) > 1.0:
             raise ValueError("fault rates must be in [0, 1] and sum to at most 1")
-        delays = (self.root_latency, self.sub_latency, self.chunk_delay)
+        delays = (self.root_latency, self.sub_latency, self.chunk_delay, self.latency_sigma)
         if min(delays + tuple(self.model_chunk_delay.values())) < 0:
             raise ValueError("latencies and delays must not be negative")
         if self.chunk_chars < 1 or self.cut_streams < 0:
@@ -242,6 +253,7 @@ class FixtureServer:
         self._sleep = sleep
         self.stats = FixtureServerStats()
         self._random = random.Random(self.options.seed)
+        self._latencies = random.Random(f"latency-{self.options.seed}")  # apart from faults
         self._cache = scripted.PrefixCache()
         self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
 
@@ -409,8 +421,10 @@ class FixtureServer:
         if cap is not None and self.stats.in_flight >= cap:
             return _rate_limited(f"more than {cap} requests in flight", self.options.retry_after)
         if not self._within_rpm():
-            return _rate_limited(f"more than {self.options.rpm:g} requests per minute",
-                                 self.options.retry_after)
+            refused = _rate_limited(f"more than {self.options.rpm:g} requests per minute",
+                                    self.options.retry_after)
+            refused.headers += self._announced()
+            return refused
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
         try:
@@ -454,11 +468,12 @@ class FixtureServer:
         # The latency counts from now, the request read, and the fixture model answers
         # while it runs, as a provider's does: building the reply does not add to it.
         # (The model name was checked when the request was parsed.)
-        deadline = trio.current_time() + (opts.root_latency if root else opts.sub_latency)
+        latency = self._latency(root)
+        deadline = trio.current_time() + latency
         cached = self._cache.lookup(messages)
         text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
         usage = self._usage(messages, text)
-        ready = self._ready_reply(chat, fault, text, usage, cached)
+        ready = self._ready_reply(chat, fault, text, usage, cached, latency)
         await self._sleep(max(0.0, deadline - trio.current_time()))
         if fault == "drop":
             return None
@@ -490,6 +505,15 @@ class FixtureServer:
             chunk_delay=chunk_delay, cut=cut,
         )
 
+    def _latency(self, root: bool) -> float:
+        """This request's latency: the option's, or the next seeded lognormal draw."""
+        opts = self.options
+        if root:
+            return opts.root_latency
+        if opts.latency_sigma > 0:
+            return round(lognormal(self._latencies, opts.sub_latency, opts.latency_sigma), 6)
+        return opts.sub_latency
+
     @staticmethod
     def _usage(messages: list[Message], text: str) -> dict[str, int]:
         prompt_tokens = math.ceil(sum(len(m["content"]) for m in messages) / 4)
@@ -498,7 +522,7 @@ class FixtureServer:
                 "total_tokens": prompt_tokens + completion_tokens}
 
     def _ready_reply(self, chat: _Chat, fault: str | None, text: str, usage: dict[str, int],
-                     cached: int) -> _Reply | None:
+                     cached: int, latency: float) -> _Reply | None:
         """The whole reply, when it is sent in one piece once the latency is over: a
         fault's, garbage, or the answer (``None``: a dropped connection, or a stream)."""
         if fault == "500":
@@ -518,8 +542,11 @@ class FixtureServer:
                 text, model=chat.model, reply_id=f"fixture-{chat.number}",
                 structured=chat.schema is not None, usage=usage,
             ))
+        reply_id = f"chatcmpl-fixture-{chat.number}"
+        if self.options.latency_sigma > 0:  # drawn: named, for the client's trace
+            reply_id += f"-{latency:.6f}s"
         return _json_reply(200, {
-            "id": f"chatcmpl-fixture-{chat.number}",
+            "id": reply_id,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": chat.model,
@@ -528,4 +555,16 @@ class FixtureServer:
                          "finish_reason": "stop"}],
             "usage": {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
             if cached else usage,
-        })
+        }, headers=self._announced())
+
+    def _announced(self) -> list[tuple[bytes, bytes]]:
+        """The rate limit a reply announces (``announce_rpm``), as providers' headers say it."""
+        rpm = self.options.rpm
+        if rpm is None or not self.options.announce_rpm:
+            return []
+        # What the bucket would let through now, back to back (GCRA: see _within_rpm).
+        interval = 60.0 / rpm
+        room = trio.current_time() + (self.options.rpm_burst - 1) * interval - self._rpm_tat
+        remaining = max(0, min(self.options.rpm_burst, math.floor(room / interval) + 1))
+        return [(b"x-ratelimit-limit-requests", f"{rpm:g}".encode()),
+                (b"x-ratelimit-remaining-requests", str(remaining).encode())]

@@ -124,7 +124,8 @@ def work_from_trace(trace: Iterable[Mapping[str, Any]],
             calls[call_id].segments.append(batch)
         elif kind == "bridge_call_finished":
             open_batch.pop(call_id, None)
-        elif kind == "llm_request" and call_id in calls:
+        elif (kind == "llm_request" and call_id in calls
+              and int(event["request_id"]) not in requests):  # a retry is the same request
             call = calls[call_id]
             step = int(event["depth"]) == call.depth
             request = requests[int(event["request_id"])] = Request(str(event["lane"]), step)
@@ -132,7 +133,8 @@ def work_from_trace(trace: Iterable[Mapping[str, Any]],
                 call.segments.append(request)
             else:
                 open_batch[call_id].items.append(request)
-        elif kind == "llm_response" and int(event.get("request_id", -1)) in requests:
+        elif (kind == "llm_response" and int(event.get("request_id", -1)) in requests
+              and event.get("status", "ok") == "ok"):  # a refused attempt did no work
             request = requests[int(event["request_id"])]
             request.latency = latency(request.step, event)
     if root is None:

@@ -1,4 +1,8 @@
-"""``rlm bench``: the shape of its output and T* measured from a real (tiny) run's trace."""
+"""``rlm bench``: the shape of its output and T* measured from a real (tiny) run's trace.
+
+The micro scenarios' machinery (T, T*, phases, the sequential twin); the default set's
+runners at tiny sizes are in test_bench_default.py.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from rlm import RLM, RunResult
 from rlm.bench.provider import BenchProvider
 from rlm.bench.report import COLUMNS, bench_json, markdown_table, table_rows
 from rlm.bench.run import measure, run_scenario
-from rlm.bench.scenarios import DEFAULT, QUICK, Scenario
+from rlm.bench.scenarios import EVERY, Scenario
 from rlm.bench.timer import precise_sleep
 from rlm.cli import main
 from rlm.providers.base import CompletionRequest
@@ -55,8 +59,10 @@ def test_the_json_has_one_entry_per_run_and_every_field() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert set(data) == {"machine", "elapsed_s", "scenarios", "all_correct", "targets_met",
-                         "targets_met_return"}
-    [row] = data["scenarios"]
+                         "micro"}
+    assert data["scenarios"] == [] and data["targets_met"] is True
+    assert len(data["machine"]["load_average"]) == 3
+    [row] = data["micro"]
     assert row["name"] == "quick-batched" and row["n"] == 8 and row["c"] == 4
     assert row["t_star"] == 0.1 and 0 < row["eta"] <= 1
     # What an API caller waits for: acompletion returns only after the teardown.
@@ -79,24 +85,16 @@ def test_table_and_markdown_have_every_column() -> None:
     [result] = results
     at = COLUMNS.index("η to return")
     assert rows[0][at] == f"{result.eta_return:.3f}" and result.eta_return is not None
-    assert bench_json(results, elapsed_s=1.0)["targets_met"] is True
+    assert bench_json(results, elapsed_s=1.0)["micro"][0]["met"] is True
 
 
 def test_list_and_unknown_scenario() -> None:
     listed = CliRunner().invoke(main, ["bench", "--list"])
     assert listed.exit_code == 0
-    assert all(s.name in listed.stdout for s in (*DEFAULT, *QUICK))
+    assert all(s.name in listed.stdout for s in EVERY)
+    assert "--large:" in listed.stdout and "--micro:" in listed.stdout
     bad = CliRunner().invoke(main, ["bench", "--scenario", "nope"])
     assert bad.exit_code == 2 and "unknown scenario nope" in bad.stderr
-
-
-def test_default_set_covers_the_issue_scenarios() -> None:
-    names = {s.name for s in DEFAULT}
-    assert {"batched-32", "batched-32-http", "hetero-48", "rate-limited-40",
-            "recursive-depth2", "throughput-10k"} <= names
-    issue3 = next(s for s in DEFAULT if s.name == "batched-32")
-    assert isinstance(issue3, Scenario)
-    assert (issue3.n, issue3.c, issue3.sub_latency) == (32, 8, 0.5)
 
 
 async def test_bench_provider_uses_latencies_in_dispatch_order(autojump_clock: object) -> None:
@@ -153,4 +151,4 @@ def test_eta_to_return_counts_the_teardown_after_the_answer() -> None:
     [row] = table_rows([result])
     assert row[COLUMNS.index("ok")].endswith(" ✓")  # (not the needle's answer: "WRONG ✓")
     assert row[COLUMNS.index("η to return")] == f"{result.eta_return:.3f} ✗"
-    assert bench_json([result], elapsed_s=1.0)["targets_met_return"] is False
+    assert bench_json([result], elapsed_s=1.0)["micro"][0]["met_return"] is False
