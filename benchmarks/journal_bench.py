@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlm._config import RunConfig
+from rlm.bench.server import ServerShape, fixture_server
 from rlm.journal import open_store
 from rlm.journal.volleys import record_volley, stored_settings
 from rlm.journal.worker import JournalWorker
@@ -96,26 +95,6 @@ async def _journaled(n: int, url: str | None, slots: int, spec: str) -> Measure:
         store.close()
 
 
-@contextmanager
-def _fixture_server(latency: float) -> Iterator[str]:
-    """``rlm fixture-server`` on a free port, in a process of its own; its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlm", "fixture-server", "--port", "0",
-         "--sub-latency", str(latency)],
-        stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        found = re.search(r"(http://\S+/v1)", line)
-        if found is None:
-            raise RuntimeError(f"the fixture server did not start: {line!r}")
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zero-latency", action="store_true",
@@ -133,7 +112,7 @@ def main() -> None:
     measures: dict[str, list[Measure]] = {"memory": [], "sqlite": [], "postgresql": []}
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, (
-        _no_server() if zero else _fixture_server(args.latency)
+        _no_server() if zero else fixture_server(ServerShape(sub_latency=args.latency))
     ) as url:
         for round_no in range(rounds):
             runs: list[tuple[str, Callable[..., Awaitable[Measure]], tuple[Any, ...]]] = [
