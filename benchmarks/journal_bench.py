@@ -80,7 +80,8 @@ async def _journaled(n: int, url: str | None, slots: int, spec: str) -> Measure:
         # soon, and it records the ledger's growth.
         worker = JournalWorker(store, volley_id)
         worker.know(tasks)
-        run = Volley(config, tasks, volley_id=volley_id, source=worker, sink=worker)
+        run = Volley(config, tasks, volley_id=volley_id, source=worker, sink=worker,
+                     before_send=worker.before_send)
         worker.capacity = lambda: run.concurrency
         worker.follow_ledger(run.ledger)
         wall, cpu = time.perf_counter(), time.process_time()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rlm.errors import (
     AuthenticationError,
     BudgetExceeded,
+    ClaimLost,
     ExecutionTimeout,
     Interrupted,
     JournalError,
@@ -51,6 +52,7 @@ __all__ = [
     "RLM",
     "AuthenticationError",
     "BudgetExceeded",
+    "ClaimLost",
     "Event",
     "ExecutionTimeout",
     "Interrupted",

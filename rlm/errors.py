@@ -19,8 +19,9 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     │       ├── QuotaExceededError  exit 3  402, 429 insufficient_quota, 400 credit: no credit
     │       └── RateLimitError              429 (retryable)
     ├── JournalError                exit 1  the journal cannot be opened, is too new, or failed
-    │   └── UnknownVolleyError  exit 2  no volley with that id (``last``: none at all);
-    │                                   also a UsageError
+    │   ├── UnknownVolleyError  exit 2  no volley with that id (``last``: none at all);
+    │   │                               also a UsageError
+    │   └── ClaimLost                   a paused worker's claim was reopened: not sent
     ├── SandboxError                exit 1  a sandbox process misbehaved
     │   ├── SandboxCrashed                  it exited or broke the frame protocol
     │   └── ExecutionTimeout                one execution passed --exec-timeout
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the result module imports this one
 __all__ = [
     "AuthenticationError",
     "BudgetExceeded",
+    "ClaimLost",
     "ExecutionTimeout",
     "Interrupted",
     "JournalError",
@@ -205,6 +207,18 @@ class UnknownVolleyError(JournalError, UsageError):
         super().__init__(message)
         self.ref = ref
         self.journal = journal
+
+
+class ClaimLost(JournalError):
+    """A volley worker no longer holds its claim on a task, so the task is not sent.
+
+    Its heartbeat stopped for longer than the stale timeout (the process was
+    paused, or the machine slept) and another worker reopened the claim.  The
+    volley runner ends the task with no verdict: the task's holder now gives it.
+    It ends the whole run of an ``--rlm`` task (none of its requests may go).
+    """
+
+    ends_run = True
 
 
 class SandboxError(RLMError):

@@ -17,7 +17,7 @@ from rlm._run.tools import ToolBox
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.launcher import SandboxLauncher
 from rlm._traffic.budget import Budget, BudgetLimits, SessionTotals
-from rlm._traffic.gate import CompletionCache, Gate
+from rlm._traffic.gate import CompletionCache, Gate, SendCheck
 from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.pacer import Pacer
 from rlm._traffic.prices import PriceTable
@@ -36,10 +36,12 @@ def build_gate(
     ledger: Budget,
     cache: CompletionCache | None = None,
     deadline: Callable[[], float] = lambda: float("inf"),
+    before_send: SendCheck | None = None,
 ) -> Gate:
     """The one gate of a run (or a volley): permits with ``root_permits`` reserved for
     root steps, the rpm/tpm pacer, adaptive concurrency, the retry policy, the budget
-    ledger every attempt is reserved in, the response cache, the run's deadline."""
+    ledger every attempt is reserved in, the response cache, the run's deadline, and
+    (a journaled volley) the check each request passes right before it is sent."""
     return Gate(
         limiter=TieredLimiter(config.max_concurrent, config.root_permits),
         providers=providers,
@@ -50,6 +52,7 @@ def build_gate(
         deadline=deadline,
         ledger=ledger,
         cache=cache,
+        before_send=before_send,
     )
 
 

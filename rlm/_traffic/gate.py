@@ -23,6 +23,12 @@ time to the first piece is recorded per attempt.  An attempt that fails after
 some text was published is followed by ``stream_discarded``: its text is void,
 and the retry streams the answer again from the start.
 
+A send check, when given (``before_send``), is asked right before each attempt
+goes out, once it holds its permit and pacing slot: it may refuse the attempt
+by raising (a volley worker whose claim on the task was reopened while it was
+paused raises :class:`~rlm.errors.ClaimLost`), and then nothing is sent,
+reserved or recorded.
+
 A response cache, when given, sits in front of all of it: a request it can
 answer takes no permit, no pacing slot and no budget, is never sent, and is
 recorded as ``llm_cached``; an answer that was sent is stored in it.
@@ -64,11 +70,14 @@ from rlm.providers.base import (
     StreamingProvider,
 )
 
-__all__ = ["CompletionCache", "Gate", "PieceSink", "estimate_tokens"]
+__all__ = ["CompletionCache", "Gate", "PieceSink", "SendCheck", "estimate_tokens"]
 
 #: What a caller of :meth:`Gate.complete` may get for each piece: (text, attempt).
 #: A piece of a later attempt means every piece of the earlier ones is void.
 PieceSink = Callable[[str, int], Awaitable[None]]
+
+#: Asked right before each attempt is sent; raises to keep it from being sent.
+SendCheck = Callable[[CompletionRequest], Awaitable[None]]
 
 class CompletionCache(Protocol):
     """Answers a request from earlier runs, and keeps new answers (see rlm.journal.cache)."""
@@ -101,8 +110,10 @@ class Gate:
         deadline: Callable[[], float] = lambda: float("inf"),
         ledger: Budget | None = None,
         cache: CompletionCache | None = None,
+        before_send: SendCheck | None = None,
     ) -> None:
         self.limiter = limiter
+        self._before_send = before_send
         self.pacer = pacer or Pacer()
         self.retry = retry or RetryPolicy()
         self.metrics = TrafficMetrics()
@@ -227,6 +238,8 @@ class Gate:
         async with self.limiter.permit(lane):
             queue_wait = trio.current_time() - queued_at
             pace_wait = await self.pacer.wait(estimate_tokens(request), lane)
+            if self._before_send is not None:
+                await self._before_send(request)
             ticket = self._reserve(request, provider)
             metrics.attempts += 1
             metrics.in_flight += 1

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from rlm.journal import Recovered
 
-__all__ = ["recovery_lines"]
+__all__ = ["lost_line", "recovery_lines"]
 
 #: Runs of task numbers named in one line before the rest are counted.
 _RUNS_SHOWN = 6
@@ -35,6 +35,15 @@ def _line(group: list[Recovered]) -> str:
         return f"stale_recovery: volley {first.volley_id} task {first.index} reopened ({why})"
     tasks = _runs(sorted(r.index for r in group))
     return f"stale_recovery: volley {first.volley_id}: {len(group)} tasks reopened ({tasks}; {why})"
+
+
+def lost_line(volley_id: str, indices: list[int], late_s: float) -> str:
+    """What a worker whose claims were reopened while its heartbeat was late says."""
+    return (
+        f"note: volley {volley_id}: this worker's heartbeat was {late_s:.0f}s late (was the "
+        f"process paused?) and {len(indices)} of its claims were reopened for other workers "
+        f"({_runs(indices)}): it does not send them"
+    )
 
 
 def _runs(indices: list[int]) -> str:

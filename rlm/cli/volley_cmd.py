@@ -189,7 +189,7 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             run = Volley(config, task_list, context=context, options=options, sinks=sinks,
                          trace_path=trace_path, on_result=on_result, stream=merger,
                          volley_id=volley_id, source=worker, sink=worker, earlier=earlier,
-                         fixture=fixture, tools=toolbox)
+                         fixture=fixture, tools=toolbox, before_send=worker.before_send)
             live = not quiet_progress and err.is_terminal
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
             result = with_other_workers(session.store,

@@ -35,7 +35,7 @@ from rlm._settings import Layer, api_key_from_environment, settings_of
 from rlm.cli._flags import model_or_blank
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import command_settings, settings_options
-from rlm.cli._stale_lines import recovery_lines
+from rlm.cli._stale_lines import lost_line, recovery_lines
 from rlm.cli._terminal import plural
 from rlm.errors import JournalError, RLMError, UnknownVolleyError
 from rlm.journal import (
@@ -455,6 +455,10 @@ class JournalSession:
             volley_id,
             stale_timeout=self.flags.stale_timeout,
             on_recovered=self._recovered,
+            on_lost=lambda indices, late_s: self.console.print(
+                lost_line(volley_id, indices, late_s), markup=False, highlight=False,
+                soft_wrap=True,
+            ),
         )
 
     def _recovered(self, recovered: Recovered) -> None:

@@ -422,22 +422,26 @@ class JournalStore:
 
         return self._tx(work)
 
-    def heartbeat(self, owner: Owner, volley_id: str | None = None) -> int:
-        """Refresh ``owner``'s liveness and the heartbeat of every task it holds.
+    def heartbeat(self, owner: Owner, volley_id: str) -> list[int]:
+        """Refresh ``owner``'s liveness and the heartbeat of every task of the volley it
+        holds; the tasks it still holds, in task order.
 
-        Returns how many tasks it holds (found through the ``claimed_tasks`` index:
-        see schema version 6).
+        A claim that is not among them was reopened meanwhile: its heartbeat had
+        stopped for longer than the stale timeout (the worker's process was paused,
+        or its machine slept) and another worker's sweep gave the task back to open,
+        perhaps to be claimed again.  The claims are found through the
+        ``claimed_tasks`` index (see schema version 6).
         """
         now = self.now()
-        scope, params = ("volley_id = ? AND ", (volley_id,)) if volley_id else ("", ())
 
-        def work(tx: Tx) -> int:
+        def work(tx: Tx) -> list[int]:
             tx.run("UPDATE workers SET heartbeat_at = ? WHERE worker = ?", (now, owner.worker))
-            return tx.run(
-                f"UPDATE tasks SET heartbeat_at = ? WHERE {scope}"
-                "claimed_worker = ? AND status = 'in_progress'",
-                (now, *params, owner.worker),
+            rows = tx.rows(
+                "UPDATE tasks SET heartbeat_at = ? WHERE volley_id = ? AND "
+                "claimed_worker = ? AND status = 'in_progress' RETURNING idx",
+                (now, volley_id, owner.worker),
             )
+            return sorted(int(idx) for (idx,) in rows)
 
         return self._tx(work)
 

@@ -30,6 +30,16 @@ hold tasks).  A task that is slow but whose worker is alive keeps
 heartbeating, so it is never reclaimed.  Leaving ``running`` releases whatever
 is still claimed and records what the volley spent since the last verdict.
 
+A worker never sends a task whose claim it may have lost (DESIGN invariant 13).
+A claim is reopened only after ``stale_timeout`` without a heartbeat, so while
+the heartbeat is on time every claim is still this worker's and nothing is
+checked.  Once it is late (more than ``stale_timeout / 2`` since the last one
+began: the process was paused, the machine slept, the journal was slow), the
+gate's :meth:`JournalWorker.before_send` and :meth:`JournalWorker.claim` first
+heartbeat, which says which claims the worker still holds: the tasks it lost
+are dropped from its buffer, and a request of one of them is refused with
+:class:`~rlm.errors.ClaimLost` (the runner ends that task with no verdict).
+
 Blocking store calls run through the injected ``run_sync`` (a trio worker
 thread by default; inline in virtual-time tests).
 """
@@ -43,11 +53,12 @@ import trio
 
 from rlm._config import DEFAULT_STALE_TIMEOUT
 from rlm._traffic.budget import Budget
-from rlm.errors import JournalError
+from rlm.errors import ClaimLost, JournalError
 from rlm.journal._threads import RunSync, thread_run_sync
 from rlm.journal._verdicts import FlatVerdict, flat_verdict, verdict_rows
 from rlm.journal.records import Alive, Owner, Recovered, Spend, pid_alive
 from rlm.journal.store import JournalStore
+from rlm.providers.base import CompletionRequest
 from rlm.volley.records import TaskResult, VolleyTask
 
 __all__ = ["JournalWorker", "pid_alive"]
@@ -86,6 +97,13 @@ def _unwritten_note(tasks: Sequence[int], unwritten: JournalError | None) -> str
     )
 
 
+def _task_of(call_id: str) -> int | None:
+    """The task a request belongs to: its call id is ``t<index>`` (``task_call_id``), or
+    a child call's ``t<index>.<n>`` under it; None for a call id of no task."""
+    head = call_id.split(".", 1)[0]
+    return int(head[1:]) if head[:1] == "t" and head[1:].isdigit() else None
+
+
 def _finish_flat(
     store: JournalStore,
     volley_id: str,
@@ -112,6 +130,7 @@ class JournalWorker:
         spent: Callable[[], Spend] | None = None,
         on_recovered: Callable[[Recovered], None] | None = None,
         on_workers: Callable[[int], None] | None = None,
+        on_lost: Callable[[list[int], float], None] | None = None,
         group_interval: float = 0.1,
         capacity: Callable[[], int] | None = None,
         alive: Alive = pid_alive,
@@ -126,6 +145,9 @@ class JournalWorker:
         self._recorded = spent() if spent is not None else Spend()
         self.on_recovered = on_recovered or (lambda r: None)
         self.on_workers = on_workers or (lambda n: None)
+        # Told the tasks whose claims were reopened while this worker's heartbeat was
+        # late, and how late it was (seconds).
+        self.on_lost = on_lost or (lambda indices, late_s: None)
         # How many tasks this worker runs at once (its share of --max-concurrent), when
         # known: it then holds no more than it can run soon, so other workers find the
         # rest open (see _room).  None: no such cap.
@@ -138,7 +160,10 @@ class JournalWorker:
         self._buffer: list[VolleyTask] = []
         self._known: dict[int, VolleyTask] = {}  # the volley's tasks, when given (know)
         self._held: set[int] = set()  # claimed by this worker, no verdict yet
-        self.accepted = 0  # verdicts this worker committed
+        self.accepted = 0  # verdicts this worker committed (a task another finished first: not)
+        self._beaten = 0.0  # when the last heartbeat began (running() sets it)
+        self._beating: trio.Event | None = None  # set when the heartbeat under way answers
+        self._committing: Sequence[FlatVerdict] = ()  # the verdict group being committed
         self._refill: trio.Event | None = None  # set when the batch being claimed is in
         self._drained = False  # nothing open, nothing held elsewhere: the volley has ended
         self._ahead: trio.Nursery | None = None  # claims ahead run in it, while running
@@ -189,9 +214,12 @@ class JournalWorker:
         next batch while the others wait for it.  While nothing is open but
         other workers still hold tasks, this polls (every ``stale_timeout / 4``,
         at most 2 s apart): a holder that dies has its tasks reopened by the
-        sweep, and this worker takes them over.
+        sweep, and this worker takes them over.  With the heartbeat late, a
+        heartbeat comes first: a buffered task whose claim was lost is not handed out.
         """
         await trio.lowlevel.checkpoint()
+        if self._late():
+            await self._confirm()
         while not self._buffer:
             if self._drained:
                 return None
@@ -366,8 +394,11 @@ class JournalWorker:
         return bool(found)
 
     async def release(self, task: VolleyTask) -> None:
-        self._held.discard(task.index)
         self._handed_back()
+        if task.index not in self._held:
+            await trio.lowlevel.checkpoint()
+            return  # its claim was lost: the task is another worker's now
+        self._held.discard(task.index)
         await self._run_sync(
             self.store.release, self.volley_id, self.owner, [task.index], self._spend_delta()
         )
@@ -438,8 +469,9 @@ class JournalWorker:
             # One C call per verdict on the loop; its row is built in the store's thread.
             verdicts: list[FlatVerdict] = list(map(flat_verdict, waiting))
             started = trio.current_time()
+            self._committing = verdicts
             try:
-                await self._run_sync(
+                written = await self._run_sync(
                     _finish_flat, self.store, self.volley_id, verdicts, spend, group
                 )
             except BaseException:
@@ -448,9 +480,11 @@ class JournalWorker:
                 # is added once (JournalStore.finish_rows).
                 self._unsure.append((group, verdicts, spend))
                 raise
+            finally:
+                self._committing = ()
             self._commit_s = _decaying_max(self._commit_s, trio.current_time() - started)
         self._held.difference_update([v[0] for v in verdicts])
-        self.accepted += len(verdicts)
+        self.accepted += written
         if tell:
             for result, kept in zip(waiting, tell_all, strict=True):
                 kept(result)
@@ -477,6 +511,8 @@ class JournalWorker:
     async def running(self) -> AsyncIterator[JournalWorker]:
         """Register, recover orphaned claims, heartbeat and sweep while the body runs."""
         # Register and reopen orphaned claims in one transaction: the volley waits for it.
+        # Every claim comes after this (as fresh as the heartbeat that begins here).
+        self._beaten = trio.current_time()
         recovered = await self._run_sync(
             self.store.join, self.volley_id, self.owner, self._alive, self.stale_timeout
         )
@@ -522,10 +558,12 @@ class JournalWorker:
         once.  A group that fails here stays unsure (see :meth:`_leave`)."""
         while self._unsure:
             group, verdicts, spend = self._unsure[0]
-            await self._run_sync(_finish_flat, self.store, self.volley_id, verdicts, spend, group)
+            written = await self._run_sync(
+                _finish_flat, self.store, self.volley_id, verdicts, spend, group
+            )
             del self._unsure[0]
             self._held.difference_update([v[0] for v in verdicts])
-            self.accepted += len(verdicts)
+            self.accepted += written
 
     async def _leave(self, unwritten: JournalError | None) -> None:
         """The worker's end transaction: give back what is still held, record the spend
@@ -571,11 +609,72 @@ class JournalWorker:
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(self.stale_timeout / 4)
-            await self._run_sync(self.store.heartbeat, self.owner, self.volley_id)
+            await self._beat()
             live = await self._run_sync(
                 self.store.live_workers, self.volley_id, self.stale_timeout, self._alive
             )
             self.on_workers(live)
+
+    # -- claims that may be lost --------------------------------------------------
+
+    def _late(self) -> bool:
+        """Whether the heartbeat is late: a claim may have been reopened meanwhile."""
+        return trio.current_time() - self._beaten > self.stale_timeout / 2
+
+    async def before_send(self, request: CompletionRequest) -> None:
+        """Raise :class:`~rlm.errors.ClaimLost` if ``request``'s task may be another
+        worker's now (the gate asks right before each request goes out).
+
+        Reads nothing while the heartbeat is on time; once it is late, waits for a
+        heartbeat that began after that, which says which claims are still held.
+        """
+        if self._late():
+            await self._confirm()
+        index = _task_of(request.call_id)
+        if index is not None and index not in self._held:
+            raise ClaimLost(
+                f"volley {self.volley_id} task {index}: not sent: its claim was reopened for "
+                "other workers while this worker's heartbeat was late (more than "
+                f"--stale-timeout {self.stale_timeout:g} s)"
+            )
+
+    async def _confirm(self) -> None:
+        """Heartbeat until one that began after the heartbeat went late has answered."""
+        while self._late():
+            await self._beat()
+
+    async def _beat(self) -> None:
+        """Refresh every claim this worker holds and learn which it still holds (one
+        transaction); forget the ones it lost.  One at a time: a caller that finds one
+        under way waits for it instead."""
+        if self._beating is not None:
+            await self._beating.wait()
+            return
+        beating = self._beating = trio.Event()
+        began = trio.current_time()
+        claimed = set(self._held)
+        try:
+            held = await self._run_sync(self.store.heartbeat, self.owner, self.volley_id)
+        finally:
+            self._beating = None
+            beating.set()
+        late, self._beaten = began - self._beaten, max(self._beaten, began)
+        # A claim that came back without a verdict of this worker pending (queued, or in
+        # a group being committed meanwhile, whose rows left it in progress no more).
+        gone = claimed.difference(held).intersection(self._held)
+        if gone:
+            gone.difference_update(v[0] for v in self._committing)
+            gone.difference_update(r.index for r in self._waiting)
+        if gone:
+            self._forget(gone, late)
+
+    def _forget(self, lost: set[int], late: float) -> None:
+        """Drop claims this worker lost: not held, not in the buffer (never handed out)."""
+        self._held.difference_update(lost)
+        self._buffer = [task for task in self._buffer if task.index not in lost]
+        if self._waiting and len(self._waiting) >= len(self._held):
+            self._all_in.set()  # what is queued is all there is
+        self.on_lost(sorted(lost), late)
 
     async def _sweep_loop(self) -> None:
         while True:

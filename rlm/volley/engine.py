@@ -6,7 +6,9 @@ does, and runs every task through it.  Tasks come from a
 :class:`~rlm.volley.store.TaskSource` and verdicts go to a
 :class:`~rlm.volley.store.ResultSink` (a :class:`MemoryStore` unless a journal
 is given).  ``earlier`` results (a resumed volley's finished tasks) are part
-of the result but are not run again.
+of the result but are not run again.  ``before_send`` is asked by the gate
+right before each request goes out (a journal worker refuses the requests of
+tasks whose claims it lost: :meth:`rlm.journal.worker.JournalWorker.before_send`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rlm._run.tools import ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
-from rlm._traffic.gate import Gate
+from rlm._traffic.gate import Gate, SendCheck
 from rlm._traffic.prices import PriceTable
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureOptions
@@ -88,8 +90,10 @@ class Volley:
         sandboxes: LauncherFactory | None = None,
         fixture: FixtureOptions | None = None,
         tools: ToolBox | None = None,
+        before_send: SendCheck | None = None,
     ) -> None:
         self.config = config
+        self._before_send = before_send
         self._sandboxes = sandboxes  # rlm tasks: makes the volley's one launcher
         self._tools = tools  # rlm tasks: host tools their code may call
         self.fixture = fixture  # the fixture model's pace (provider="fixture")
@@ -293,7 +297,8 @@ class Volley:
     def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus) -> Gate:
         # A volley reserves no permits for root steps: its tasks are its roots.
         config = dataclasses.replace(self.config, root_permits=0)
-        return build_gate(config, providers=providers, events=events, ledger=self._budget)
+        return build_gate(config, providers=providers, events=events, ledger=self._budget,
+                          before_send=self._before_send)
 
     async def _complete(self, task: VolleyTask, call_id: str) -> str:
         assert self._gate is not None

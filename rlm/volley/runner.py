@@ -16,7 +16,9 @@ Stopping, first reason wins:
   have not sent anything yet are cancelled, requests already in flight finish.
 
 A task that gets no verdict is released back to the source (inside a shielded
-scope).  A verdict goes to the sink's ``keep`` and is reported (``on_result``,
+scope); so is one whose request the gate's send check refused because its claim
+was lost (:class:`~rlm.errors.ClaimLost`): the worker that holds it now gives
+its verdict.  A verdict goes to the sink's ``keep`` and is reported (``on_result``,
 the ``task_finished`` event) only once the sink says it is kept; the worker
 does not wait for that (a journal's group commit) and takes its next task.
 ``run`` returns once every verdict is kept and reported.
@@ -32,7 +34,7 @@ import trio
 
 from rlm._durations import format_duration
 from rlm._events import EventBus
-from rlm.errors import AuthenticationError, BudgetExceeded, LimitExceeded, RLMError
+from rlm.errors import AuthenticationError, BudgetExceeded, ClaimLost, LimitExceeded, RLMError
 from rlm.volley.events import TaskFinished, task_call_id
 from rlm.volley.records import TaskResult, TaskStatus, VolleyStatus, VolleyTask
 from rlm.volley.store import ResultSink, TaskSource
@@ -200,6 +202,8 @@ class VolleyRunner:
                 output = await self._execute(task, call_id)
         except trio.TooSlowError:
             status, error = "failed", f"timed out after {format_duration(timeout or 0)}"
+        except ClaimLost:
+            return None  # another worker holds the task now: its verdict is that one's
         except BudgetExceeded as exc:
             self._stop(Stop("budget_exceeded", str(exc), hard=False))
             if not self._tally.sent(call_id):

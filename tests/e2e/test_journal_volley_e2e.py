@@ -329,3 +329,64 @@ async def test_a_survivor_takes_a_killed_neighbours_tasks_without_the_stale_time
         store.close()
     assert recovered, "the killed worker's claims were never reopened"
     assert {i for i, n in server.per_task.items() if n > 1} <= recovered
+
+
+async def _stream_text(stream: Any) -> str:
+    said = b""
+    while chunk := await stream.receive_some():
+        said += chunk
+    return said.decode()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_worker_paused_past_the_stale_timeout_sends_none_of_the_tasks_it_lost(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    """`volley work` P is stopped (SIGSTOP) with requests in flight, more tasks waiting
+    for a permit and some buffered; worker Q reopens P's claims after --stale-timeout
+    and finishes the volley; then P goes on (SIGCONT).  P talks to server A and Q to
+    server B, so whatever A receives after the pause was sent by P: nothing may be.
+    The only tasks sent twice are the ones P had in flight when it was stopped."""
+    journal = (str(tmp_path / "j.sqlite3") if backend == "sqlite"
+               else str(request.getfixturevalue("pg_url")))
+    tasks = _task_file(tmp_path, 40)
+    async with counting_server(0.01, answer_first=0) as (url_a, a), \
+            counting_server(0.01) as (url_b, b):
+        created = await trio.to_thread.run_sync(functools.partial(
+            rlm_in_process, "volley", "create", "-f", str(tasks), "--journal", journal,
+            "--output-format", "json", *_send_flags(url_a, 4)))
+        assert created.returncode == 0, created.stderr
+        volley_id = json.loads(created.stdout)["volley_id"]
+        work = [*RLM, "volley", "work", volley_id, "--journal", journal, "--stale-timeout", "2s"]
+        paused = await trio.lowlevel.open_process(
+            [*work, "--base-url", url_a], env=_env(), stderr=subprocess.PIPE)
+        other: trio.Process | None = None
+        try:
+            await _until([paused], lambda: a.per_task.total() == 4
+                         and _holders(journal, volley_id) == {paused.pid},
+                         "the first worker had 4 requests in flight")
+            await trio.sleep(0.2)  # its window fills: tasks wait for a permit
+            paused.send_signal(signal.SIGSTOP)
+            in_flight = set(a.per_task)
+            other = await trio.lowlevel.open_process(
+                [*work, "--base-url", url_b, "-q"], env=_env(), stderr=subprocess.PIPE)
+            with trio.fail_after(60):
+                said_other = await _stream_text(other.stderr)
+                assert await other.wait() == 0, said_other
+            a.release.set()  # the answers to what it had in flight wait for it
+            paused.send_signal(signal.SIGCONT)
+            with trio.fail_after(60):
+                said = await _stream_text(paused.stderr)
+                code = await paused.wait()
+        finally:
+            a.release.set()
+            for proc in (paused, other):
+                if proc is not None and proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    assert code == 0, said
+    assert a.per_task.total() == 4 and set(a.per_task) == in_flight, "sent after the pause"
+    assert set(b.per_task) == set(range(1, 41)) and b.per_task.total() == 40
+    assert "worker finished: 0 task(s) here" in said, said
+    assert "claims were reopened for other workers" in said, said
+    assert set(_statuses(journal, volley_id).values()) == {"done"}

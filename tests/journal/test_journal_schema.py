@@ -226,7 +226,7 @@ def test_a_version_5_journal_is_upgraded_in_place_and_finds_claims_by_holder(
     try:
         assert _schema_version(journal_spec) == str(SCHEMA_VERSION) == "6"
         assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
-        assert store.heartbeat(dead, "v") == 2
+        assert store.heartbeat(dead, "v") == [2, 3]
         assert store.held_elsewhere("v", other) == 2
         assert store.live_workers("v", 60, lambda pid, started: pid != 101) == 1  # at least 1
         held = store.tasks("v")[1].claimed_by  # the dead one's row stays: it holds tasks

@@ -295,9 +295,9 @@ def test_a_heartbeating_claim_is_never_reclaimed(store: JournalStore, clock: Fak
     store.claim("v1", B, 1)
     for minute in range(20):  # both run for 10 minutes, heartbeating every 30 s; B dies at 5
         clock.now += 30
-        assert store.heartbeat(A) == 1
+        assert store.heartbeat(A, "v1") == [1]
         if minute < 10:
-            assert store.heartbeat(B) == 1
+            assert store.heartbeat(B, "v1") == [2]
         recovered = store.recover_stale("v1", 60)
         if minute == 12:  # B silent for 90 s > 60 s
             assert [(r.index, r.owner) for r in recovered] == [(2, B)]
@@ -322,7 +322,7 @@ def test_skewed_machine_clocks_agree_on_a_postgresql_heartbeat(pg_url: str) -> N
         for _ in range(4):  # A heartbeats every 30 s; B sweeps with a 60 s timeout
             clock_a.now += 30
             clock_b.now += 30
-            a.heartbeat(A)
+            a.heartbeat(A, "v1")
             assert b.recover_stale("v1", 60) == []
         clock_a.now += 90  # A dies; 90 s pass on both machines
         clock_b.now += 90
