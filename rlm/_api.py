@@ -28,10 +28,7 @@ from rlm.errors import (
     UsageError,
 )
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import (
-    FixtureOptions,
-    pop_legacy_options,
-)
+from rlm.providers.fixture import FixtureOptions, FixtureProvider, pop_legacy_options
 
 if TYPE_CHECKING:
     # Sessions, volleys and streaming load when a method uses them: a plain run never does.
@@ -49,10 +46,9 @@ class ModelArguments(RunSettings, total=False):
 
     trace_path: str | None
     sinks: list[Any] | None
-    providers: Mapping[Lane, Provider] | None
+    providers: Mapping[Lane, Provider] | Provider | None
     sandboxes: LauncherFactory | None
     tools: Sequence[Callable[..., Any] | HostTool] | None
-    fixture: FixtureOptions | None
 
 
 
@@ -67,8 +63,8 @@ class RLM:
     ``"fixture"`` (the built-in scripted model, no key needed).  ``model`` names the
     root's model; it may be left out only for the fixture.  ``stream`` streams every
     step and runs its code blocks as they close, even with no live consumer.
-    ``fixture`` (a :class:`rlm.providers.fixture.FixtureOptions`) paces the
-    built-in fixture model: latencies, streamed pieces.
+    The fixture model's pace is the fixture provider's own:
+    ``RLM(provider="fixture", providers=FixtureProvider(sub_latency=0.5))``.
     A run is bounded by default (``max_llm_calls`` 5,000, ``timeout`` 3,600 s);
     ``None`` lifts either.  A bad value raises :class:`rlm.SettingError` here,
     naming the parameter, not mid-run.
@@ -76,9 +72,10 @@ class RLM:
     ``trace_path`` writes the JSONL trace (a session's n-th query writes its own,
     ``chat.jsonl`` → ``chat.n.jsonl``); ``sinks`` receive every event as it
     happens.  ``providers`` replaces the providers by lane (custom back ends,
-    tests): then no endpoint is needed.  ``sandboxes`` makes each run's
-    sandbox launcher from its configuration and event bus (default:
-    hardened sandbox processes, ``rlm._run.runtime.default_launcher``).
+    tests), or one provider serves both lanes: then no endpoint is needed.
+    ``sandboxes`` makes each run's sandbox launcher from its configuration and
+    event bus (default: hardened sandbox processes,
+    ``rlm._run.assembly.default_launcher``).
 
     Example::
 
@@ -91,10 +88,9 @@ class RLM:
         *,
         trace_path: str | None = None,
         sinks: list[Any] | None = None,
-        providers: Mapping[Lane, Provider] | None = None,
+        providers: Mapping[Lane, Provider] | Provider | None = None,
         sandboxes: LauncherFactory | None = None,
         tools: Sequence[Callable[..., Any] | HostTool] | None = None,
-        fixture: FixtureOptions | None = None,
         **settings: Unpack[RunSettings],
     ) -> None:
         model = settings.get("model")
@@ -104,9 +100,11 @@ class RLM:
         self.config = RunConfig(**settings).validate()
         if providers is None:
             self.config.validate_endpoint()
+        elif not isinstance(providers, Mapping):  # one provider answers both lanes
+            providers = {"root": providers, "sub": providers}
         self._runs = QueryRunner(
             self.config, trace_path=trace_path, sinks=sinks or (), providers=providers,
-            sandboxes=sandboxes, tools=ToolBox(tools or ()), fixture=fixture,
+            sandboxes=sandboxes, tools=ToolBox(tools or ()),
         )
         self._volley: Volley | None = None
 
@@ -118,10 +116,6 @@ class RLM:
     @trace_path.setter
     def trace_path(self, path: str | None) -> None:
         self._runs.trace_path = path
-
-    @property
-    def fixture(self) -> FixtureOptions | None:
-        return self._runs.fixture
 
     @property
     def tool_names(self) -> list[str]:
@@ -188,8 +182,8 @@ class RLM:
             RunConfig(**stored).validate()
         except SettingError as exc:
             raise UsageError(f"{path} is damaged: its saved setting {exc}") from None
-        if fixture is not None:
-            arguments.setdefault("fixture", fixture)
+        if fixture is not None and "providers" not in arguments:
+            arguments["providers"] = FixtureProvider.paced(fixture)
         model = cls(**{**stored, **arguments})
         return Session(model._runs, context, restore=saved, **(session_options or {}))
 
@@ -323,7 +317,7 @@ class RLM:
         runs = self._runs
         return make_volley(
             tasks, context, config=self.config, providers=runs.providers, prices=runs.prices,
-            fixture=runs.fixture, tools=runs.tools, sinks=runs.sinks, trace_path=runs.trace_path,
+            tools=runs.tools, sinks=runs.sinks, trace_path=runs.trace_path,
             sandboxes=runs.sandboxes, **options,
         )
 

@@ -32,8 +32,9 @@ class RunResult:
     the run had (a FINAL in progress, an ``answer`` variable, or the reply to
     a final extract step) and ``last_output`` what the root's code printed
     last.  ``usage_detail`` breaks usage and cost down per model, lane and
-    depth.  ``fixture`` is true when answers came from the built-in fixture
-    model rather than a language model.  ``cached_calls`` counts requests
+    depth.  ``answered_by`` names who wrote the run's answers, in the order they
+    first answered (``fixture`` for the built-in fixture model, which is not a
+    language model; otherwise the provider).  ``cached_calls`` counts requests
     answered from the response cache (``cache_path``): never sent, never
     counted in ``usage``.
     """
@@ -46,7 +47,7 @@ class RunResult:
     trace: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     trace_path: str | None = None
     error: str | None = None
-    fixture: bool = False
+    answered_by: tuple[str, ...] = ()
     traffic: dict[str, Any] = field(default_factory=dict, repr=False)
     usage_detail: dict[str, Any] = field(default_factory=dict, repr=False)
     last_output: str | None = field(default=None, repr=False)
@@ -68,7 +69,7 @@ class RunResult:
             "teardown_s": round(self.teardown_s, 3),
             "trace": self.trace_path,
             "error": self.error,
-            "fixture": self.fixture,
+            "answered_by": list(self.answered_by),
             "cost": self.usage_detail.get("cost"),
             "usage_detail": self.usage_detail,
             "traffic": self.traffic,

@@ -197,8 +197,9 @@ class AsyncSession:
             if carry.slot.started:
                 data, skipped = await carry.slot.export_variables()
             settings = public_settings(self._runs.config)
-            if self._runs.fixture is not None:  # the fixture model's pace, not a run setting
-                settings["fixture"] = dataclasses.asdict(self._runs.fixture)
+            fixture = self._runs.fixture_provider()
+            if fixture is not None:  # the fixture model's pace: its own record, not a setting
+                settings["fixture"] = dataclasses.asdict(fixture.options)
             document = {
                 "rlm_session": SESSION_FORMAT,
                 "settings": settings,

@@ -38,7 +38,7 @@ from rlm._traffic.prices import PriceTable
 from rlm._traffic.usage import Usage
 from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import FixtureOptions, FixtureProvider, is_fixture_answer
+from rlm.providers.fixture import FixtureProvider, answered_by
 from rlm.providers.open import open_providers
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ class QueryRunner:
         providers: Mapping[Lane, Provider] | None = None,
         sandboxes: LauncherFactory | None = None,
         tools: ToolBox | None = None,
-        fixture: FixtureOptions | None = None,
     ) -> None:
         self.config = config
         # A bad price table or an unpriced model under max_cost fails here, not mid-run.
@@ -70,9 +69,13 @@ class QueryRunner:
         self.providers = dict(providers) if providers is not None else None
         self.sandboxes = sandboxes
         self.tools = tools or ToolBox()
-        self.fixture = fixture
         self._live: set[Runtime] = set()
         self._forks: weakref.WeakSet[QueryRunner] = weakref.WeakSet()
+
+    def fixture_provider(self) -> FixtureProvider | None:
+        """The fixture model this runner was given as a provider (a paced one), if any."""
+        found = [p for p in (self.providers or {}).values() if isinstance(p, FixtureProvider)]
+        return found[0] if found else None
 
     def fork(self) -> QueryRunner:
         """A runner with the same parts and none of this one's runs: what a session
@@ -199,7 +202,7 @@ class QueryRunner:
         if self.providers is not None:
             yield self.providers
             return
-        async with open_providers(self.config, self.fixture) as providers:
+        async with open_providers(self.config) as providers:
             yield providers
 
 
@@ -240,7 +243,7 @@ def _result(
         trace=tuple(e.trace_record() for e in events.events),
         trace_path=trace_path,
         error=message,
-        fixture=_saw_fixture(events.events),
+        answered_by=_answered_by(events.events),
         traffic=finished.traffic,
         usage_detail=finished.usage_detail,
         last_output=root.last_output if root is not None else None,
@@ -292,13 +295,14 @@ def _status(root: CallOutcome | None, error: RLMError | None) -> RunStatus:
     return root.status
 
 
-def _saw_fixture(events: list[Event]) -> bool:
-    """Whether the fixture model wrote an answer (sent, or replayed from the cache)."""
-    return any(
-        (isinstance(e, LLMResponse | LLMCached) and is_fixture_answer(e.metadata))
-        or (isinstance(e, LLMCached) and e.provider == FixtureProvider.name)
+def _answered_by(events: list[Event]) -> tuple[str, ...]:
+    """Who wrote the run's answers (sent, or replayed from the cache), in order."""
+    found = {
+        answered_by(e.provider, e.metadata): None
         for e in events
-    )
+        if isinstance(e, LLMCached) or (isinstance(e, LLMResponse) and e.status == "ok")
+    }
+    return tuple(found)
 
 
 def _check_inputs(query: str, context: Context) -> None:

@@ -236,7 +236,7 @@ def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = Fal
         summary = format_traffic(result.traffic)
         if summary:
             say(summary)
-    if result.fixture and not quiet:
+    if "fixture" in result.answered_by and not quiet:
         who = "answered by" if result.answer is not None else "run on"
         say(f"note: {who} the built-in fixture model (scripted, not a language model)")
     if result.status != "answered":

@@ -25,6 +25,7 @@ from rlm.cli._settings_cli import given_flag, settings_options
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
     JournalSession,
+    fixture_providers,
     journal_flags,
     require_key,
     resumed_fixture,
@@ -189,7 +190,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             run = Volley(config, task_list, context=context, options=options, sinks=sinks,
                          trace_path=trace_path, on_result=on_result, stream=merger,
                          volley_id=volley_id, source=worker, sink=worker, earlier=earlier,
-                         fixture=fixture, tools=toolbox, before_send=worker.before_send)
+                         providers=fixture_providers(config, fixture), tools=toolbox,
+                         before_send=worker.before_send)
             live = not quiet_progress and err.is_terminal
             main = partial(_main, console=err, live=live, merger=merger, on_event=on_event)
             result = with_other_workers(session.store,
@@ -362,7 +364,7 @@ def _report(result: VolleyResult, quiet: bool) -> None:
         click.echo(f"Error: {result.error}", err=True)
     elif s.failed and not quiet:
         click.echo(f"Error: {s.failed} of {s.total_tasks} tasks failed", err=True)
-    if result.fixture and not quiet:
+    if "fixture" in result.answered_by and not quiet:
         click.echo(
             "note: answered by the built-in fixture model (scripted, not a language model)",
             err=True,

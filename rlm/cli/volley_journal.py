@@ -57,7 +57,8 @@ from rlm.journal.volleys import (
     stored_settings,
 )
 from rlm.journal.worker import JournalWorker, pid_alive
-from rlm.providers.fixture import FixtureOptions
+from rlm.providers.base import Lane, Provider
+from rlm.providers.fixture import FixtureOptions, FixtureProvider
 from rlm.volley.engine import Volley
 from rlm.volley.events import StaleRecovery, task_call_id
 from rlm.volley.output import OrderedWriter, heartbeat_age
@@ -66,6 +67,7 @@ from rlm.volley.records import TaskResult, VolleyResult, VolleyStatus, VolleySum
 __all__ = [
     "JournalFlags",
     "JournalSession",
+    "fixture_providers",
     "journal_flags",
     "list_cmd",
     "live_heartbeat_age",
@@ -531,6 +533,17 @@ class JournalSession:
             self.store.live_workers, volley_id, self.flags.stale_timeout
         )
         run.share_limits(live)
+
+
+def fixture_providers(
+    config: RunConfig, fixture: FixtureOptions | None
+) -> dict[Lane, Provider] | None:
+    """The fixture model at the volley's pace, when it is the volley's provider (None:
+    the providers ``config`` names are opened as usual)."""
+    if config.provider != "fixture":
+        return None
+    model = FixtureProvider.paced(fixture)
+    return {"root": model, "sub": model}
 
 
 def resumed_fixture(stored: Mapping[str, Any], latency: float | None) -> FixtureOptions | None:

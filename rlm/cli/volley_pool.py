@@ -28,6 +28,7 @@ from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_params
 from rlm.cli.volley_journal import (
     JournalSession,
+    fixture_providers,
     journal_flags,
     pool_argv,
     require_key,
@@ -130,7 +131,8 @@ def _work(
             run = Volley(config, stored.tasks, context=stored.context, options=options,
                          volley_id=stored.volley_id, source=worker, sink=worker,
                          earlier=stored.earlier, sinks=sinks, trace_path=trace_path,
-                         fixture=fixture, tools=toolbox, before_send=worker.before_send)
+                         providers=fixture_providers(config, fixture), tools=toolbox,
+                         before_send=worker.before_send)
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else ([], {})
             result = trio.run(
                 _work_pool, session, run, worker, stored.spent, siblings, pool - 1, parent

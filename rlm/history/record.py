@@ -27,7 +27,7 @@ def summary_of(result: RunResult) -> dict[str, Any]:
         "cost": result.usage_detail.get("cost"),
         "duration_s": round(result.duration_s, 3),
         "calls": calls,
-        "fixture": result.fixture,
+        "answered_by": list(result.answered_by),
     }
 
 
@@ -43,7 +43,7 @@ def volley_summary(result: VolleyResult, llm_calls: int) -> dict[str, Any]:
         "llm_calls": llm_calls,
         "input_tokens": s.tokens_input, "output_tokens": s.tokens_output,
         "cost": s.total_cost, "duration_s": round(s.duration_sec, 3),
-        "calls": s.total_tasks, "fixture": result.fixture,
+        "calls": s.total_tasks, "answered_by": list(result.answered_by),
     }
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "FixtureModel",
     "FixtureProvider",
     "PrefixCache",
+    "answered_by",
     "estimate_tokens",
     "fixture_reply",
     "is_fixture_answer",
@@ -410,6 +411,13 @@ def is_fixture_answer(metadata: Mapping[str, object]) -> bool:
     return metadata.get("system_fingerprint") == FIXTURE_FINGERPRINT
 
 
+def answered_by(provider: str, metadata: Mapping[str, object]) -> str:
+    """Who wrote an answer: ``fixture`` when its metadata says the fixture model did
+    (served by the fixture server, it came through an ``openai`` provider), else the
+    provider's name."""
+    return FixtureProvider.name if is_fixture_answer(metadata) else provider
+
+
 def stream_pieces(text: str, chunk_chars: int) -> list[str]:
     """``text`` cut into the pieces a fixture stream sends (``chunk_chars`` each)."""
     return [text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars)]
@@ -417,12 +425,13 @@ def stream_pieces(text: str, chunk_chars: int) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class FixtureOptions:
-    """The fixture model's pace, for ``RLM(provider="fixture", fixture=FixtureOptions(...))``.
+    """The fixture provider's pace: its own record (``FixtureProvider.options``), never a
+    run setting.
 
-    These are the fixture provider's own knobs, not run settings: root steps
-    take ``root_latency`` s, sub-queries and volley tasks ``sub_latency`` s,
-    and a reply comes in pieces of ``chunk_chars`` characters, ``chunk_delay``
-    s apart.  See :class:`FixtureProvider`.
+    Root steps take ``root_latency`` s, sub-queries and volley tasks ``sub_latency``
+    s, and a reply comes in pieces of ``chunk_chars`` characters, ``chunk_delay`` s
+    apart.  ``FixtureProvider.paced(options)`` makes the provider; a paced run is
+    ``RLM(provider="fixture", providers=FixtureProvider(sub_latency=0.5))``.
     """
 
     root_latency: float = 0.0
@@ -438,13 +447,6 @@ class FixtureOptions:
             raise SettingError(f"<fixture>: chunk_chars must be a positive integer, got "
                                f"{self.chunk_chars}")
 
-    def provider(self) -> FixtureProvider:
-        return FixtureProvider(
-            root_latency=self.root_latency,
-            sub_latency=self.sub_latency,
-            chunk_chars=self.chunk_chars,
-            chunk_delay=self.chunk_delay,
-        )
 
 
 #: Where these options used to live: run settings named ``fixture_*``.  Volley journals and
@@ -501,6 +503,19 @@ class FixtureProvider:
         self.chunk_delay = chunk_delay
         self.cuts_left = cut_streams
         self.cache = PrefixCache()
+
+    @classmethod
+    def paced(cls, options: FixtureOptions | None = None) -> FixtureProvider:
+        """The fixture model at ``options``' pace (its defaults: no latency)."""
+        options = options or FixtureOptions()
+        return cls(root_latency=options.root_latency, sub_latency=options.sub_latency,
+                   chunk_chars=options.chunk_chars, chunk_delay=options.chunk_delay)
+
+    @property
+    def options(self) -> FixtureOptions:
+        """This provider's pace, as a record that can be stored and read back."""
+        return FixtureOptions(root_latency=self.root_latency, sub_latency=self.sub_latency,
+                              chunk_chars=self.chunk_chars, chunk_delay=self.chunk_delay)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         completion = await self._first_token(request)

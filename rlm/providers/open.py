@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rlm._config import RunConfig
 from rlm.errors import SettingError
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import FixtureOptions
+from rlm.providers.fixture import FixtureProvider
 
 if TYPE_CHECKING:
     import httpx2
@@ -30,19 +30,19 @@ def bills_cache_writes(config: RunConfig) -> bool:
 @asynccontextmanager
 async def open_providers(
     config: RunConfig,
-    fixture: FixtureOptions | None = None,
     *,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Mapping[Lane, Provider]]:
     """The root and sub providers of ``config``, over one HTTP client that closes on exit.
 
-    ``fixture`` paces the fixture model when ``config.provider`` is ``fixture``.
+    The fixture model (``config.provider`` ``fixture``) runs at no latency; a paced
+    one is a provider of its own (``FixtureProvider(sub_latency=...)``), given as such.
     The client is built from ``config``'s limits and timeouts
     (:func:`rlm.providers._http.make_http_client`); ``transport`` replaces the network
     under it (tests pass an ``httpx2.MockTransport``).
     """
     if config.provider == "fixture":
-        model = (fixture or FixtureOptions()).provider()
+        model = FixtureProvider()
         yield {"root": model, "sub": model}
         return
     # Imported here: httpx2 and the HTTP providers take a while to load, and a fixture

@@ -32,7 +32,6 @@ from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate, SendCheck
 from rlm._traffic.prices import PriceTable
 from rlm.providers.base import Lane, Provider
-from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import open_providers
 from rlm.volley.events import VolleyFinished, VolleyStarted
 from rlm.volley.layout import RequestLayout
@@ -88,7 +87,6 @@ class Volley:
         on_result: Callable[[TaskResult], None] | None = None,
         stream: StreamSink | None = None,
         sandboxes: LauncherFactory | None = None,
-        fixture: FixtureOptions | None = None,
         tools: ToolBox | None = None,
         before_send: SendCheck | None = None,
     ) -> None:
@@ -96,7 +94,6 @@ class Volley:
         self._before_send = before_send
         self._sandboxes = sandboxes  # rlm tasks: makes the volley's one launcher
         self._tools = tools  # rlm tasks: host tools their code may call
-        self.fixture = fixture  # the fixture model's pace (provider="fixture")
         self._launcher: Launcher | None = None
         self._stream = stream  # a live consumer: every task streams its text into it
         self.tasks = tuple(tasks)
@@ -291,7 +288,7 @@ class Volley:
         if self._providers is not None:
             yield self._providers
         else:
-            async with open_providers(self.config, self.fixture) as providers:
+            async with open_providers(self.config) as providers:
                 yield providers
 
     def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus) -> Gate:
@@ -355,7 +352,7 @@ class Volley:
             summary=summary,
             tasks=tasks,
             error=stop.message if stop is not None else None,
-            fixture=self._tally.fixture,
+            answered_by=tuple(self._tally.answered_by),
             # A resume that ran and sent nothing: every result is the journal's, which
             # keeps no peak in flight or 429s of the runs that gave them.
             read_back=0 < self._earlier == len(self._results) and not self._tally.max_in_flight,

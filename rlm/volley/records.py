@@ -146,7 +146,8 @@ class VolleyResult:
     summary: VolleySummary
     tasks: tuple[TaskResult, ...] = field(repr=False)
     error: str | None = None  # why the volley stopped early, when it did
-    fixture: bool = False  # answers came from the built-in fixture model
+    #: Who wrote the answers (``fixture``: the built-in fixture model, not a language model).
+    answered_by: tuple[str, ...] = ()
     # ``running`` (``rlm volley show``): seconds since the youngest heartbeat of a live
     # worker's claim on the volley; a worker killed on another host ages it until the
     # stale timeout reopens its tasks.  None for any other status.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlm._events import Event, LLMRequest, LLMResponse, LLMRetry
-from rlm.providers.fixture import is_fixture_answer
+from rlm.providers.fixture import answered_by
 
 __all__ = ["TaskTally", "TaskUsage"]
 
@@ -44,7 +44,7 @@ class TaskTally:
         self.rate_limited = 0
         self.cached_tokens = 0
         self.max_in_flight = 0
-        self.fixture = False  # some answer came from the built-in fixture model
+        self.answered_by: dict[str, None] = {}  # who wrote the answers, in order
 
     def __call__(self, event: Event) -> None:
         if not isinstance(event, LLMRequest | LLMResponse | LLMRetry):
@@ -65,8 +65,8 @@ class TaskTally:
                 self.rate_limited += 1
             usage.input_tokens += event.input_tokens
             usage.output_tokens += event.output_tokens
-            if is_fixture_answer(event.metadata):
-                self.fixture = True
+            if event.status == "ok":
+                self.answered_by[answered_by(event.provider, event.metadata)] = None
             cached = event.metadata.get("cached_tokens")
             if isinstance(cached, int):
                 usage.cached_tokens += cached

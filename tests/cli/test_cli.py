@@ -74,7 +74,7 @@ async def test_needle_over_http_json_and_trace(
     assert set(out["usage"]) == {"llm_calls", "input_tokens", "output_tokens"}
     assert out["usage"]["llm_calls"] == server.stats.total_requests
     assert out["usage"]["input_tokens"] > 100_000 // 4
-    assert out["trace"] == str(trace) and out["fixture"] is True
+    assert out["trace"] == str(trace) and out["answered_by"] == ["fixture"]
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
     assert all({"t", "call_id", "parent_id", "depth"} <= set(e) for e in events)

@@ -52,7 +52,7 @@ async def test_a_cached_rerun_sends_nothing_and_answers_the_same(
     assert first["cached_calls"] == 0 and first["usage"]["llm_calls"] == sent  # type: ignore[index]
     assert second["cached_calls"] == sent and second["usage"]["llm_calls"] == 0  # type: ignore[index]
     # The replayed answers were written by the fixture model (behind the server): still said.
-    assert first["fixture"] is second["fixture"] is True
+    assert first["answered_by"] == second["answered_by"] == ["fixture"]
 
 
 async def test_an_interrupted_run_resumes_past_what_it_finished(

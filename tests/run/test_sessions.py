@@ -14,7 +14,7 @@ from rlm import RLM, UsageError
 from rlm._events import BridgeCallStarted
 from rlm.fixtures import generate_needle
 from rlm.providers.base import Completion, CompletionRequest, Message
-from rlm.providers.fixture import FixtureOptions, FixtureProvider
+from rlm.providers.fixture import FixtureProvider
 from rlm.testing.provider import FunctionProvider
 from rlm.testing.sandboxes import LineLauncher
 from rlm.view.load import load_trace
@@ -262,7 +262,7 @@ async def test_a_follow_up_after_a_question_stopped_mid_code_says_nothing_is_lef
             stopped.append(event)
             model.interrupt()  # as `rlm chat` does on Ctrl-C
 
-    model = RLM(provider="fixture", fixture=FixtureOptions(sub_latency=0.5),
+    model = RLM(provider="fixture", providers=FixtureProvider(sub_latency=0.5),
                 sinks=[stop_in_code])
     async with model.asession(TEXT) as session:
         first = await session.acompletion("What is the magic number?")
