@@ -250,12 +250,38 @@ class SQLiteBackend:
             yield _SQLiteTx(self._conn)
             self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._conn.execute("ROLLBACK")
-            hint = " (is it an rlm journal?)" if "not a database" in str(exc) else ""
-            raise JournalError(f"cannot use journal {self.where}: {exc}{hint}") from exc
+            undone = self._roll_back()
+            raise JournalError(self._failure(exc) + undone) from exc
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._roll_back()
             raise
+
+    def _roll_back(self) -> str:
+        """Roll the open transaction back; what went wrong doing so, or nothing.
+
+        After some errors (a full disk, an I/O error) SQLite has rolled it back
+        itself, and a ROLLBACK then fails with "no transaction is active", which
+        must not hide the error that mattered.
+        """
+        if not self._conn.in_transaction:
+            return ""
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            return f" (and rolling it back failed: {exc})"
+        return ""
+
+    def _failure(self, exc: sqlite3.Error) -> str:
+        """What a failed transaction says: which journal, what happened, what to do."""
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return (
+                f"journal {self.where}: the disk is full ({exc}): this write was rolled "
+                "back, and nothing the journal had committed before it is lost; free space "
+                f"on the disk that holds {self.where} (its -wal file grows beside it), then "
+                "run the command again (a volley: with --resume)"
+            )
+        hint = " (is it an rlm journal?)" if "not a database" in str(exc) else ""
+        return f"cannot use journal {self.where}: {exc}{hint}"
 
     def close(self) -> None:
         self._conn.close()

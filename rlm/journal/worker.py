@@ -85,14 +85,13 @@ def _spend_text(spend: Spend) -> str:
     )
 
 
-def _unwritten_note(tasks: Sequence[int], unwritten: JournalError | None) -> str:
-    """Which verdicts (their tasks) could not be written and why (``unwritten``), or nothing."""
-    if unwritten is None:
-        return ""
+def _unwritten_note(tasks: Sequence[int], why: JournalError | None = None) -> str:
+    """Which verdicts (their tasks) could not be written, and ``why`` when given."""
     indices = sorted(tasks)
     shown = ", ".join(map(str, indices[:10])) + (", ..." if len(indices) > 10 else "")
+    because = f" ({why})" if why is not None else ""
     return (
-        f"the verdicts of {len(indices)} task(s) ({shown}) were not written ({unwritten}) "
+        f"the verdicts of {len(indices)} task(s) ({shown}) were not written{because} "
         "and not reported"
     )
 
@@ -593,17 +592,23 @@ class JournalWorker:
             lost = sum((cost for _, cost in groups), spend)
             if lost == Spend() and unwritten is None:
                 raise
-            note = _unwritten_note(unwritten_tasks, unwritten)
-            raise JournalError(
-                f"{exc}{'; ' + note if note else ''}; what the volley spent since it was "
-                f"last recorded (up to {_spend_text(lost)}) is not in the journal either, so "
-                "budgets across resumes do not count it"
-            ) from exc
+            said = [str(exc)]
+            if unwritten is not None:  # why, unless it is what was just said (a full disk)
+                said.append(_unwritten_note(
+                    unwritten_tasks, None if str(unwritten) == str(exc) else unwritten
+                ))
+            if lost != Spend():
+                said.append(
+                    f"what the volley spent since it was last recorded (up to "
+                    f"{_spend_text(lost)}) is not in the journal either, so budgets across "
+                    "resumes do not count it"
+                )
+            raise JournalError("; ".join(said)) from exc
         if unwritten is not None:
-            note = _unwritten_note(unwritten_tasks, unwritten)
+            # The cause first: it names the journal and says what to do.
             raise JournalError(
-                f"journal {self.store.where}: {note}; they were given back (a resume runs "
-                "them again) and what they cost is recorded"
+                f"{unwritten}; {_unwritten_note(unwritten_tasks)}: they were given back (a "
+                "resume runs them again) and what they cost is recorded"
             ) from unwritten
 
     async def _heartbeat_loop(self) -> None:

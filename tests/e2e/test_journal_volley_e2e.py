@@ -7,6 +7,7 @@ the tests see which tasks were paid for twice.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -16,8 +17,8 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -390,3 +391,74 @@ async def test_a_worker_paused_past_the_stale_timeout_sends_none_of_the_tasks_it
     assert "worker finished: 0 task(s) here" in said, said
     assert "claims were reopened for other workers" in said, said
     assert set(_statuses(journal, volley_id).values()) == {"done"}
+
+
+@contextmanager
+def small_disk(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``where`` (a real filesystem that fills up); the
+    test skips where mounting one is not allowed (not root, no CAP_SYS_ADMIN)."""
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def fill_up(disk: Path) -> Path:
+    """Write zeros to a file on ``disk`` until no space is left; the file."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+async def test_a_volley_whose_disk_fills_up_says_so_and_resumes_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    """A real full filesystem mid-volley: `rlm volley` stops with one error naming the
+    journal and the full disk (not SQLite's 'cannot rollback'), keeps every result it
+    committed, and once there is room again `--resume` finishes without sending any
+    committed task again."""
+    with small_disk(tmp_path / "disk", "8m") as disk:
+        journal = str(disk / "j.sqlite3")
+        tasks = _task_file(tmp_path, 80)
+        async with counting_server(0.01, answer_first=20) as (url, server):
+            proc = await trio.lowlevel.open_process(
+                [*RLM, "volley", "-f", str(tasks), "--journal", journal, *_send_flags(url, 8)],
+                env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
+            try:
+                await _until([proc], lambda: server.holding.is_set() and _done(journal) >= 20,
+                             "20 tasks were done")
+                filler = fill_up(disk)
+                server.release.set()
+                with trio.fail_after(60):
+                    said = await _stream_text(proc.stderr)
+                    code = await proc.wait()
+            finally:
+                server.release.set()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            (volley_id,) = _volley_ids(journal)
+            done_before = {i for i, s in _statuses(journal, volley_id).items() if s == "done"}
+            filler.unlink()
+            resumed = await rlm("volley", "--resume", "last", "--journal", journal,
+                                "--output-format", "json", *_send_flags(url, 8))
+    assert code == 1, said
+    assert f"Error: journal {journal}: the disk is full (database or disk is full)" in said, said
+    assert "nothing the journal had committed before it is lost" in said, said
+    assert "Traceback" not in said and "no transaction is active" not in said, said
+    assert len(done_before) >= 20
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert all(t["status"] == "succeeded" for t in json.loads(resumed.stdout)["tasks"])
+    assert all(server.per_task[i] == 1 for i in done_before), "a committed task was sent again"
