@@ -34,10 +34,24 @@ from rlm._url_userinfo import redact_url, redacted, redacted_params
 from rlm.errors import SettingError, UsageError
 
 __all__ = [
-    "DEFAULTS", "DEFAULT_MAX_HISTORY_CHARS", "DEFAULT_MAX_LLM_CALLS", "DEFAULT_SANDBOX_MEMORY",
-    "DEFAULT_STALE_TIMEOUT", "DEFAULT_TIMEOUT", "PROVIDERS", "SETTINGS", "CacheMode",
-    "ProviderName", "RunConfig", "SessionOptions", "TraceContent", "VolleyMode", "VolleyOptions",
-    "public_settings", "shown_settings",
+    "DEFAULTS",
+    "DEFAULT_MAX_CONTEXT_BYTES",
+    "DEFAULT_MAX_HISTORY_CHARS",
+    "DEFAULT_MAX_LLM_CALLS",
+    "DEFAULT_SANDBOX_MEMORY",
+    "DEFAULT_STALE_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "PROVIDERS",
+    "SETTINGS",
+    "CacheMode",
+    "ProviderName",
+    "RunConfig",
+    "SessionOptions",
+    "TraceContent",
+    "VolleyMode",
+    "VolleyOptions",
+    "public_settings",
+    "shown_settings",
 ]
 
 ProviderName = Literal["openai", "anthropic", "fixture"]
@@ -59,6 +73,8 @@ DEFAULT_MAX_LLM_CALLS = 5_000
 DEFAULT_TIMEOUT = 3600.0
 #: Address space of one sandbox: room for a context of a few hundred MB and its copies.
 DEFAULT_SANDBOX_MEMORY = 2 << 30
+#: The largest context read: a few hundred MB fit a sandbox of the default size with room.
+DEFAULT_MAX_CONTEXT_BYTES = 512 << 20
 #: Past this many characters of conversation, a session's older steps are compacted.
 DEFAULT_MAX_HISTORY_CHARS = 200_000
 #: A volley task whose worker sent no heartbeat for this long is reopened for others.
@@ -257,6 +273,13 @@ class RunConfig:
     cache_mode: CacheMode = setting(
         "read-write", "read-only: replay, never store; refresh: never replay, store what is "
         "sent.", commands=_RUN,
+    )
+    max_context_bytes: int = setting(
+        DEFAULT_MAX_CONTEXT_BYTES, "The context's size, all files together (2GiB, 512MiB, "
+        "bytes): a larger one is refused before it is read (from Python, its length in "
+        "characters is held to it).",
+        commands=(*_RUN, *_VOLLEY), parse=_size, metavar="SIZE", check=whole(1, 1 << 40),
+        shown="512MiB",
     )
     sandbox_memory: int = setting(
         DEFAULT_SANDBOX_MEMORY, "Memory of one sandbox (2GiB, 512MiB, bytes).",

@@ -128,6 +128,8 @@ def _read(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path} is not valid TOML: {exc}; fix or remove it") from exc
+    except RecursionError:  # arrays nested thousands deep: the parser recurses
+        raise UsageError(f"{path} nests arrays or tables too deeply; fix or remove it") from None
     except OSError as exc:
         raise UsageError(f"cannot read config file {path}: {exc.strerror}") from exc
 

@@ -359,7 +359,7 @@ def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedS
     """The saved session at ``path``; UsageError if unreadable, newer, or for another context."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read the saved session {path}: {exc}") from None
     if not isinstance(document, dict) or "rlm_session" not in document:
         raise UsageError(f"{path} is not a saved rlm session")

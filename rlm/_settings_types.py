@@ -48,6 +48,7 @@ class RunSettings(TypedDict, total=False):
     cache_path: str | None
     trace_content: TraceContent
     cache_mode: CacheMode
+    max_context_bytes: int
     sandbox_memory: int
 
 

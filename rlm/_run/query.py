@@ -36,7 +36,14 @@ from rlm._trace import TraceWriter
 from rlm._traffic.budget import SessionTotals
 from rlm._traffic.prices import PriceTable
 from rlm._traffic.usage import Usage
-from rlm.errors import Interrupted, LimitExceeded, RLMError, RunTimeout, UsageError
+from rlm.errors import (
+    Interrupted,
+    LimitExceeded,
+    RLMError,
+    RunTimeout,
+    SettingError,
+    UsageError,
+)
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider, answered_by
 from rlm.providers.open import open_providers
@@ -121,12 +128,17 @@ class QueryRunner:
         for this run, ``session`` names the session's totals that bound it.
 
         Limits end it with their status; a failure raises, its ``result`` set."""
+        config = config or self.config
         _check_inputs(query, context)
+        if (size := context_chars(context)) > config.max_context_bytes:
+            raise SettingError(
+                f"the context holds {size:,} characters, more than "
+                f"<max_context_bytes={config.max_context_bytes}>: raise it, or pass less"
+            )
         try:
             answer_schema = None if schema is None else normalise_schema(schema)
         except SchemaError as exc:
             raise UsageError(f"schema: {exc}") from None
-        config = config or self.config
         events = EventBus()
         if stream is not None:
             events.add_stream(stream)

@@ -3,8 +3,10 @@
 Model replies and model code's output are untrusted: an answer or an error
 message may carry escape sequences that set the terminal's title, clear the
 screen or move the cursor over earlier lines.  Everything the CLI shows a
-person passes :func:`safe_text`; data outputs (``--json``, the answer on a
-pipe, the trace) keep the exact text.
+person passes :func:`safe_text`, the answer on stdout too, whether stdout is a
+terminal or a pipe (a file or a pipe is shown by a terminal sooner or later:
+``cat answer.txt``, ``| less``); ``--raw`` prints its exact text, and data
+outputs (``--json``, which escapes controls, and the trace) keep it exact.
 
 stderr is a side channel: when it is closed or its reader went away
 (``rlm run ... 2>&1 | head -3``), :func:`say` silences it for the rest of the
@@ -16,11 +18,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-import sys
 
 import click
 
-__all__ = ["answer_for_stdout", "plural", "safe_text", "say", "silence"]
+__all__ = [
+    "RAW_HELP", "answer_for_stdout", "plural", "raw_option", "safe_text", "say", "silence",
+]
 
 # Whole sequences first (their parameters would otherwise be left behind as
 # text), then any control character that is left.  Compiled on first use: most
@@ -87,6 +90,14 @@ def say(message: str) -> None:
         silence()
 
 
-def answer_for_stdout(answer: str) -> str:
-    """The answer as printed: exact on a pipe or in a file, terminal-safe on a terminal."""
-    return safe_text(answer) if sys.stdout.isatty() else answer
+def answer_for_stdout(answer: str, raw: bool = False) -> str:
+    """The answer as printed: terminal-safe (tab and newline kept), or exact with ``raw``."""
+    return answer if raw else safe_text(answer)
+
+
+RAW_HELP = (
+    "Print model text exactly, escape and control sequences included (by default they are "
+    "taken out, as a terminal would run them; --json escapes them)."
+)
+#: The ``--raw`` flag of the commands that print model text on stdout.
+raw_option = click.option("--raw", is_flag=True, help=RAW_HELP)

@@ -18,11 +18,11 @@ from rlm._session import Session
 from rlm._settings import api_key_from_environment, settings_of
 from rlm._settings_types import SessionSettings
 from rlm._trace import check_trace_path
-from rlm.cli._context_input import context_paths, read_context
+from rlm.cli._context_input import ReadLimits, context_paths, read_context
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_params
-from rlm.cli._terminal import answer_for_stdout, say
+from rlm.cli._terminal import RAW_HELP, answer_for_stdout, say
 from rlm.cli.run_cmd import run
 from rlm.errors import RLMError, UsageError
 from rlm.providers.keys import missing_key_message
@@ -45,6 +45,7 @@ def _chat(
     load: str | None,
     save: str | None,
     trace_path: str | None,
+    raw: bool,
 ) -> None:
     """Ask questions about a large context, one after another, in one session.
 
@@ -84,7 +85,9 @@ def _chat(
                 fail(problem, 4, as_json=as_json)
         if model.config.cache_path is not None:
             _check_cache(model.config.cache_path, model.config.cache_mode)
-        context = read_context(context_paths(context_files, more_paths), encoding, glob_pattern)
+        limits = ReadLimits(settings["max_context_bytes"], settings["timeout"])
+        context = read_context(context_paths(context_files, more_paths), encoding, glob_pattern,
+                               limits=limits)
         if load is not None:
             session = RLM.load_session(
                 load, context, session_options=options, api_key=api_key, tools=functions,
@@ -103,7 +106,7 @@ def _chat(
                     import readline  # noqa: F401  (line editing and history for input())
 
                     say(_BANNER)
-                exit_code = _loop(session, interactive=interactive, as_json=as_json)
+                exit_code = _loop(session, interactive=interactive, as_json=as_json, raw=raw)
             finally:  # a second SIGTERM while saving ends at once
                 signal.signal(signal.SIGTERM, previous)
         except _Terminated:  # as `rlm run` and `rlm volley` end on it; the chat is still saved
@@ -144,7 +147,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise _Terminated
 
 
-def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
+def _loop(session: Session, *, interactive: bool, as_json: bool, raw: bool = False) -> int:
     """Answer questions until end of input; the exit code (4 when credentials were refused).
     SIGTERM raises _Terminated out of it, the question in progress cancelled."""
     while True:
@@ -185,7 +188,7 @@ def _loop(session: Session, *, interactive: bool, as_json: bool) -> int:
             click.echo(json.dumps(shown, ensure_ascii=False))
         else:
             shown_answer = result.answer if result.answer is not None else f"({result.status})"
-            click.echo(answer_for_stdout(shown_answer))
+            click.echo(answer_for_stdout(shown_answer, raw))
             if result.status != "answered":  # the reason says which limit, and how to lift it
                 reason = f": {result.error}" if result.error else ""
                 say(f"the question ended with status {result.status}{reason}")
@@ -212,6 +215,7 @@ chat = click.Command(
             "(chat.jsonl → chat.1.jsonl, chat.2.jsonl …; open one with `rlm view`).",
         ),
         click.Option(["--load"], metavar="PATH", help="Resume a session saved with --save."),
+        click.Option(["--raw"], is_flag=True, help=RAW_HELP),
         click.Option(
             ["--save"], metavar="PATH", help="At the end, save the conversation and variables."
         ),

@@ -14,7 +14,7 @@ from rlm._settings import api_key_from_environment
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_options
-from rlm.cli._terminal import answer_for_stdout, plural, say
+from rlm.cli._terminal import answer_for_stdout, plural, raw_option, say
 from rlm.errors import RLMError, UsageError
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ __all__ = ["run"]
 )
 @click.option("--view", is_flag=True, help="At the end, write the run's page next to its trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@raw_option
 @click.option(
     "--tools",
     multiple=True,
@@ -90,6 +91,7 @@ def run(
     as_json: bool,
     output_format: str | None,
     quiet: bool,
+    raw: bool,
     trace_path: str | None,
     show_text: bool,
     history: bool,
@@ -141,7 +143,7 @@ def run(
     from rlm._run.assembly import default_launcher
     from rlm._run.tools import load_tool
     from rlm._trace import check_trace_path
-    from rlm.cli._context_input import context_paths, read_context, warn_if_empty
+    from rlm.cli._context_input import ReadLimits, context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
     from rlm.cli._signals import run_with_signals
 
@@ -185,7 +187,8 @@ def run(
 
             require_isolation(settings["require_isolation"])
         paths = context_paths(context_files, more_paths)
-        context = read_context(paths, encoding, glob_pattern)
+        limits = ReadLimits(settings["max_context_bytes"], settings["timeout"])
+        context = read_context(paths, encoding, glob_pattern, limits=limits)
         warn_if_empty(paths, context)
         on_event = _live_output(events_out) if show_text else None
         keeper.attach(model)
@@ -207,7 +210,7 @@ def run(
         if printer is not None:
             printer.close()
     keeper.close(result)
-    _report(result, as_json=object_out, quiet=quiet, events=events_out)
+    _report(result, as_json=object_out, quiet=quiet, events=events_out, raw=raw)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
 
 
@@ -223,13 +226,15 @@ def _progress_printer() -> Any:
     return ProgressPrinter()
 
 
-def _report(result: RunResult, *, as_json: bool, quiet: bool, events: bool = False) -> None:
+def _report(
+    result: RunResult, *, as_json: bool, quiet: bool, events: bool = False, raw: bool = False
+) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
     elif events:
         pass  # stdout carried the events; run_finished holds the answer
     elif result.answer is not None:
-        click.echo(answer_for_stdout(result.answer))
+        click.echo(answer_for_stdout(result.answer, raw))
     if not quiet and result.traffic:
         from rlm.cli._progress import format_traffic
 

@@ -17,11 +17,12 @@ from rlm._config import RunConfig, VolleyOptions
 from rlm._durations import parse_duration
 from rlm._events import Event
 from rlm._run.assembly import load_prices
-from rlm.cli._context_input import read_context, read_text
+from rlm.cli._context_input import ReadLimits, read_context, read_text
 from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper
 from rlm.cli._progress import stderr_console
-from rlm.cli._settings_cli import given_flag, settings_options
+from rlm.cli._settings_cli import command_settings, given_flag, settings_options
+from rlm.cli._terminal import raw_option, safe_text
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.cli.volley_journal import (
     JournalSession,
@@ -93,6 +94,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
               help="Show every task's text as it arrives on stderr, each line prefixed with its "
               "task; with --output-format jsonl, every event as a JSON line on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@raw_option
 @click.option("--history/--no-history", default=True, show_default=True,
               help="Keep this volley's trace and summary in the run history (`rlm runs`).")
 @click.option("--resume", metavar="ID|last",
@@ -102,7 +104,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
            contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
            estimate_only: bool, no_estimate: bool, yes: bool,
-           output_format: str, trace_path: str | None, quiet: bool,
+           output_format: str, trace_path: str | None, quiet: bool, raw: bool,
            fixture_latency: float | None, show_text: bool, resume: str | None, skip_failed: bool,
            history: bool, tools: tuple[str, ...]) -> None:
     """Run many independent TASKs, optionally over one shared context, as fast as allowed.
@@ -171,7 +173,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
                 session.create(volley_id, config, options, task_list, context, fixture)
             events_out = show_text and output_format == "jsonl"  # stdout carries the events
             write = (lambda line: None) if events_out else click.echo
-            writer = OrderedWriter(output_format, len(task_list), write)  # type: ignore[arg-type]
+            writer = OrderedWriter(output_format, len(task_list), write,  # type: ignore[arg-type]
+                                   clean=str if raw else safe_text)
             for done in earlier:
                 writer.add(done)
             prompts = {t.index: t.prompt for t in task_list}
@@ -249,15 +252,17 @@ def read_volley(
     contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
 ) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
     """Tasks, shared context, run settings and volley options from the flags."""
-    parsed = _read_tasks(tasks, task_file, from_stdin, context_files, encoding)
-    context = [*parsed.context, *contexts, *_context_list(context_files, encoding)]
+    read = command_settings(("run",), command).values  # what reading may take
+    limits = ReadLimits(read["max_context_bytes"], read["timeout"])
+    parsed = _read_tasks(tasks, task_file, from_stdin, context_files, encoding, limits)
+    context = [*parsed.context, *contexts, *_context_list(context_files, encoding, limits)]
     task_list = number_tasks(parsed.tasks)
     config, options = volley_settings(command, file_cap=parsed.max_concurrent)
     return task_list, context, config, options
 
 
 def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
-                context_files: tuple[str, ...], encoding: str) -> TaskFile:
+                context_files: tuple[str, ...], encoding: str, limits: ReadLimits) -> TaskFile:
     if from_stdin and "-" in context_files:
         raise UsageError("--stdin and --context-file - both want stdin; put one in a file")
     if from_stdin and task_file == "-":
@@ -266,16 +271,18 @@ def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
     parsed = TaskFile([])
     if task_file is not None:
         name = "stdin" if task_file == "-" else task_file
-        parsed = parse_task_file(read_text(task_file, encoding, "task file"), name)
+        parsed = parse_task_file(read_text(task_file, encoding, "task file", limits=limits),
+                                 name)
         if not parsed.tasks and not items and not from_stdin:
             raise UsageError(f"task file {name} holds no tasks (blank lines are skipped): "
                              "one task per line, JSON or JSONL")
-    stdin_tasks = parse_lines(read_text("-", encoding, "task file")) if from_stdin else []
+    stdin_tasks = (parse_lines(read_text("-", encoding, "task file", limits=limits))
+                   if from_stdin else [])
     return TaskFile([*items, *parsed.tasks, *stdin_tasks], parsed.context, parsed.max_concurrent)
 
 
-def _context_list(paths: tuple[str, ...], encoding: str) -> list[str]:
-    context = read_context(paths, encoding)
+def _context_list(paths: tuple[str, ...], encoding: str, limits: ReadLimits) -> list[str]:
+    context = read_context(paths, encoding, limits=limits)
     if isinstance(context, str):
         return [context] if paths else []
     return context

@@ -36,7 +36,7 @@ from rlm.cli._flags import model_or_blank
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import command_settings, settings_options
 from rlm.cli._stale_lines import lost_line, recovery_lines
-from rlm.cli._terminal import plural
+from rlm.cli._terminal import plural, raw_option, safe_text
 from rlm.errors import JournalError, RLMError, UnknownVolleyError
 from rlm.journal import (
     JournalStore,
@@ -234,8 +234,9 @@ def list_cmd(output_format: str) -> None:
     default="text",
     show_default=True,
 )
+@raw_option
 @settings_options("volley show")
-def show_cmd(volley_ref: str, output_format: str) -> None:
+def show_cmd(volley_ref: str, output_format: str, raw: bool) -> None:
     """Print volley ID (or the latest) from the journal, every task in task order."""
     try:
         journal_path = journal_flags("volley show").path
@@ -243,7 +244,8 @@ def show_cmd(volley_ref: str, output_format: str) -> None:
             result = stored_result(store, volley_ref, journal_path)
     except RLMError as exc:
         _fail(exc)
-    writer = OrderedWriter(output_format, len(result.tasks), click.echo)  # type: ignore[arg-type]
+    writer = OrderedWriter(output_format, len(result.tasks), click.echo,  # type: ignore[arg-type]
+                           clean=str if raw else safe_text)
     writer.finish(result)
 
 

@@ -34,8 +34,17 @@ class OrderedWriter:
     results end when they were written already).
     """
 
-    def __init__(self, fmt: OutputFormat, total: int, write: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        fmt: OutputFormat,
+        total: int,
+        write: Callable[[str], None],
+        clean: Callable[[str], str] = str,
+    ) -> None:
+        """``clean`` makes the text format's model and task text safe to show (the JSON
+        formats keep it exact: JSON escapes every control character)."""
         self.format = fmt
+        self._clean = clean
         self.total = total
         self._write = write
         self._pending: dict[int, TaskResult] = {}
@@ -71,7 +80,7 @@ class OrderedWriter:
         mark = "✓" if result.status == "succeeded" else "✗"
         header = f"=== [{result.index}/{self.total}] {mark} {task_label(result.prompt)} ==="
         body = result.output if result.status == "succeeded" else f"Error: {result.error}"
-        self._write(f"{header}\n{body or ''}\n")
+        self._write(self._clean(f"{header}\n{body or ''}\n"))
 
 
 def _traffic(result: VolleyResult) -> str:

@@ -57,6 +57,15 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 
 def parse_task_file(text: str, name: str) -> TaskFile:
     """Parse a task file's text (its format is detected; see the module docstring)."""
+    try:
+        return _parse(text, name)
+    except RecursionError:  # JSON nested thousands deep: Python's parser recurses
+        raise UsageError(
+            f"{name} holds JSON nested too deeply to be tasks: {_JSON_FORMS}"
+        ) from None
+
+
+def _parse(text: str, name: str) -> TaskFile:
     stripped = text.strip()
     json_named = name.lower().endswith(".json")
     if stripped.startswith(("{", "[")):

@@ -156,3 +156,9 @@ def test_a_flag_beats_the_profile_and_the_environment_beats_it_too(tmp_path: Pat
     result = json.loads(flag_wins.stdout)
     assert result["answer"] == "31"
     assert set(result["usage_detail"]["by_model"]) == {"fixture"}  # RLM_MODEL, not the profile's
+
+
+def test_a_config_file_nested_thousands_deep_is_named(tmp_path: Path) -> None:
+    (tmp_path / "rlm.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(UsageError, match=r"rlm.toml nests arrays or tables too deeply"):
+        load_profile(None, cwd=tmp_path, user_file=tmp_path / "absent.toml")

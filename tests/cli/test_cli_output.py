@@ -172,24 +172,42 @@ def _escape_context(tmp_path: Path) -> Path:
     return path
 
 
-def test_escape_answer_is_exact_on_a_pipe_and_in_json_but_stripped_on_a_terminal(
+def test_escape_answer_is_stripped_on_a_pipe_and_a_terminal_and_exact_with_raw_or_json(
     tmp_path: Path,
 ) -> None:
+    # An answer piped to a file or a pager reaches a terminal too (`cat`, `less -R`): it
+    # is stripped there as well; --raw prints it exact, --json escapes it.
     context = _escape_context(tmp_path)
     args = ["run", "What is the magic number?", "--context-file", str(context)]
     args += ["--provider", "fixture"]
     on_pipe = subprocess.run([*RLM_CMD, *args], capture_output=True, timeout=60, check=False)
     assert on_pipe.returncode == 0, on_pipe.stderr
-    assert on_pipe.stdout == (ESCAPE_ANSWER + "\n").encode()
+    assert on_pipe.stdout == b"42\n"
     assert b"\x1b" not in on_pipe.stderr and b"\x07" not in on_pipe.stderr
+    raw = subprocess.run([*RLM_CMD, *args, "--raw"], capture_output=True, timeout=60,
+                         check=False)
+    assert raw.stdout == (ESCAPE_ANSWER + "\n").encode()
     as_json = subprocess.run(
         [*RLM_CMD, *args, "--json"], capture_output=True, timeout=60, check=False
     )
+    assert b"\x1b" not in as_json.stdout
     assert json.loads(as_json.stdout)["answer"] == ESCAPE_ANSWER
     code, shown, stderr = _run_in_pty(args, tty="stdout")
     assert code == 0
     assert b"\x1b" not in shown and b"\x07" not in shown and shown.strip() == b"42"
     assert b"\x1b" not in stderr
+
+
+def test_a_volleys_text_output_is_stripped_and_exact_with_raw(tmp_path: Path) -> None:
+    context = _escape_context(tmp_path)
+    args = ["volley", "What is the magic number?", "--context-file", str(context),
+            "--provider", "fixture", "--journal", str(tmp_path / "j.sqlite3"), "-q"]
+    shown = subprocess.run([*RLM_CMD, *args], capture_output=True, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert b"42" in shown.stdout and b"\x1b" not in shown.stdout and b"\x07" not in shown.stdout
+    raw = subprocess.run([*RLM_CMD, *args, "--raw"], capture_output=True, timeout=60,
+                         check=False)
+    assert ESCAPE_ANSWER.encode() in raw.stdout
 
 
 async def test_a_terminal_sees_a_spinner_while_the_first_step_is_generated(

@@ -84,3 +84,9 @@ def test_records_round_trip_through_json() -> None:
     assert TaskResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
     with pytest.raises(ValueError, match="unknown task status"):
         TaskResult.from_dict({**result.to_dict(), "status": "weird"})
+
+
+def test_a_task_file_nested_thousands_deep_is_a_usage_error() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(UsageError, match=r"deep.json holds JSON nested too deeply to be tasks"):
+        parse_task_file(deep, "deep.json")
