@@ -37,6 +37,7 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "LLMRetry",
+    "RateChanged",
     "RateLimitLearned",
     "RunFinished",
     "RunStarted",
@@ -358,6 +359,18 @@ class CapacityChanged(Event):
     lane: str
     old: int
     new: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateChanged(Event):
+    """The pacer's rate changed: a rate 429 cut it, successes grew it, a share or a
+    learned limit moved it."""
+
+    kind: ClassVar[str] = "rate_changed"
+    limit: str
+    old: float | None
+    new: float
     reason: str
 
 

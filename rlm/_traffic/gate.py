@@ -6,9 +6,14 @@ Between attempts the permit is released and the request backs off (the
 provider's ``Retry-After`` when it gave one), never past the run's deadline;
 a retry goes back through the limiter and the pacer like any request.
 Overload answers (429/503/529) shrink the sub lane's capacity (AIMD);
-successes grow it back.  While a request backs off from an overload answer,
-the sub lane holds back one permit for it, so the permit it released is not
-handed at once to a waiter the provider would refuse too.  Every attempt,
+successes grow it back.  A 429 whose cause is rate (its message says so, or
+every request in flight was refused) slows the pacer instead, when a rate is
+known (adaptive rate).  While a request backs off from an overload answer of
+concurrency, the sub lane holds back one permit for it, so the permit it
+released is not handed at once to a waiter the provider would refuse too.
+The two controllers are the only writers of the limiter's and the pacer's
+numbers: a volley worker's share of a journal's limits is a ceiling they move
+within.  Every attempt,
 retry, wait and capacity change is an event, so a trace alone explains where
 the time went.
 
@@ -50,16 +55,18 @@ from rlm._events import (
     LLMRequest,
     LLMResponse,
     LLMRetry,
+    RateChanged,
     RateLimitLearned,
     StreamDiscarded,
     TextDelta,
 )
 from rlm._traffic.adaptive import AdaptiveCapacity
+from rlm._traffic.adaptive_rate import AdaptiveRate
 from rlm._traffic.budget import Budget, Ticket
 from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.metrics import TrafficMetrics
 from rlm._traffic.pacer import Pacer
-from rlm._traffic.retry import RetryPolicy, is_overload, waited_too_long
+from rlm._traffic.retry import RetryPolicy, is_overload, refused_for_rate, waited_too_long
 from rlm._traffic.usage import estimate_io
 from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import (
@@ -120,12 +127,14 @@ class Gate:
         self.adaptive = AdaptiveCapacity(
             limiter, enabled=adaptive, on_change=self._capacity_changed
         )
+        self.rate = AdaptiveRate(self.pacer, enabled=adaptive, on_change=self._rate_changed)
         self.ledger = ledger if ledger is not None else Budget()
         self._providers = dict(providers)
         self._events = events
         self._deadline = deadline
         self._ids = count(1)
-        self._learned: set[str] = set()
+        self._sent_at: dict[int, float] = {}  # per request: when its last attempt went
+        self._held_back: set[int] = set()  # refused requests holding a sub permit back
         self.cache = cache
         self.cached_calls = 0  # requests answered by the cache, never sent
 
@@ -192,6 +201,8 @@ class Gate:
                     await self._back_off(request, request_id, attempt, exc)
         finally:
             self.adaptive.forget(request_id)  # a refusal it never came back from
+            self._give_back(request_id)
+            self._sent_at.pop(request_id, None)
 
     async def _back_off(
         self, request: CompletionRequest, request_id: int, attempt: int, exc: ProviderError
@@ -217,12 +228,28 @@ class Gate:
                 retry_after=getattr(exc, "retry_after", None) is not None,
             )
         )
-        if is_overload(exc) and self.adaptive.enabled:
-            with self.limiter.penalty():
-                await trio.sleep(delay)
-                self.adaptive.measure(request_id)  # before the penalty frees its permit
-        else:
-            await trio.sleep(delay)
+        end = now + delay
+        if is_overload(exc):
+            self.adaptive.backing_off(end)
+        if request_id in self._held_back:
+            # Its permit stays held back until the refusal is measured: the requests
+            # beside it are all back (or the back-off is over), so the window is the
+            # provider's.  When none of them was served, until the end: another
+            # request now would be refused too.
+            try:
+                with trio.move_on_at(end):
+                    await self.adaptive.answered(request_id)
+                if self.adaptive.measure(request_id):  # everyone in flight refused: rate
+                    self.rate.refused(self._sent_at.get(request_id, -float("inf")))
+                    await trio.sleep_until(end)
+            finally:
+                self._give_back(request_id)
+        await trio.sleep_until(end)
+
+    def _give_back(self, request_id: int) -> None:
+        if request_id in self._held_back:
+            self._held_back.discard(request_id)
+            self.limiter.give_back()
 
     async def _attempt(
         self,
@@ -262,7 +289,7 @@ class Gate:
                     in_flight=sum(m.in_flight for m in self.metrics.lanes.values()),
                 )
             )
-            started = trio.current_time()
+            started = self._sent_at[request_id] = trio.current_time()
             completion: Completion | None = None
             cost: float | None = None
             piece = _Pieces(self._events, request, request_id, attempt, on_text)
@@ -276,10 +303,18 @@ class Gate:
                 else:
                     completion = await provider.complete(request)
             except ProviderError as exc:
-                if number and is_overload(exc):
+                # A refusal for rate slows the pacer; any other overload is concurrency's.
+                rate = refused_for_rate(exc) and self.rate.refused(started)
+                overload = is_overload(exc) and not rate
+                if number and overload and self.adaptive.enabled:
                     self.adaptive.refused(number, request_id)
+                    # Before its permit is released: not handed to a waiter that the
+                    # provider would refuse too, while this one backs off.
+                    self.limiter.hold_back()
+                    self._held_back.add(request_id)
                 self._record(
-                    request, provider, request_id, attempt, started, None, exc, None, piece
+                    request, provider, request_id, attempt, started, None, exc, None, piece,
+                    overload=overload,
                 )
                 piece.discard(exc)
                 raise
@@ -308,6 +343,8 @@ class Gate:
         error: ProviderError | None,
         cost: float | None,
         piece: _Pieces | None = None,
+        *,
+        overload: bool = False,
     ) -> None:
         latency = trio.current_time() - started
         first = piece.first_at if piece is not None else None
@@ -319,12 +356,13 @@ class Gate:
             self.adaptive.observe_latency(latency)
             if request.lane == "sub":
                 self.adaptive.on_success()
+            self.rate.on_success()
             self._learn_limits(completion)
         elif error is not None:
             metrics.failed += 1
             if status == 429:
                 metrics.rate_limited += 1
-            if error is not None and is_overload(error):
+            if overload:
                 self.adaptive.on_overload(trio.current_time())
         self._events.emit(
             LLMResponse(
@@ -372,19 +410,12 @@ class Gate:
         limits = completion.metadata.get("ratelimit")
         if not isinstance(limits, dict):
             return
-        for key, current, setter in (
-            ("requests_limit", self.pacer.rpm, self.pacer.set_rpm),
-            ("tokens_limit", self.pacer.tpm, self.pacer.set_tpm),
-        ):
+        for key, limit in (("requests_limit", "rpm"), ("tokens_limit", "tpm")):
             value = limits.get(key)
-            if current is not None or key in self._learned:
-                continue
-            if isinstance(value, int | float) and value > 0:
-                self._learned.add(key)
-                setter(float(value))
+            if isinstance(value, int | float) and self.rate.learned(limit, float(value)):
                 self._events.emit(
                     RateLimitLearned(
-                        limit="rpm" if key == "requests_limit" else "tpm",
+                        limit=limit,
                         value=float(value),
                         source=str(limits.get("source", "headers")),
                     )
@@ -393,6 +424,9 @@ class Gate:
     def _capacity_changed(self, old: int, new: int, reason: str) -> None:
         self.metrics.capacity_changes += 1
         self._events.emit(CapacityChanged(lane="sub", old=old, new=new, reason=reason))
+
+    def _rate_changed(self, limit: str, old: float | None, new: float, reason: str) -> None:
+        self._events.emit(RateChanged(limit=limit, old=old, new=round(new, 6), reason=reason))
 
     def traffic(self) -> dict[str, object]:
         """The ``traffic`` object of ``--json``."""

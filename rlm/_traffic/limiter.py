@@ -17,8 +17,8 @@ permit someone else holds.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
@@ -59,8 +59,12 @@ class LimiterStatistics:
 class TieredLimiter:
     """A capacity limiter with a reserved root lane.
 
-    ``total`` may be reassigned at run time (the hook for adaptive limits);
-    lowering it never revokes permits already held, it only delays new ones.
+    ``total`` and ``sub_limit`` may be reassigned at run time (the hooks for
+    adaptive limits and worker shares: :class:`~rlm._traffic.adaptive.
+    AdaptiveCapacity` is the one writer of both).  Each setter changes its own
+    number only: raising ``total`` never raises ``sub_limit``, which is at most
+    ``total - reserved_root`` whatever was set.  Lowering either never revokes
+    permits already held, it only delays new ones.
     """
 
     def __init__(self, total: int, reserved_root: int) -> None:
@@ -85,7 +89,6 @@ class TieredLimiter:
         if value < 1 or self._reserved >= value:
             raise ValueError(f"total must exceed the {self._reserved} reserved root permits")
         self._total = value
-        self._sub_limit = max(self._sub_limit, value - self._reserved)
         self._wake()
 
     @property
@@ -96,7 +99,8 @@ class TieredLimiter:
     def sub_limit(self) -> int:
         """Permits the sub lane may hold: at most ``total - reserved_root``.
 
-        Lowered by adaptive concurrency when the provider pushes back.
+        Lowered by adaptive concurrency when the provider pushes back, and
+        raised by it as the provider takes more.
         """
         return min(self._sub_limit, self._total - self._reserved)
 
@@ -186,19 +190,21 @@ class TieredLimiter:
             self._in_flight_sub -= 1
         self._wake()
 
-    @contextmanager
-    def penalty(self) -> Iterator[None]:
-        """Hold back one sub permit for the body of the ``with``.
+    def hold_back(self) -> None:
+        """Keep one sub permit from waiters until :meth:`give_back`.
 
-        Used while a request backs off from an overload answer: the permit it
-        released is not handed to a waiter that would only be refused too.
+        Called by a request refused as overload while it still holds its permit:
+        the permit it then releases is not handed to a waiter that would only be
+        refused too, while it backs off.
         """
         self._penalty += 1
-        try:
-            yield
-        finally:
-            self._penalty -= 1
-            self._wake()
+
+    def give_back(self) -> None:
+        """End one :meth:`hold_back`: the permit goes to the next waiter that fits."""
+        if self._penalty < 1:
+            raise RuntimeError("give_back without a hold_back")
+        self._penalty -= 1
+        self._wake()
 
     @asynccontextmanager
     async def permit(self, lane: Lane) -> AsyncIterator[Permit]:

@@ -15,15 +15,22 @@ too_long` says why in words a user can act on, and the request fails at once.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 from rlm._spelling import setting
 from rlm.errors import ProviderError, ProviderStatusError, RateLimitError
 
-__all__ = ["RetryPolicy", "is_overload", "waited_too_long"]
+__all__ = ["RetryPolicy", "is_overload", "refused_for_rate", "waited_too_long"]
 
 #: Statuses that mean "the provider is overloaded": retry and shrink concurrency.
 _OVERLOAD_STATUS = frozenset({429, 503, 529})
+
+#: How providers word a refusal for rate ("... on requests per min (RPM)", "your
+#: per-minute rate limit", "more than 120 requests per minute"), not concurrency.
+_RATE_WORDS = re.compile(
+    r"\bper[ -]?(?:min(?:ute)?|sec(?:ond)?|hour|day)\b|\b(?:[rt]p[msd])\b", re.IGNORECASE
+)
 
 
 def is_overload(exc: ProviderError) -> bool:
@@ -33,6 +40,14 @@ def is_overload(exc: ProviderError) -> bool:
     """
     return isinstance(exc, RateLimitError) or (
         isinstance(exc, ProviderStatusError) and exc.status in _OVERLOAD_STATUS
+    )
+
+
+def refused_for_rate(exc: ProviderError) -> bool:
+    """A 429 whose message says the limit passed is a rate (requests or tokens per
+    unit of time), not how many requests are in flight."""
+    return isinstance(exc, ProviderStatusError) and exc.status == 429 and bool(
+        _RATE_WORDS.search(str(exc))
     )
 
 

@@ -108,6 +108,12 @@ def _only_interrupts(exc: BaseException) -> bool:
     help="Announce --rpm in every reply's x-ratelimit-limit-requests header, as providers do.",
 )
 @click.option(
+    "--rpm-strict",
+    is_flag=True,
+    help="Enforce --rpm as a strict token bucket: no arrival early at all, even by a "
+    "millisecond of jitter.",
+)
+@click.option(
     "--retry-after",
     type=click.FloatRange(min=0),
     default=1.0,
@@ -152,6 +158,7 @@ def fixture_server(
     rpm: float | None,
     rpm_burst: int,
     announce_rpm: bool,
+    rpm_strict: bool,
     retry_after: float,
     require_key: bool,
     chunk_chars: int,
@@ -196,6 +203,7 @@ def fixture_server(
         rpm=rpm,
         rpm_burst=rpm_burst,
         announce_rpm=announce_rpm,
+        rpm_strict=rpm_strict,
         retry_after=retry_after,
         chunk_chars=chunk_chars,
         chunk_delay=chunk_delay,

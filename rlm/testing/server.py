@@ -79,7 +79,9 @@ class FixtureServerOptions:
     and ``rpm`` are enforced before any fault is drawn.  ``rpm`` is a GCRA
     limit, like providers' token buckets: ``rpm_burst`` requests may arrive back
     to back, after that one per ``60/rpm`` seconds; an arrival up to 10% of that
-    interval early is let through (network jitter of an evenly paced client).
+    interval early is let through (network jitter of an evenly paced client),
+    unless ``rpm_strict``: then a strict token bucket, as some providers enforce
+    per second, refuses an arrival any earlier than its interval allows.
     Every 429 says ``retry-after: <retry_after>`` seconds.  With
     ``announce_rpm`` every chat reply announces the limit as providers do
     (``x-ratelimit-limit-requests``), so a client can learn it.
@@ -102,6 +104,7 @@ class FixtureServerOptions:
     cut_streams: int = 0
     rpm: float | None = None
     rpm_burst: int = 1
+    rpm_strict: bool = False
     retry_after: float = 1.0
     latency_sigma: float = 0.0
     announce_rpm: bool = False
@@ -439,7 +442,8 @@ class FixtureServer:
             return True
         interval = 60.0 / rpm
         now = trio.current_time()
-        tolerance = (self.options.rpm_burst - 1) * interval + 0.1 * interval
+        jitter = 0.0 if self.options.rpm_strict else 0.1 * interval
+        tolerance = (self.options.rpm_burst - 1) * interval + jitter
         if now < self._rpm_tat - tolerance:
             return False
         self._rpm_tat = max(self._rpm_tat, now) + interval

@@ -156,23 +156,28 @@ class Volley:
 
         ``--max-concurrent``, ``--rpm`` and ``--tpm`` are the provider's limits for
         everyone working on the volley: each live worker takes an equal part.  Told
-        before the run starts, the share applies from its first request.
+        before the run starts, the share applies from its first request.  The share
+        is a ceiling: the gate's adaptive control still owns the numbers in use, so
+        a cut made because the provider pushed back stays cut.
         """
         if workers < 1:
             return
         self._workers = workers
-        gate, config = self._gate, self.config
-        if gate is None:
-            return
-        gate.limiter.total = self.concurrency
-        if config.rpm is not None:
-            gate.pacer.set_rpm(config.rpm / workers)
-        if config.tpm is not None:
-            gate.pacer.set_tpm(config.tpm / workers)
+        if self._gate is not None:
+            self._gate.adaptive.share(self._share(), workers)
+            self._gate.rate.share(workers)
 
     @property
     def concurrency(self) -> int:
-        """Requests this process sends at once: its share of ``max_concurrent``."""
+        """Requests this process sends at once now: its share of ``max_concurrent``, or
+        less while the provider's push-back holds it lower (a journal worker claims by
+        it, so a worker cut back holds no more tasks than it runs soon)."""
+        if self._gate is None:
+            return self._share()
+        return self._gate.limiter.sub_limit
+
+    def _share(self) -> int:
+        """This process's part of ``max_concurrent``, ``workers`` being live."""
         return max(1, self.config.max_concurrent // self._workers)
 
     def progress(self) -> VolleyProgress:

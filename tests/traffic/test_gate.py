@@ -15,7 +15,7 @@ from rlm._events import CapacityChanged, EventBus, LLMRequest, LLMRetry, RateLim
 from rlm._traffic.budget import Budget
 from rlm._traffic.gate import Gate
 from rlm._traffic.limiter import TieredLimiter
-from rlm._traffic.pacer import Pacer
+from rlm._traffic.pacer import JITTER_MARGIN, Pacer
 from rlm._traffic.retry import RetryPolicy
 from rlm.errors import (
     AuthenticationError,
@@ -29,6 +29,9 @@ from rlm.providers.base import Completion, CompletionRequest, Lane
 from rlm.testing.provider import FunctionProvider
 
 Failure = Callable[[int, float], ProviderError | None]
+
+#: Requests go this much wider apart than the rate asks (jitter).
+SPACING = 1 + JITTER_MARGIN
 
 
 def fake_provider(
@@ -91,19 +94,24 @@ async def fan_out(gate: Gate, n: int) -> float:
     return trio.current_time()
 
 
-async def test_100_requests_c10_2s_600rpm_take_20_9s(autojump_clock: trio.abc.Clock) -> None:
+async def test_100_requests_c10_2s_600rpm_take_20_9s_plus_the_margin(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     provider = fake_provider(latency=2.0)
     gate, _, ledger = make_gate(provider, total=10, rpm=600)
-    assert await fan_out(gate, 100) == pytest.approx(20.9)
+    # Nine spacings into the last wave of ten, after nine waves of 2 s.
+    assert await fan_out(gate, 100) == pytest.approx(18 + 9 * 0.1 * SPACING + 2)
     assert provider.peak["all"] == 10 and ledger.usage().llm_calls == 100
     gaps = [b - a for a, b in zip(provider.times, provider.times[1:], strict=False)]
-    assert min(gaps) >= 0.1 - 1e-9  # never faster than 600 rpm
+    assert min(gaps) >= 0.1 * SPACING - 1e-9  # never faster than 600 rpm, with a margin
 
 
-async def test_37_requests_c8_1_5s_take_7_5024s(autojump_clock: trio.abc.Clock) -> None:
+async def test_37_requests_c8_1_5s_take_7_5s_and_four_spacings(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     provider = fake_provider(latency=1.5)
     gate, _, _ = make_gate(provider, total=8, rpm=100_000)
-    assert await fan_out(gate, 37) == pytest.approx(7.5024)
+    assert await fan_out(gate, 37) == pytest.approx(7.5 + 4 * 0.0006 * SPACING)
 
 
 async def test_without_limits_the_cap_is_the_only_bound(autojump_clock: trio.abc.Clock) -> None:
@@ -247,12 +255,12 @@ async def test_even_spacing_by_default_and_burst_on_request(autojump_clock: trio
     spaced = fake_provider(latency=0.0)
     gate, _, _ = make_gate(spaced, total=10, rpm=60)
     await fan_out(gate, 3)
-    assert spaced.times == [0.0, 1.0, 2.0]
+    assert spaced.times == pytest.approx([0.0, SPACING, 2 * SPACING])
     bursty = fake_provider(latency=0.0)
     gate, _, _ = make_gate(bursty, total=10, rpm=60, burst=3)
     start = trio.current_time()
     await fan_out(gate, 4)
-    assert [t - start for t in bursty.times] == [0.0, 0.0, 0.0, 1.0]
+    assert [t - start for t in bursty.times] == pytest.approx([0.0, 0.0, 0.0, SPACING])
 
 
 async def test_tokens_per_minute_paces_by_estimate(autojump_clock: trio.abc.Clock) -> None:
@@ -262,7 +270,7 @@ async def test_tokens_per_minute_paces_by_estimate(autojump_clock: trio.abc.Cloc
         for _ in range(3):
             # 40 chars → 10 prompt tokens + max_tokens 10 = 20 tokens = 2 s each
             nursery.start_soon(gate.complete, request(chars=40))
-    assert provider.times == [0.0, 2.0, 4.0]
+    assert provider.times == pytest.approx([0.0, 2 * SPACING, 4 * SPACING])
 
 
 async def test_limits_are_learned_from_headers_when_not_given(
@@ -274,4 +282,5 @@ async def test_limits_are_learned_from_headers_when_not_given(
     assert gate.pacer.rpm == 120.0
     assert [e.limit for e in events.events if isinstance(e, RateLimitLearned)] == ["rpm"]
     await fan_out(gate, 2)
-    assert provider.times[1:] == [0.0, 0.5]  # paced from the moment it was learned
+    # Paced from the moment it was learned.
+    assert provider.times[1:] == pytest.approx([0.0, 0.5 * SPACING])

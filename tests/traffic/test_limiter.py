@@ -74,15 +74,22 @@ async def test_cancelled_waiter_leaves_queue_without_leaking(
     assert limiter.statistics().in_flight == 0
 
 
-async def test_total_can_be_raised_at_run_time(autojump_clock: trio.abc.Clock) -> None:
+async def test_total_and_sub_limit_are_raised_at_run_time_each_alone(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     limiter = TieredLimiter(total=2, reserved_root=1)
     log: list[tuple[str, float]] = []
     async with trio.open_nursery() as nursery:
         for i in range(3):
             nursery.start_soon(hold, limiter, "sub", 5, log, f"s{i}")
         await trio.sleep(1)
-        limiter.total = 4  # two more sub permits free up now
-    assert sorted(t for _, t in log) == [0.0, 1.0, 1.0]
+        limiter.total = 4  # more room in all: the sub lane's own limit is unchanged
+        assert limiter.sub_limit == 1
+        await trio.sleep(1)
+        limiter.total = 3
+        limiter.sub_limit = 3  # one more sub permit now: the total caps the lane at 2
+        assert limiter.sub_limit == 2
+    assert sorted(t for _, t in log) == [0.0, 2.0, 5.0]
 
 
 async def test_a_permit_released_twice_is_refused_and_frees_nothing(
@@ -139,6 +146,34 @@ async def test_a_permit_handed_to_a_waiter_is_its_own(autojump_clock: trio.abc.C
     with pytest.raises(RuntimeError):
         limiter.release(first)
     limiter.release(handed)
+
+
+async def test_a_held_back_permit_goes_to_no_waiter_until_given_back(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A request refused as overload holds its permit back while it backs off: the
+    waiter next in line would only be refused too."""
+    limiter = TieredLimiter(total=2, reserved_root=0)
+    refused = await limiter.acquire("sub")
+    got: list[float] = []
+
+    async def waiter() -> None:
+        limiter.release(await limiter.acquire("sub"))
+        got.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        other = await limiter.acquire("sub")
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        limiter.hold_back()  # before its permit goes back
+        limiter.release(refused)
+        await trio.sleep(1.0)
+        assert not got  # the freed permit was held back
+        limiter.give_back()
+    assert got == [1.0]
+    limiter.release(other)
+    with pytest.raises(RuntimeError, match="give_back without a hold_back"):
+        limiter.give_back()
 
 
 def test_bad_limits_are_refused() -> None:

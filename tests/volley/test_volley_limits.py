@@ -56,10 +56,12 @@ def refused(url: str) -> int:
     return int(stats["by_status"].get("429", 0))
 
 
-async def test_volley_at_120_rpm_against_a_120_rpm_fixture_server_sees_no_429(
+async def test_volley_at_120_rpm_against_a_strict_120_rpm_fixture_server_sees_no_429(
     tmp_path: Path,
 ) -> None:
-    async with fixture_server_cli("--rpm", "120", "--retry-after", "0.1") as url:
+    # A strict token bucket with no burst (2 requests a second, none a millisecond early):
+    # paced exactly every 0.5 s, every other request arrived early and was refused.
+    async with fixture_server_cli("--rpm", "120", "--rpm-strict", "--retry-after", "0.1") as url:
         paced = await volley(url, tmp_path, "--rpm", "120", "--max-concurrent", "16")
         assert refused(url) == 0
     assert paced["status"] == "succeeded"

@@ -1,0 +1,150 @@
+"""Pacing against a provider that enforces its rate strictly, in virtual time.
+
+The fake is a strict token bucket with no burst (as some providers enforce per
+second): a request that reaches it any earlier than one interval after the last
+admitted one is refused, and the network delays each request by a different
+amount.  Nothing here is tuned to rlm's pacer: the bucket is the provider's.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+
+from rlm._events import CapacityChanged, EventBus, RateChanged, RateLimitLearned
+from rlm._traffic.adaptive_rate import AdaptiveRate
+from rlm._traffic.gate import Gate
+from rlm._traffic.limiter import TieredLimiter
+from rlm._traffic.pacer import Pacer
+from rlm._traffic.retry import RetryPolicy
+from rlm.errors import RateLimitError
+from rlm.providers.base import Completion, CompletionRequest
+from rlm.testing.provider import FunctionProvider
+
+
+class StrictBucket:
+    """Admits one request per ``60 / rpm`` seconds, counted from each arrival; a
+    request reaches it after a random network delay of up to ``jitter`` seconds."""
+
+    def __init__(self, rpm: float, *, jitter: float, latency: float = 0.05) -> None:
+        self.rpm, self.jitter, self.latency = rpm, jitter, latency
+        self.next_free = -float("inf")
+        self.requests = self.refused = 0
+        self.random = random.Random(7)
+        self.provider = FunctionProvider(self.reply, name="strict-bucket")
+
+    async def reply(self, request: CompletionRequest) -> Completion:
+        await trio.sleep(self.random.random() * self.jitter)
+        now = trio.current_time()
+        self.requests += 1
+        if now < self.next_free:
+            self.refused += 1
+            raise RateLimitError(f"more than {self.rpm:g} requests per minute", status=429,
+                                 retryable=True, retry_after=0.5)
+        self.next_free = now + 60.0 / self.rpm
+        await trio.sleep(self.latency)
+        return Completion(text="ok", model=request.model, input_tokens=1, output_tokens=1)
+
+
+def paced_gate(bucket: StrictBucket, rpm: float) -> tuple[Gate, EventBus]:
+    events = EventBus()
+    gate = Gate(limiter=TieredLimiter(16, 0), events=events, pacer=Pacer(rpm=rpm),
+                providers={"root": bucket.provider, "sub": bucket.provider},
+                retry=RetryPolicy(max_retries=5))
+    return gate, events
+
+
+REQUEST = CompletionRequest(messages=[{"role": "user", "content": "x"}], model="m", lane="sub")
+
+
+async def fan_out(gate: Gate, n: int) -> float:
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(gate.complete, REQUEST)
+    return trio.current_time() - started
+
+
+async def test_pacing_at_a_strict_buckets_rate_leaves_room_for_jitter(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # 2 requests a second, each delayed 0-20 ms on the way: spaced exactly 0.5 s
+    # apart, every other one would arrive early.
+    bucket = StrictBucket(rpm=120, jitter=0.02)
+    gate, events = paced_gate(bucket, rpm=120)
+    took = await fan_out(gate, 100)
+    assert bucket.refused == 0 and bucket.requests == 100
+    assert took <= 1.1 * 100 * 0.5
+    assert not [e for e in events.events if isinstance(e, RateChanged)]
+
+
+async def test_a_rate_20_percent_above_a_strict_buckets_is_found_with_few_429s(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    bucket = StrictBucket(rpm=100, jitter=0.02)
+    gate, events = paced_gate(bucket, rpm=120)
+    took = await fan_out(gate, 200)
+    assert bucket.requests - bucket.refused == 200  # every request answered
+    assert bucket.refused <= 0.03 * bucket.requests, bucket.refused
+    assert took <= 1.15 * 200 * 0.6  # near the bucket's own pace
+    changes = [e for e in events.events if isinstance(e, RateChanged)]
+    assert (changes[0].old, changes[0].new, changes[0].reason) == (120, 96, "rate_limited")
+    assert {e.reason for e in changes} == {"rate_limited", "increase"}
+    # A refusal for rate slows the pacer; the concurrency it takes is left alone.
+    assert not [e for e in events.events if isinstance(e, CapacityChanged)]
+
+
+async def test_the_rate_recovers_once_the_provider_takes_it_again(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    bucket = StrictBucket(rpm=60, jitter=0.0)
+    gate, events = paced_gate(bucket, rpm=120)
+    await fan_out(gate, 40)
+    assert gate.pacer.rpm is not None and gate.pacer.rpm < 80
+    bucket.rpm = 1_000  # the provider's limit is back above the configured one
+    await fan_out(gate, 200)
+    assert gate.pacer.rpm == 120
+    assert [e.reason for e in events.events if isinstance(e, RateChanged)][-1] == "increase"
+
+
+async def test_refusals_of_requests_paced_before_a_cut_cut_nothing_more(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pacer = Pacer(rpm=600)
+    cuts: list[float] = []
+    rate = AdaptiveRate(pacer, on_change=lambda limit, old, new, why: cuts.append(new))
+    await trio.sleep(1.0)
+    assert rate.refused(sent_at=0.9)  # taken: the pacer is cut by a fifth
+    for sent_at in (0.5, 0.95, 0.99):  # sent at the old pace, answered since
+        assert rate.refused(sent_at)
+    assert cuts == [480] and pacer.rpm == 480
+
+
+def test_without_a_known_rate_a_rate_refusal_is_left_to_concurrency() -> None:
+    rate = AdaptiveRate(Pacer())
+    assert not rate.paced and not rate.refused(sent_at=0.0)
+
+
+async def test_limits_are_learned_once_and_shared_among_workers(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def reply(request: CompletionRequest) -> Completion:
+        return Completion(text="ok", model=request.model,
+                          metadata={"ratelimit": {"requests_limit": 600.0, "source": "headers"}})
+
+    provider = FunctionProvider(reply)
+    events = EventBus()
+    gate = Gate(limiter=TieredLimiter(8, 0), providers={"root": provider, "sub": provider},
+                events=events)
+    gate.rate.share(3)  # three workers on one journal: no rate known yet
+    assert gate.pacer.rpm is None
+    await gate.complete(REQUEST)
+    assert gate.pacer.rpm == pytest.approx(200)  # the provider's 600, a third of it
+    gate.rate.share(2)
+    assert gate.pacer.rpm == pytest.approx(300)
+    learned = [e for e in events.events if isinstance(e, RateLimitLearned)]
+    assert [(e.limit, e.value) for e in learned] == [("rpm", 600.0)]
+    changes = [(round(e.new), e.reason) for e in events.events if isinstance(e, RateChanged)]
+    assert changes == [(200, "learned"), (300, "share")]

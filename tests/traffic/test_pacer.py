@@ -1,0 +1,56 @@
+"""The pacer alone, in virtual time: who waits for which slot, and what a slot costs."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from rlm._traffic.pacer import JITTER_MARGIN, Pacer
+
+SPACING = 1 + JITTER_MARGIN
+
+
+async def test_a_rate_cut_while_requests_wait_applies_to_them(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Slots are taken in turn, not reserved ahead: a cut slows every request not yet
+    # sent (reserved ahead, queued requests would still go at the old pace).
+    pacer = Pacer(rpm=60)
+    sent: list[float] = []
+
+    async def one() -> None:
+        await pacer.wait(10, "sub")
+        sent.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(one)
+        await trio.sleep(0.5)
+        pacer.set_rpm(30)
+    # The first at once; from the second on, two seconds (and the margin) apart.
+    assert sent == pytest.approx([0.0, 2 * SPACING, 4 * SPACING, 6 * SPACING])
+
+
+async def test_a_request_that_goes_late_pushes_the_next_one_back(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A strict bucket counts from the moment a request arrives: one that went late
+    # (a busy machine) would make the next one, on its old schedule, early.
+    pacer = Pacer(rpm=60)
+    await pacer.wait(10, "sub")
+    await trio.sleep(1.5)  # the next slot was at SPACING: this one goes late
+    await pacer.wait(10, "sub")
+    assert trio.current_time() == pytest.approx(1.5)
+    await pacer.wait(10, "sub")
+    assert trio.current_time() == pytest.approx(1.5 + SPACING)
+
+
+async def test_a_request_cancelled_while_it_waits_is_not_charged(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pacer = Pacer(rpm=60)
+    await pacer.wait(10, "sub")
+    with trio.move_on_after(0.5):
+        await pacer.wait(10, "sub")
+    await pacer.wait(10, "sub")  # the slot the cancelled one waited for is still free
+    assert trio.current_time() == pytest.approx(SPACING)
