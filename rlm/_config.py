@@ -38,6 +38,8 @@ __all__ = [
     "DEFAULT_MAX_CONTEXT_BYTES",
     "DEFAULT_MAX_HISTORY_CHARS",
     "DEFAULT_MAX_LLM_CALLS",
+    "DEFAULT_MAX_REPLY_CHARS",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_SANDBOX_MEMORY",
     "DEFAULT_STALE_TIMEOUT",
     "DEFAULT_TIMEOUT",
@@ -77,6 +79,11 @@ DEFAULT_SANDBOX_MEMORY = 2 << 30
 DEFAULT_MAX_CONTEXT_BYTES = 512 << 20
 #: Past this many characters of conversation, a session's older steps are compacted.
 DEFAULT_MAX_HISTORY_CHARS = 200_000
+#: Bytes of one HTTP response: many times a long reply, streamed (each token of a stream
+#: comes wrapped in an event of a few hundred bytes), far from what fills memory.
+DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
+#: Characters of one reply kept in the conversation, which every later step sends again.
+DEFAULT_MAX_REPLY_CHARS = 100_000
 #: A volley task whose worker sent no heartbeat for this long is reopened for others.
 DEFAULT_STALE_TIMEOUT = 600.0
 
@@ -190,6 +197,11 @@ class RunConfig:
         20_000, "Printed output shown to the model per code block.",
         commands=_SEND, check=whole(1, 4_000_000),
     )
+    max_reply_chars: int = setting(
+        DEFAULT_MAX_REPLY_CHARS, "Characters of one model reply kept in its call's "
+        "conversation; the rest is cut, with a note the model reads (its code still runs "
+        "whole).", commands=_SEND, check=whole(1_000, 100_000_000),
+    )
     max_tokens: int | None = setting(
         None, "Output tokens per request (sent to the provider).",
         commands=_SEND, metavar="N|none", check=whole(1, 10_000_000),
@@ -201,6 +213,11 @@ class RunConfig:
     stream_idle_timeout: float = setting(
         60.0, "A streamed reply with no bytes for this long fails its attempt.",
         commands=_SEND, parse=_duration, metavar="DURATION", check=positive("seconds", _DAY),
+    )
+    max_response_bytes: int = setting(
+        DEFAULT_MAX_RESPONSE_BYTES, "Bytes one HTTP response may have, streamed or whole "
+        "(8MiB, 512KiB, bytes); a longer one fails its request, and nothing past it is read.",
+        commands=_SEND, parse=_size, metavar="SIZE", check=whole(64 << 10, 1 << 30), shown="8MiB",
     )
     stream: bool = setting(
         False, "Stream every step and run its code blocks as they close, even with no live "

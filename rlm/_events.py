@@ -176,8 +176,11 @@ class StepCompleted(Event):
     input_tokens: int
     output_tokens: int
     reply_chars: int
-    # Content (--trace-content full): the reply, and the request as what is new since this
-    # call's previous request (earlier messages are referenced by count, not repeated).
+    #: Characters of the reply its conversation did not keep (past ``max_reply_chars``).
+    reply_cut_chars: int = 0
+    # Content (--trace-content full): the reply as the conversation keeps it, and the
+    # request as what is new since this call's previous request (earlier messages are
+    # referenced by count, not repeated).
     reply: str | None = None
     request: dict[str, Any] | None = None
 

@@ -28,9 +28,11 @@ class RunSettings(TypedDict, total=False):
     timeout: float | None
     exec_timeout: float
     max_output_chars: int
+    max_reply_chars: int
     max_tokens: int | None
     request_timeout: float
     stream_idle_timeout: float
+    max_response_bytes: int
     stream: bool
     max_llm_calls: int | None
     max_input_tokens: int | None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-__all__ = ["Answer", "header", "raw_server", "reply", "self_signed"]
+__all__ = ["Answer", "header", "raw_server", "read_head", "reply", "self_signed"]
 
 Answer = Callable[[bytes], bytes]  # the request's head -> the whole response
 
@@ -32,15 +32,12 @@ async def raw_server(
     heads: list[bytes] = []
 
     async def handle(stream: trio.abc.Stream) -> None:
-        data = b""
         try:
-            while b"\r\n\r\n" not in data:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return
-                data += chunk
-            heads.append(data.partition(b"\r\n\r\n")[0])
-            await stream.send_all(answer(heads[-1]))
+            head = await read_head(stream)
+            if head is None:
+                return
+            heads.append(head)
+            await stream.send_all(answer(head))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client hung up (a refused certificate)
         finally:
@@ -57,6 +54,17 @@ async def raw_server(
             port = listeners[0].transport_listener.socket.getsockname()[1]
         yield port, heads
         nursery.cancel_scope.cancel()
+
+
+async def read_head(stream: trio.abc.Stream) -> bytes | None:
+    """A request's head (its body, if any, is left unread), or None when the client closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return None
+        data += chunk
+    return data.partition(b"\r\n\r\n")[0]
 
 
 def header(head: bytes, name: bytes) -> bytes | None:

@@ -32,7 +32,13 @@ from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import CallFinished, CallStarted, CodeExecuted, EventBus, StepCompleted
 from rlm._run.context import Context, context_chars, describe_context
-from rlm._run.feedback import FORCE_FINAL, REMINDER, format_execution, skipped_blocks
+from rlm._run.feedback import (
+    FORCE_FINAL,
+    REMINDER,
+    format_execution,
+    kept_reply,
+    skipped_blocks,
+)
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
 from rlm._run.pipeline import BlockPipeline, Ran
 from rlm._run.schema import JsonSchema, parse_json_answer, validation_error
@@ -312,7 +318,9 @@ class Call:
             raise
         reply = completion.text
         self._last_reply = reply
-        self.history.append({"role": "assistant", "content": reply})
+        # Every later step sends the conversation again: it keeps a bounded part of a reply.
+        kept = kept_reply(reply, self._parts.config.max_reply_chars)
+        self.history.append({"role": "assistant", "content": kept})
         blocks, final = find_code_blocks(reply), find_final(reply)
         self._parts.events.emit(
             StepCompleted(
@@ -325,7 +333,8 @@ class Call:
                 input_tokens=completion.input_tokens,
                 output_tokens=completion.output_tokens,
                 reply_chars=len(reply),
-                reply=reply,
+                reply_cut_chars=len(reply) - min(len(reply), self._parts.config.max_reply_chars),
+                reply=kept,
                 request=request_delta(self.history[:-1], sent_before),
             )
         )
@@ -365,7 +374,9 @@ class Call:
                 lost = self._slot.losses > losses
             if result.output:
                 self.last_output = result.output
-            feedback.append(format_execution(code, result, index, len(blocks)))
+            # The code is the reply's, echoed: together within what a reply may keep.
+            echo = self._parts.config.max_reply_chars // len(blocks)
+            feedback.append(format_execution(code, result, index, len(blocks), echo))
             if result.final is not None:
                 self.candidate = result.final
                 return _Executed(result.final, feedback)

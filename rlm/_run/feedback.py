@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlm._sandbox.launcher import ExecResult
 
-__all__ = ["FORCE_FINAL", "REMINDER", "format_execution", "skipped_blocks"]
+__all__ = ["FORCE_FINAL", "REMINDER", "format_execution", "kept_reply", "skipped_blocks"]
 
 REMINDER = (
     "Your reply had no ```repl code block and no FINAL(...) line. Write Python in a ```repl "
@@ -18,10 +18,32 @@ FORCE_FINAL = (
 )
 
 
-def format_execution(code: str, result: ExecResult, index: int, total: int) -> str:
-    """What the model sees after one block ran: the code, its output, its error."""
+def kept_reply(reply: str, limit: int) -> str:
+    """``reply`` as its call's conversation keeps it: whole up to ``limit`` characters,
+    else its first ``limit`` and a note saying the rest was cut (every later step sends
+    the conversation again, so one reply may not grow it without bound)."""
+    if len(reply) <= limit:
+        return reply
+    return (
+        f"{reply[:limit]}\n[rlm cut this reply here: it had {len(reply):,} characters and "
+        f"the conversation keeps the first {limit:,}. Its code ran whole. Keep replies "
+        "short: hold large data in variables, not in the reply]"
+    )
+
+
+def format_execution(
+    code: str, result: ExecResult, index: int, total: int, max_code_chars: int | None = None
+) -> str:
+    """What the model sees after one block ran: the code (its first ``max_code_chars``
+    when given), its output, its error."""
     header = "Code executed" if total == 1 else f"Code executed (block {index} of {total})"
-    parts = [f"{header}:\n```repl\n{code.rstrip()}\n```"]
+    shown = code.rstrip()
+    if max_code_chars is not None and len(shown) > max_code_chars:
+        shown = (
+            f"{shown[:max_code_chars]}\n# [rlm cut this block here: {max_code_chars:,} of "
+            f"its {len(shown):,} characters shown]"
+        )
+    parts = [f"{header}:\n```repl\n{shown}\n```"]
     if result.output:
         parts.append(f"Output:\n{result.output.rstrip()}")
         if result.output_chars > len(result.output):

@@ -11,7 +11,8 @@ The summary is written when the run starts (status ``running``, with the
 process id) and replaced when it ends, each time through a temporary file
 renamed into place; a run killed with ``kill -9`` keeps its first summary, is
 listed as ``killed``, and its half-written trace can still be viewed.  When
-the history passes its size cap the oldest runs are removed.
+the history passes its size cap the oldest runs are removed; a killed run's
+half-written trace counts in its size like any file.
 """
 
 from __future__ import annotations
@@ -164,18 +165,24 @@ class RunHistory:
         """Remove the oldest runs until the history fits its cap; the IDs removed.
 
         Measuring every run's files costs a stat per file, every run: a small
-        ledger (``.size``) holds the total instead, and a run that keeps the
-        total under the cap only adds its own size to it.  Only when the
-        ledger says the cap is passed (or it is missing) is everything
-        measured again, which also corrects whatever the ledger missed (runs
-        removed by hand, two runs ending at the same instant).
+        ledger (``.size``) holds the total and how many runs it counts instead,
+        and a run that keeps the total under the cap only adds its own size to
+        it.  That holds only when the ledger counts every other run: a run killed
+        before it could add its size (its half-written ``.part`` trace can be
+        the largest file here), one still running, or one removed by hand makes
+        the count differ from the runs on disk, and then everything is measured
+        again, half-written traces included; so is it when the ledger says the
+        cap is passed (or it is missing).
         """
         known = _read_ledger(self.root)
         if known is not None and keep is not None:
-            total = known + _size(keep.path)
-            if total <= self.cap_bytes:
-                _write_ledger(self.root, total)
-                return []
+            total, runs = known
+            names = _run_names(self.root)
+            if len(names) == runs + 1 and keep.id in names:
+                total += _size(keep.path)
+                if total <= self.cap_bytes:
+                    _write_ledger(self.root, total, runs + 1)
+                    return []
         entries = self.entries()
         sizes = {e.id: _size(e.path) for e in entries}
         total = sum(sizes.values())
@@ -189,7 +196,7 @@ class RunHistory:
             shutil.rmtree(entry.path, ignore_errors=True)
             total -= sizes[entry.id]
             removed.append(entry.id)
-        _write_ledger(self.root, total)
+        _write_ledger(self.root, total, len(entries) - len(removed))
         return removed
 
 
@@ -198,31 +205,43 @@ _LEDGER = ".size"
 _LEDGER_DIGITS = 20
 
 
-def _read_ledger(root: Path) -> int | None:
+def _read_ledger(root: Path) -> tuple[int, int] | None:
+    """The ledger's total bytes and the number of runs it counts, or None."""
     try:
-        return int((root / _LEDGER).read_bytes())
-    except (OSError, ValueError):
+        total, runs = (int(field) for field in (root / _LEDGER).read_bytes().split())
+    except (OSError, ValueError):  # none yet, torn, or an older one that held no count
         return None
+    return total, runs
 
 
-def _write_ledger(root: Path, total: int) -> None:
-    """Overwrite the total in place: no new file and no rename.
+def _write_ledger(root: Path, total: int, runs: int) -> None:
+    """Overwrite the total and the count in place: no new file and no rename.
 
     Each run ends with this write, and on a busy disk creating a file and renaming
     it over another each waited for the file system's journal (10 ms once here).
-    An update lost or torn (two runs ending at once) only makes the total inexact
-    until a run passes the cap and measures everything again, as before (prune).
+    An update lost or torn (two runs ending at once) only makes the ledger wrong
+    until the next run sees its count differ and measures everything again (prune).
     """
     try:
         fd = os.open(root / _LEDGER, os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError:
         return  # the next run measures everything again
     try:
-        os.pwrite(fd, b"%0*d" % (_LEDGER_DIGITS, total), 0)
+        os.pwrite(fd, b"%0*d %0*d" % (_LEDGER_DIGITS, total, _LEDGER_DIGITS, runs), 0)
     except OSError:
         return
     finally:
         os.close(fd)
+
+
+def _run_names(root: Path) -> set[str]:
+    """The runs' directory names: one listing, no stat (what :meth:`RunHistory.entries`
+    lists, unsorted)."""
+    try:
+        with os.scandir(root) as found:
+            return {e.name for e in found if not e.name.startswith(".") and e.is_dir()}
+    except OSError:
+        return set()
 
 
 def _cap_from_env() -> int:

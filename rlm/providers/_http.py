@@ -4,6 +4,8 @@ A run's providers post through one ``httpx2.AsyncClient`` (:func:`make_http_clie
 which :func:`rlm.providers.open.open_providers` opens and closes.  One attempt per
 call, no hidden retries: the client's transport retries nothing and the gate decides
 what to do with a failure.
+Every body is read through a cap (:class:`ResponseLimits`, the setting
+``max_response_bytes``): nothing past it is read or kept, whatever the server sends.
 httpx2's exceptions are translated here into :mod:`rlm.errors` types that name
 the URL and what came back.  API keys travel only in request headers; they are
 never logged and never part of an error message.
@@ -21,10 +23,13 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx2
 
+from rlm._config import DEFAULTS, RunConfig
+from rlm._sizes import format_size
 from rlm._spelling import give_key, key_source, setting
 from rlm._text import clean_text
 from rlm._url_userinfo import redact_url, redacted
@@ -39,7 +44,9 @@ from rlm.errors import (
 
 __all__ = [
     "BAD_SHAPE",
+    "ERROR_BODY_BYTES",
     "JSONProvider",
+    "ResponseLimits",
     "bad_reply",
     "classify_status",
     "clean_text",
@@ -52,7 +59,9 @@ __all__ = [
     "parse_rate_limit_headers",
     "parse_retry_after",
     "post_json",
+    "read_body",
     "status_error",
+    "too_large",
     "unreachable_error",
 ]
 
@@ -71,6 +80,24 @@ _RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 # OpenAI: 429 insufficient_quota; Anthropic: 400 "credit balance is too low".
 _OUT_OF_CREDIT = re.compile(r"insufficient_quota|credit balance is too low", re.IGNORECASE)
 _CONNECT_TIMEOUT = 30.0
+# An error status's body is read for its message only (a few hundred characters shown).
+ERROR_BODY_BYTES = 64 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseLimits:
+    """What one attempt may take of a response: the run settings of the same names.
+
+    ``stream_idle_timeout`` bounds each wait for the next bytes of a stream;
+    ``max_response_bytes`` the body, streamed or whole: nothing past it is read.
+    """
+
+    stream_idle_timeout: float = DEFAULTS.stream_idle_timeout
+    max_response_bytes: int = DEFAULTS.max_response_bytes
+
+    @classmethod
+    def of(cls, config: RunConfig) -> ResponseLimits:
+        return cls(config.stream_idle_timeout, config.max_response_bytes)
 
 
 def load_http_transport() -> None:
@@ -108,12 +135,20 @@ def make_http_client(
 
 
 class JSONProvider:
-    """What every HTTP provider shares: the run's client, one URL, fixed headers."""
+    """What every HTTP provider shares: the run's client, one URL, fixed headers, and the
+    limits every response is read under."""
 
     name = "http"
 
-    def __init__(self, client: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        url: str,
+        headers: dict[str, str],
+        limits: ResponseLimits | None = None,
+    ) -> None:
         self._client = client
+        self.limits = limits or ResponseLimits()
         self._target = httpx2.URL(url)
         self._headers = {"Content-Type": "application/json", **headers}
         if self._target.userinfo:
@@ -129,7 +164,9 @@ class JSONProvider:
         """The shared client is closed by its owner, :func:`rlm.providers.open.open_providers`."""
 
     async def post(self, body: dict[str, Any]) -> httpx2.Response:
-        return await post_json(self._client, self.url, body, self._headers, target=self._target)
+        return await post_json(
+            self._client, self.url, body, self._headers, limits=self.limits, target=self._target
+        )
 
 
 def _basic_authorization(url: httpx2.URL) -> str:
@@ -146,13 +183,20 @@ async def post_json(
     body: dict[str, Any],
     headers: dict[str, str],
     *,
+    limits: ResponseLimits | None = None,
     target: httpx2.URL | None = None,
 ) -> httpx2.Response:
     """POST ``body`` once to ``target`` (``url`` when not given; ``url`` is what errors
-    name); network failures become ProviderConnectionError, error statuses
-    ProviderStatusError subclasses that name ``url``."""
+    name) and read the answer whole, through ``limits``' cap; network failures become
+    ProviderConnectionError, error statuses ProviderStatusError subclasses that name
+    ``url``, a body past the cap ProviderResponseError."""
+    cap = (limits or ResponseLimits()).max_response_bytes
     try:
-        response = await client.post(target or url, json=body, headers=headers)
+        async with client.stream("POST", target or url, json=body, headers=headers) as streamed:
+            failed = streamed.status_code >= 400
+            response = await read_body(
+                streamed, url, ERROR_BODY_BYTES if failed else cap, keep_head=failed
+            )
     except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.TransportError as exc:
@@ -168,6 +212,42 @@ async def post_json(
     if response.status_code >= 400:
         raise status_error(url, response, key_sent=key_sent(headers))
     return response
+
+
+async def read_body(
+    response: httpx2.Response, url: str, cap: int, *, keep_head: bool = False
+) -> httpx2.Response:
+    """``response`` read to its end as a whole response, never holding more than ``cap``
+    bytes of its body (decoded): past them, :func:`too_large` is raised, or with
+    ``keep_head`` (an error's body, read for its message) the first ``cap`` bytes are kept
+    and the rest is not read."""
+    declared = response.headers.get("content-length", "")
+    if not keep_head and declared.isdigit() and int(declared) > cap:
+        raise too_large(url, cap, int(declared))
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > cap:
+            if not keep_head:
+                raise too_large(url, cap)
+            del body[cap:]
+            break
+    headers = response.headers.copy()
+    headers.pop("content-encoding", None)  # the body kept is decoded already
+    return httpx2.Response(
+        response.status_code, headers=headers, content=bytes(body), request=response.request
+    )
+
+
+def too_large(url: str, cap: int, declared: int | None = None) -> ProviderResponseError:
+    """The error for a response past ``max_response_bytes`` (``declared``: its announced size)."""
+    size = f"larger than {format_size(cap)}" if declared is None else f"of {format_size(declared)}"
+    name = setting("max_response_bytes")
+    return ProviderResponseError(
+        f"{url} sent a response {size}, past {name} ({format_size(cap)}); nothing more of it "
+        f"was read. Raise {name} if this endpoint's answers are really that long",
+        url=url,
+    )
 
 
 def endpoint_url(base_url: str, path: str) -> str:

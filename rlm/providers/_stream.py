@@ -12,6 +12,9 @@ byte came for ``idle_timeout`` seconds) or the status error an error event
 names; the text already handed to ``on_text`` then belongs to a failed
 attempt and is never part of a Completion.  The idle timeout is httpx2's read
 timeout: it bounds every wait for bytes, headers included, on trio's clock.
+A stream is read under the same byte cap as a whole body (``max_response_bytes``):
+past it, counting the events' framing as it came over the wire, the attempt fails
+with a ProviderResponseError naming the setting, and no event is held past it.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ from rlm._spelling import setting
 from rlm.errors import ProviderConnectionError, ProviderResponseError
 from rlm.providers._http import (
     BAD_SHAPE,
+    ERROR_BODY_BYTES,
     JSONProvider,
+    ResponseLimits,
     clean_text,
     key_sent,
+    read_body,
     reason,
     status_error,
+    too_large,
     unreachable_error,
 )
 from rlm.providers.base import Completion, TextSink
@@ -83,17 +90,6 @@ class JSONEventReader:
 class StreamingJSONProvider(JSONProvider):
     """A JSON provider that can also stream its answers as Server-Sent Events."""
 
-    def __init__(
-        self,
-        client: httpx2.AsyncClient,
-        url: str,
-        headers: dict[str, str],
-        *,
-        stream_idle_timeout: float = 60.0,
-    ) -> None:
-        super().__init__(client, url, headers)
-        self.stream_idle_timeout = stream_idle_timeout
-
     async def post_stream(
         self,
         body: dict[str, Any],
@@ -109,7 +105,7 @@ class StreamingJSONProvider(JSONProvider):
             self._headers,
             reader=reader,
             on_text=on_text,
-            idle_timeout=self.stream_idle_timeout,
+            limits=self.limits,
             whole=whole,
             target=self._target,
         )
@@ -123,21 +119,23 @@ async def stream_completion(
     *,
     reader: JSONEventReader,
     on_text: TextSink,
-    idle_timeout: float,
+    limits: ResponseLimits,
     whole: Callable[[httpx2.Response], Completion],
     target: httpx2.URL | None = None,
 ) -> Completion:
     """POST ``body`` once (to ``target``, ``url`` parsed, when the caller has it) and
-    read the answer as it streams.
+    read the answer as it streams, under ``limits``.
 
     A server that ignores the stream request and answers with one JSON body is
     read with ``whole``, and its text is passed on as a single piece.
     """
+    idle_timeout, cap = limits.stream_idle_timeout, limits.max_response_bytes
     base = client.timeout
     timeout = httpx2.Timeout(
         connect=base.connect, read=idle_timeout, write=base.write, pool=base.pool
     )
     received = 0
+    opened: httpx2.Response | None = None
     try:
         async with client.stream(
             "POST",
@@ -146,22 +144,28 @@ async def stream_completion(
             headers={**headers, "Accept": "text/event-stream"},
             timeout=timeout,
         ) as response:
+            opened = response
             if response.status_code >= 400:
-                await response.aread()
-                raise status_error(url, response, key_sent=key_sent(headers))
+                failed = await read_body(response, url, ERROR_BODY_BYTES, keep_head=True)
+                raise status_error(url, failed, key_sent=key_sent(headers))
             kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
             if kind != "text/event-stream":
-                await response.aread()
-                completion = whole(response)
+                completion = whole(await read_body(response, url, cap))
                 if completion.text:
                     await on_text(completion.text)
                 return completion
             # EventSource iterates with an async generator: close it on every exit.
+            # No event may be larger than the cap (httpx2 raises SSEError past it).
             source = cast(
-                AsyncGenerator[httpx2.ServerSentEvent, None], aiter(httpx2.EventSource(response))
+                AsyncGenerator[httpx2.ServerSentEvent, None],
+                aiter(httpx2.EventSource(response, max_event_size=cap)),
             )
             async with aclosing(source) as events:
                 async for event in events:
+                    # Bytes as they came over the wire, framing included; and the text
+                    # kept, which a compressed stream could make larger.
+                    if max(response.num_bytes_downloaded, received) > cap:
+                        raise too_large(url, cap)
                     if reader.finished:
                         continue  # read to the end so the connection can be reused
                     text = reader.feed(event)
@@ -184,6 +188,8 @@ async def stream_completion(
     except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.SSEError as exc:
+        if opened is not None and opened.num_bytes_downloaded > cap:  # an event past the cap
+            raise too_large(url, cap) from exc
         raise ProviderResponseError(f"{url} sent a bad event stream: {exc}", url=url) from exc
     except httpx2.TransportError as exc:
         what = "dropped the stream" if received else "could not be read"

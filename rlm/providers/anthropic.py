@@ -19,6 +19,7 @@ import httpx2
 from rlm.providers._anthropic_stream import AnthropicStreamReader
 from rlm.providers._http import (
     BAD_SHAPE,
+    ResponseLimits,
     bad_reply,
     clean_text,
     count_tokens,
@@ -51,14 +52,14 @@ class AnthropicProvider(StreamingJSONProvider):
         base_url: str,
         api_key: str | None,
         *,
-        stream_idle_timeout: float = 60.0,
+        limits: ResponseLimits | None = None,
     ) -> None:
         headers = {"anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
         has_v1 = httpx2.URL(base_url).path.rstrip("/").endswith("/v1")
         url = endpoint_url(base_url, "/messages" if has_v1 else "/v1/messages")
-        super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
+        super().__init__(client, url, headers, limits)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         completion = self._parse(await self.post(self._body(request)))

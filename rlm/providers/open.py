@@ -47,7 +47,7 @@ async def open_providers(
         return
     # Imported here: httpx2 and the HTTP providers take a while to load, and a fixture
     # run never needs them.
-    from rlm.providers._http import make_http_client
+    from rlm.providers._http import ResponseLimits, make_http_client
     from rlm.providers.anthropic import AnthropicProvider
     from rlm.providers.keys import default_base_url, missing_key_message
     from rlm.providers.openai import OpenAIProvider
@@ -65,11 +65,11 @@ async def open_providers(
         request_timeout=config.request_timeout,
         transport=transport,
     ) as client:
-        idle = config.stream_idle_timeout
-        root = kind(client, base_url, config.api_key, stream_idle_timeout=idle)
+        limits = ResponseLimits.of(config)
+        root = kind(client, base_url, config.api_key, limits=limits)
         # One provider serves both lanes when they go to the same URL: it holds no
         # per-lane state.
         sub = root if sub_url == base_url else kind(
-            client, sub_url, config.api_key, stream_idle_timeout=idle
+            client, sub_url, config.api_key, limits=limits
         )
         yield {"root": root, "sub": sub}

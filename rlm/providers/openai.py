@@ -14,6 +14,7 @@ import httpx2
 from rlm.errors import ProviderStatusError
 from rlm.providers._http import (
     BAD_SHAPE,
+    ResponseLimits,
     bad_reply,
     clean_text,
     count_tokens,
@@ -48,11 +49,11 @@ class OpenAIProvider(StreamingJSONProvider):
         base_url: str,
         api_key: str | None,
         *,
-        stream_idle_timeout: float = 60.0,
+        limits: ResponseLimits | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         url = endpoint_url(base_url, "/chat/completions")
-        super().__init__(client, url, headers, stream_idle_timeout=stream_idle_timeout)
+        super().__init__(client, url, headers, limits)
         # OpenAI's own API refuses max_tokens for its reasoning models and takes
         # max_completion_tokens for all; compatible servers expect max_tokens.
         host = httpx2.URL(self.url).host

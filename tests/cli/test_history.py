@@ -146,6 +146,27 @@ def test_pruning_after_every_run_keeps_the_cap_through_the_ledger(tmp_path: Path
     assert [e.id for e in history.entries()] == later  # the oldest went first
 
 
+def test_a_killed_runs_half_written_trace_counts_in_the_cap(tmp_path: Path) -> None:
+    # A run killed mid-way never adds its size to the ledger; its .part trace (sparse
+    # here: the size is what counts) must still count, and go first as the oldest.
+    history = RunHistory(tmp_path / "runs", cap_bytes=1 << 20)
+    first = history.begin({"kind": "run", "query": "q"})
+    first.trace_path.write_bytes(b"x" * 1_000)
+    assert history.prune(keep=first) == []
+    killed = history.begin({"kind": "run", "query": "killed"})
+    with open(killed.path / ".trace.jsonl.4242.part", "wb") as part:
+        part.truncate(1200 << 20)  # what a killed run once left: 1.2 GB
+    later = history.begin({"kind": "run", "query": "q"})
+    later.trace_path.write_bytes(b"x" * 1_000)
+    assert history.prune(keep=later) == [first.id, killed.id]
+    assert [e.id for e in history.entries()] == [later.id]
+    # The ledger counts the runs again: the next run takes the quick path and stays.
+    last = history.begin({"kind": "run", "query": "q"})
+    last.trace_path.write_bytes(b"x" * 1_000)
+    assert history.prune(keep=last) == []
+    assert [e.id for e in history.entries()] == [later.id, last.id]
+
+
 def test_a_killed_run_is_listed_as_killed_and_its_cut_trace_can_be_viewed(
         state: tuple[Path, dict[str, str], Path], tmp_path: Path) -> None:
     _, _, trace = state

@@ -19,7 +19,7 @@ from rlm.errors import (
     ProviderStatusError,
     RateLimitError,
 )
-from rlm.providers._http import make_http_client
+from rlm.providers._http import ResponseLimits, make_http_client
 from rlm.providers.anthropic import AnthropicProvider
 from rlm.providers.base import CompletionRequest, StreamingProvider
 from rlm.providers.fixture import fixture_reply, is_fixture_answer
@@ -128,7 +128,9 @@ async def test_a_cut_stream_is_a_retryable_failure_and_the_next_attempt_is_whole
 
 async def test_a_stall_longer_than_the_idle_timeout_fails_the_attempt() -> None:
     async with serving(chunk_delay=2.0) as (url, _), run_client() as client:
-        provider = OpenAIProvider(client, url, None, stream_idle_timeout=0.2)
+        provider = OpenAIProvider(
+            client, url, None, limits=ResponseLimits(stream_idle_timeout=0.2)
+        )
         with pytest.raises(ProviderConnectionError, match=r"stalled: no bytes for 0\.2 s"):
             await provider.stream(SUB, Pieces())
 
