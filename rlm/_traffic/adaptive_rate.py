@@ -7,8 +7,9 @@ within the share at a *fraction* that rate 429s cut and successes grow back,
 as adaptive concurrency does with permits:
 
 - A 429 whose cause is rate (the provider says so, or every request in flight
-  was refused) cuts the fraction by a fifth, or, when the last cut held for ten
-  successes and the refused rate is a probe above it, steps back 5 % below it.  Refusals of
+  was refused) cuts the fraction by a fifth; when the rate had held for ten
+  successes (a probe above the last cut, or a stray refusal of a rate that held)
+  it steps back 5 % instead.  Refusals of
   requests paced before the last cut were paced too fast already and say
   nothing new.
 - Successes grow the fraction back, ``patience`` times slower than 2 % of the
@@ -28,7 +29,7 @@ from collections.abc import Callable
 
 import trio
 
-from rlm._traffic.pacer import Pacer
+from rlm._traffic.pacer import JITTER_MARGIN, Pacer
 
 __all__ = ["AdaptiveRate"]
 
@@ -54,12 +55,15 @@ class AdaptiveRate:
         self.enabled = enabled
         self._on_change = on_change
         self._limits: dict[str, float | None] = {"rpm": pacer.rpm, "tpm": pacer.tpm}
+        # Given rates are paced with a margin for jitter, announced ones as announced
+        # (see rlm._traffic.pacer).
+        self._margins = {"rpm": JITTER_MARGIN, "tpm": JITTER_MARGIN}
         self._workers = 1
         self._fraction = 1.0
         self._refused_at: float | None = None  # the fraction the provider last refused
         self._patience = _FIRST_PATIENCE
         self._cut_at = -math.inf  # when the fraction was last cut
-        self._held = 0  # successes since the fraction was last cut
+        self._held = 0  # successes since the fraction was last cut (or since the start)
         self.cuts = 0
 
     @property
@@ -78,6 +82,7 @@ class AdaptiveRate:
         if self._limits.get(limit, 0.0) is not None or not value > 0:
             return False
         self._limits[limit] = value
+        self._margins[limit] = 0.0
         self._apply("learned")
         return True
 
@@ -105,12 +110,12 @@ class AdaptiveRate:
         return True
 
     def on_success(self) -> None:
+        self._held += 1
         if not self.enabled or self._fraction >= 1.0 or not self.paced:
             return
         refused = self._refused_at
         step = _GROW if refused is None else _GROW / self._patience
         self._fraction = min(1.0, self._fraction + step)
-        self._held += 1
         if refused is not None and self._fraction >= refused * (1 + _BAND):
             self._refused_at, self._patience = None, _FIRST_PATIENCE  # that rate holds now
         self._apply("increase")
@@ -129,6 +134,6 @@ class AdaptiveRate:
             new = whole / self._workers * fraction
             if current is not None and math.isclose(new, current):
                 continue
-            setter(new)
+            setter(new, margin=self._margins[limit])
             if self._on_change is not None:
                 self._on_change(limit, current, new, reason)

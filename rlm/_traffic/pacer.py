@@ -2,17 +2,21 @@
 
 The Generic Cell Rate Algorithm keeps a *theoretical arrival time* (TAT) per
 limit.  Sub-queries wait their turn in arrival order (one FIFO queue); the
-request at the head sleeps until its slot, then charges it — moving the TAT
-forward by its cost from the moment it actually goes — and hands the turn on.
-So requests start evenly spaced, with no thundering herd when a limit frees
-up; a rate changed meanwhile applies to every request not yet on its way; and
-a request that woke late (a busy machine) pushes the next one back by as much,
-as the provider's own bucket, which saw it late, does.
+request at the head sleeps until its slot, charges it — moving the TAT forward
+by its cost — and hands the turn on.  So requests start evenly spaced, with no
+thundering herd when a limit frees up, and a rate changed meanwhile applies to
+every request not yet on its way (slots reserved ahead would keep the old
+pace for all that were queued).
 
-Requests are spaced a little wider than the rate (``JITTER_MARGIN``): a
-provider enforcing the rate strictly (a token bucket with no burst) refuses a
-request that arrives a millisecond early, and the network delays consecutive
-requests by different amounts.
+A rate the user gave is paced a little wider than asked (``JITTER_MARGIN``): a
+provider enforcing it strictly (a token bucket with no burst, as some do per
+second) refuses a request that arrives a millisecond early, and the network,
+or a busy machine, delays consecutive requests by different amounts.  A
+request that goes later than the margin absorbs pushes the next one back by as
+much, as the provider's bucket, which saw it late, does.  A rate the provider
+announced in its headers is paced as announced, each request charged from its
+slot however late it went: a limit per minute, counted in buckets far wider
+than one request's jitter.
 
 By default there is no burst: the provider's bucket size is unknown, so
 requests are spread evenly at the configured rate.  ``burst`` (in requests)
@@ -40,7 +44,7 @@ from rlm.providers.base import Lane
 
 __all__ = ["JITTER_MARGIN", "Pacer", "PacerStatistics"]
 
-#: Requests are spaced this fraction wider than the rate asks.
+#: A rate the user gave is paced this fraction wider than asked.
 JITTER_MARGIN = 0.05
 
 
@@ -54,10 +58,16 @@ class PacerStatistics:
 
 
 class _Cell:
-    """One GCRA limit: ``per_minute`` units, ``burst_units`` of them back to back."""
+    """One GCRA limit: ``per_minute`` units, ``burst_units`` of them back to back,
+    spaced ``margin`` wider than the rate."""
 
-    def __init__(self, per_minute: float, burst_units: float) -> None:
-        self.interval = 60.0 / per_minute * (1.0 + JITTER_MARGIN)
+    def __init__(self, per_minute: float, burst_units: float, margin: float) -> None:
+        self.interval = 60.0 / per_minute * (1.0 + margin)
+        # With a margin (a rate that may be enforced strictly), a request that goes
+        # later than its slot by more than the margin absorbs pushes the next slot
+        # back by as much, as the provider's bucket, which saw it late, does.
+        # Without one (an announced per-minute limit), slots keep their schedule.
+        self.slack = 60.0 / per_minute * margin if margin > 0 else float("inf")
         self.tolerance = max(0.0, burst_units - 1.0) * self.interval
         self.tat = -float("inf")
         self.last_units = 0.0  # what the last request charged
@@ -66,41 +76,53 @@ class _Cell:
         """The earliest time a request may go, charging nothing."""
         return max(now, self.tat - self.tolerance)
 
-    def charge(self, now: float, units: float) -> None:
-        """A request of ``units`` goes at ``now``."""
-        self.tat = max(self.tat, now) + units * self.interval
+    def charge(self, slot: float, went: float, units: float) -> None:
+        """A request of ``units`` took the slot at ``slot`` and went at ``went``."""
+        self.tat = max(self.tat, slot, went - self.slack) + units * self.interval
         self.last_units = units
 
 
 class Pacer:
-    """Spaces requests to stay under ``rpm`` and ``tpm``.  Either may be ``None``."""
+    """Spaces requests to stay under ``rpm`` and ``tpm``.  Either may be ``None``.
 
-    def __init__(self, *, rpm: float | None = None, tpm: float | None = None, burst: int = 1):
+    ``margin`` is how much wider than the rate requests are spaced (see the
+    module docstring); ``set_rpm``/``set_tpm`` take their own.
+    """
+
+    def __init__(
+        self,
+        *,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        burst: int = 1,
+        margin: float = JITTER_MARGIN,
+    ) -> None:
         self.burst = burst
-        self._requests = _Cell(rpm, burst) if rpm else None
-        self._tokens = _Cell(tpm, 0) if tpm else None
+        self._requests = _Cell(rpm, burst, margin) if rpm else None
+        self._tokens = _Cell(tpm, 0, margin) if tpm else None
         self.rpm = rpm
         self.tpm = tpm
         self._turn = trio.Lock()  # FIFO: one sub-query at a time waits for its slot
         self._waits = 0
         self._total_wait = 0.0
 
-    def set_rpm(self, rpm: float) -> None:
-        self._requests = _replace(self._requests, rpm, self.burst)
+    def set_rpm(self, rpm: float, *, margin: float = JITTER_MARGIN) -> None:
+        self._requests = _replace(self._requests, rpm, self.burst, margin)
         self.rpm = rpm
 
-    def set_tpm(self, tpm: float) -> None:
-        self._tokens = _replace(self._tokens, tpm, 0)
+    def set_tpm(self, tpm: float, *, margin: float = JITTER_MARGIN) -> None:
+        self._tokens = _replace(self._tokens, tpm, 0, margin)
         self.tpm = tpm
 
     def _cells(self) -> list[_Cell]:
         return [cell for cell in (self._requests, self._tokens) if cell is not None]
 
-    def _charge(self, now: float, tokens: int) -> None:
+    def _charge(self, slot: float, tokens: int) -> None:
+        went = trio.current_time()
         if self._requests is not None:
-            self._requests.charge(now, 1)
+            self._requests.charge(slot, went, 1)
         if self._tokens is not None:
-            self._tokens.charge(now, tokens)
+            self._tokens.charge(slot, went, tokens)
 
     async def wait(self, tokens: int, lane: Lane) -> float:
         """Wait for a slot for one request of about ``tokens`` tokens, and charge it.
@@ -114,14 +136,14 @@ class Pacer:
             return 0.0
         queued = trio.current_time()
         async with self._turn:
-            while True:  # a rate cut while this request slept moves its slot: look again
-                now = trio.current_time()
-                start = max(cell.start(now) for cell in self._cells())
-                if start <= now:
-                    break
-                await trio.sleep_until(start)
-            self._charge(now, tokens)
-        waited = now - queued
+            slot = max(cell.start(queued) for cell in self._cells())
+            while slot > trio.current_time():
+                await trio.sleep_until(slot)
+                # A rate cut while this request slept moves its slot: look again (from
+                # the slot: when this task woke late is the charge's business).
+                slot = max(cell.start(slot) for cell in self._cells())
+            self._charge(slot, tokens)
+        waited = trio.current_time() - queued
         if waited > 0:
             self._waits += 1
             self._total_wait += waited
@@ -131,10 +153,10 @@ class Pacer:
         return PacerStatistics(self.rpm, self.tpm, self.burst, self._waits, self._total_wait)
 
 
-def _replace(old: _Cell | None, per_minute: float, burst: float) -> _Cell:
+def _replace(old: _Cell | None, per_minute: float, burst: float, margin: float) -> _Cell:
     """A cell with a new rate that keeps the old one's schedule (no free burst on
     change): the last request is spaced from the next at the new rate."""
-    cell = _Cell(per_minute, burst)
+    cell = _Cell(per_minute, burst, margin)
     if old is not None:
         cell.tat = old.tat + old.last_units * (cell.interval - old.interval)
         cell.last_units = old.last_units

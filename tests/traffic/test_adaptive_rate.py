@@ -122,6 +122,23 @@ async def test_refusals_of_requests_paced_before_a_cut_cut_nothing_more(
     assert cuts == [480] and pacer.rpm == 480
 
 
+async def test_a_stray_refusal_of_a_rate_that_held_steps_back_a_little(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    pacer = Pacer(rpm=600)
+    rate = AdaptiveRate(pacer)
+    rate.on_success()
+    assert rate.refused(sent_at=0.0)  # at once: the rate is too high, a fifth off
+    assert pacer.rpm == 480
+    for _ in range(10):
+        rate.on_success()
+    held = pacer.rpm
+    assert held is not None and held > 480  # growing back
+    await trio.sleep(1.0)
+    assert rate.refused(sent_at=1.0)  # it held ten times: about 5 % below
+    assert pacer.rpm is not None and 0.93 * held <= pacer.rpm < held
+
+
 def test_without_a_known_rate_a_rate_refusal_is_left_to_concurrency() -> None:
     rate = AdaptiveRate(Pacer())
     assert not rate.paced and not rate.refused(sent_at=0.0)

@@ -282,5 +282,5 @@ async def test_limits_are_learned_from_headers_when_not_given(
     assert gate.pacer.rpm == 120.0
     assert [e.limit for e in events.events if isinstance(e, RateLimitLearned)] == ["rpm"]
     await fan_out(gate, 2)
-    # Paced from the moment it was learned.
-    assert provider.times[1:] == pytest.approx([0.0, 0.5 * SPACING])
+    # Paced from the moment it was learned, as announced: no margin (see the pacer).
+    assert provider.times[1:] == pytest.approx([0.0, 0.5])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from rlm._traffic.pacer import JITTER_MARGIN, Pacer
+from rlm._traffic.pacer import JITTER_MARGIN, Pacer, _Cell
 
 SPACING = 1 + JITTER_MARGIN
 
@@ -31,18 +31,18 @@ async def test_a_rate_cut_while_requests_wait_applies_to_them(
     assert sent == pytest.approx([0.0, 2 * SPACING, 4 * SPACING, 6 * SPACING])
 
 
-async def test_a_request_that_goes_late_pushes_the_next_one_back(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    # A strict bucket counts from the moment a request arrives: one that went late
-    # (a busy machine) would make the next one, on its old schedule, early.
-    pacer = Pacer(rpm=60)
-    await pacer.wait(10, "sub")
-    await trio.sleep(1.5)  # the next slot was at SPACING: this one goes late
-    await pacer.wait(10, "sub")
-    assert trio.current_time() == pytest.approx(1.5)
-    await pacer.wait(10, "sub")
-    assert trio.current_time() == pytest.approx(1.5 + SPACING)
+def test_lateness_the_margin_absorbs_moves_nothing_and_more_moves_the_next_slot() -> None:
+    # A strict bucket counts from the moment a request arrives: one that went later than
+    # its slot (a busy machine) by more than the margin would make the next one early.
+    given = _Cell(60, 1, JITTER_MARGIN)
+    given.charge(slot=0.0, went=0.04, units=1)  # within the 0.05 s margin
+    assert given.start(0.0) == pytest.approx(SPACING)
+    given.charge(slot=given.start(0.0), went=SPACING + 0.5, units=1)  # half a second late
+    assert given.start(0.0) == pytest.approx(SPACING + 0.5 - 0.05 + SPACING)
+    # An announced per-minute limit keeps its schedule whatever a request's lateness.
+    announced = _Cell(60, 1, 0.0)
+    announced.charge(slot=0.0, went=0.5, units=1)
+    assert announced.start(0.0) == 1.0
 
 
 async def test_a_request_cancelled_while_it_waits_is_not_charged(
