@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import trio
 
-from rlm._config import (
-    DEFAULTS,
-    RunConfig,
-)
+from rlm._config import DEFAULT_STALE_TIMEOUT, DEFAULTS, RunConfig, VolleyOptions
 from rlm._events import Event, StreamSink
 from rlm._result import RunResult
 from rlm._run.context import Context
@@ -33,9 +30,8 @@ from rlm.providers.fixture import FixtureOptions, FixtureProvider, pop_legacy_op
 if TYPE_CHECKING:
     # Sessions, volleys and streaming load when a method uses them: a plain run never does.
     from rlm._session import AsyncSession, Session
-    from rlm.volley.api import VolleyStream
-    from rlm.volley.engine import Volley
-    from rlm.volley.records import VolleyResult
+    from rlm.volley.api import VolleyArguments, VolleyRun, VolleyStream
+    from rlm.volley.records import TaskResult, VolleyResult
     from rlm.volley.tasks import TaskInput
 
 __all__ = ["RLM"]
@@ -106,7 +102,7 @@ class RLM:
             self.config, trace_path=trace_path, sinks=sinks or (), providers=providers,
             sandboxes=sandboxes, tools=ToolBox(tools or ()),
         )
-        self._volley: Volley | None = None
+        self._volley: VolleyRun | None = None
 
     @property
     def trace_path(self) -> str | None:
@@ -241,25 +237,82 @@ class RLM:
             self._volley.interrupt()
 
     def volley(
-        self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
+        self,
+        tasks: Iterable[TaskInput],
+        context: Context | None = None,
+        **arguments: Unpack[VolleyArguments],
     ) -> VolleyResult:
         """Run independent ``tasks`` (prompts, or mappings with ``prompt``, ``timeout``,
         ``model``, ``max_tokens``) over an optional shared ``context``, through one gate.
 
-        ``options``: ``timeout`` (per task, s), ``cache_warm`` (default True),
-        ``rlm`` (each task a whole RLM call over ``context``, in its own sandbox,
-        its code offered the model's host tools; all share one gate and budget),
-        ``on_result`` (called with each TaskResult as it is accepted).  Returns
-        the VolleyResult, tasks in task order; it never raises for failed tasks.
+        ``arguments`` are the volley settings (``docs/settings.md``): ``mode="rlm"``
+        makes each task a whole RLM call over ``context`` (its own sandbox, its code
+        offered the model's host tools; all share one gate and budget), ``cache_warm``,
+        and ``journal`` (a SQLite path or a postgresql:// URL) makes the volley durable:
+        recorded before it runs, each result committed before it is reported, resumable
+        with :meth:`resume_volley`.  Beside them: ``timeout`` (each task's limit) and
+        ``on_result`` (called with each TaskResult once it is kept).  Returns the
+        VolleyResult, tasks in task order; it never raises for failed tasks.
         """
-        return trio.run(functools.partial(self.avolley, tasks, context, **options))
+        return trio.run(functools.partial(self.avolley, tasks, context, **arguments))
 
     async def avolley(
-        self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
+        self,
+        tasks: Iterable[TaskInput],
+        context: Context | None = None,
+        **arguments: Unpack[VolleyArguments],
     ) -> VolleyResult:
         """Like :meth:`volley`, inside a running trio loop."""
         require_trio("RLM.avolley", _IN_A_THREAD.format("volley, tasks, context"))
-        run = self._make_volley(tasks, context, **options)
+        return await self._drive(self._make_volley(tasks, context, **arguments))
+
+    def resume_volley(
+        self,
+        volley_id: str,
+        *,
+        journal: str,
+        skip_failed: bool = False,
+        stale_timeout: float = DEFAULT_STALE_TIMEOUT,
+        on_result: Callable[[TaskResult], None] | None = None,
+    ) -> VolleyResult:
+        """Run what is left of volley ``volley_id`` (or ``last``) in ``journal``: its
+        open tasks and, unless ``skip_failed``, its failed ones again; finished tasks
+        are never paid for again.  The volley runs with the settings it was stored
+        with; this model gives the key, providers, tools and sandboxes.  Returns the
+        whole volley.
+        """
+        return trio.run(functools.partial(
+            self._adrive_stored, volley_id, journal, not skip_failed, stale_timeout, on_result
+        ))
+
+    def work_volley(
+        self,
+        volley_id: str,
+        *,
+        journal: str,
+        stale_timeout: float = DEFAULT_STALE_TIMEOUT,
+        on_result: Callable[[TaskResult], None] | None = None,
+    ) -> VolleyResult:
+        """Work on volley ``volley_id`` beside any other worker on ``journal`` (another
+        process, another machine sharing a postgresql:// journal) until no task is
+        left; failed tasks stay failed.  See :meth:`resume_volley`."""
+        return trio.run(functools.partial(
+            self._adrive_stored, volley_id, journal, False, stale_timeout, on_result
+        ))
+
+    async def _adrive_stored(
+        self, ref: str, journal: str, rerun_failed: bool, stale_timeout: float,
+        on_result: Callable[[TaskResult], None] | None,
+    ) -> VolleyResult:
+        from rlm.volley.api import JournaledRun
+
+        options = VolleyOptions(journal=journal, stale_timeout=stale_timeout).validate()
+        engine = {**self._volley_engine(), "on_result": on_result}
+        return await self._drive(
+            JournaledRun(options, engine, ref=ref, rerun_failed=rerun_failed)
+        )
+
+    async def _drive(self, run: VolleyRun) -> VolleyResult:
         self._volley = run
         try:
             return await run.run()
@@ -268,7 +321,10 @@ class RLM:
 
     @asynccontextmanager
     async def iter_volley(
-        self, tasks: Iterable[TaskInput], context: Context | None = None, **options: Any
+        self,
+        tasks: Iterable[TaskInput],
+        context: Context | None = None,
+        **arguments: Unpack[VolleyArguments],
     ) -> AsyncIterator[VolleyStream]:
         """Task results in completion order, as they are accepted::
 
@@ -282,9 +338,11 @@ class RLM:
         from rlm.volley.api import stream_volley
 
         require_trio("RLM.iter_volley", _IN_A_THREAD.format("volley, tasks, context"))
-        async with stream_volley(
-            lambda on_result: self._make_volley(tasks, context, on_result=on_result, **options)
-        ) as stream:
+        def build(on_result: Callable[[TaskResult], None]) -> VolleyRun:
+            arguments["on_result"] = on_result
+            return self._make_volley(tasks, context, **arguments)
+
+        async with stream_volley(build) as stream:
             yield stream
 
     def avolley_stream(
@@ -293,33 +351,41 @@ class RLM:
         context: Context | None = None,
         *,
         capacity: int = 256,
-        **options: Any,
+        **arguments: Unpack[VolleyArguments],
     ) -> AbstractAsyncContextManager[trio.abc.ReceiveChannel[Event]]:
         """Run a volley and yield its events as they happen, every task's text streamed.
 
         Like :meth:`astream` (``async with ... as events``; leaving early cancels
         the volley).  ``text_delta`` events carry ``task`` (1-based) and
         ``task_title``; each task ends with ``task_finished`` (``index``,
-        ``status``, ``output``).  ``options`` are :meth:`volley`'s.
+        ``status``, ``output``).  ``arguments`` are :meth:`volley`'s.
         """
         from rlm.streaming.run import EventStream, stream_events
 
         return EventStream("RLM.avolley_stream", _under_trio("RLM.avolley_stream", stream_events(
-            lambda merger: self._make_volley(tasks, context, stream=merger, **options).run(),
+            lambda merger: self._make_volley(tasks, context, stream=merger, **arguments).run(),
             capacity,
         )))
 
     def _make_volley(
-        self, tasks: Iterable[TaskInput], context: Context | None, **options: Any
-    ) -> Volley:
+        self,
+        tasks: Iterable[TaskInput],
+        context: Context | None,
+        *,
+        stream: StreamSink | None = None,
+        **arguments: Unpack[VolleyArguments],
+    ) -> VolleyRun:
         from rlm.volley.api import make_volley
 
+        engine = {**self._volley_engine(), "stream": stream}
+        return make_volley(tasks, context, engine=engine, **arguments)
+
+    def _volley_engine(self) -> dict[str, Any]:
+        """What every volley of this model is made with (Volley's keyword arguments)."""
         runs = self._runs
-        return make_volley(
-            tasks, context, config=self.config, providers=runs.providers, prices=runs.prices,
-            tools=runs.tools, sinks=runs.sinks, trace_path=runs.trace_path,
-            sandboxes=runs.sandboxes, **options,
-        )
+        return {"config": self.config, "providers": runs.providers, "prices": runs.prices,
+                "tools": runs.tools, "sinks": runs.sinks, "trace_path": runs.trace_path,
+                "sandboxes": runs.sandboxes}
 
     def kill_sandboxes(self) -> None:
         """Kill every sandbox of the run in progress at once (for a second Ctrl-C)."""

@@ -36,7 +36,7 @@ import trio
 
 from rlm.errors import Interrupted
 
-__all__ = ["PARENT_ENV", "PoolParent", "link_to_parent", "supervise_siblings"]
+__all__ = ["PARENT_ENV", "PoolParent", "link_to_parent", "pool_argv", "supervise_siblings"]
 
 #: Set for a sibling only: ``"<parent pid>:<read end of the parent's pipe>:<volley id>"``.
 PARENT_ENV = "RLM_POOL_PARENT"
@@ -177,3 +177,34 @@ def _arm_parent_death_signal() -> None:
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # failure: the pipe still tells
+
+
+#: The flags whose value may hold a credential (a base URL's user:password or
+#: ``?api_key=``, a postgresql:// journal's password), and the variables that carry
+#: them to a pool's siblings instead.  A command line is readable by every process
+#: on the machine (/proc/PID/cmdline); an environment only by its own user, and a
+#: sandbox gets none of it: the API key reaches the siblings the same way.
+_SECRET_FLAGS = {"--base-url": "RLM_BASE_URL", "--journal": "RLM_JOURNAL"}
+
+
+def pool_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """This worker's command line without ``--pool N`` and without the flags that may
+    hold credentials, to start its siblings with; and the environment variables that
+    carry those flags' values to them (as the command line would: a flag wins over
+    the same setting in the environment, and the last of a repeated flag wins)."""
+    out: list[str] = []
+    env: dict[str, str] = {}
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":  # the rest are arguments, never flags
+            out.extend(["--", *args])
+            break
+        name, given, value = arg.partition("=")
+        if name == "--pool":
+            if not given:
+                next(args, None)
+        elif name in _SECRET_FLAGS:
+            env[_SECRET_FLAGS[name]] = value if given else next(args, "")
+        else:
+            out.append(arg)
+    return out, env

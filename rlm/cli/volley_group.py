@@ -13,8 +13,8 @@ import inspect
 import click
 
 from rlm.cli.volley_cmd import volley
-from rlm.cli.volley_journal import list_cmd, show_cmd
 from rlm.cli.volley_pool import create_cmd, work_cmd
+from rlm.cli.volley_show import list_cmd, show_cmd
 
 __all__ = ["volley_group"]
 

@@ -23,23 +23,24 @@ import trio
 
 from rlm.cli import volley_cmd
 from rlm.cli._flags import usage_message
-from rlm.cli._pool_link import PoolParent, link_to_parent, supervise_siblings
+from rlm.cli._pool_link import PoolParent, link_to_parent, pool_argv, supervise_siblings
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_params
-from rlm.cli.volley_journal import (
-    JournalSession,
-    fixture_providers,
-    journal_flags,
-    pool_argv,
+from rlm.cli._volley_input import read_volley
+from rlm.cli._volley_run import (
+    Plan,
+    drive,
+    host_tools,
+    open_volleys,
     require_key,
     resumed_fixture,
     volley_settings,
 )
 from rlm.errors import RLMError, UsageError
 from rlm.providers.fixture import FixtureOptions
-from rlm.volley.engine import Volley
+from rlm.volley.journaled import JournaledVolley
 from rlm.volley.progress import ProgressLines
-from rlm.volley.records import VolleyResult, new_volley_id
+from rlm.volley.records import VolleyResult
 
 __all__ = ["create_cmd", "work_cmd"]
 
@@ -66,14 +67,13 @@ def _create(**values: Any) -> None:
         values.pop(name)
     fixture = FixtureOptions(sub_latency=values.pop("fixture_latency") or 0.0)
     try:
-        tasks, context, config, options = volley_cmd.read_volley(
+        tasks, context, config, options = read_volley(
             "volley create", values.pop("tasks"), values.pop("task_file"),
             values.pop("from_stdin"), values.pop("contexts"), values.pop("context_files"),
             values.pop("encoding"),
         )
-        volley_id = new_volley_id()
-        with JournalSession(journal_flags("volley create")) as session:
-            session.create(volley_id, config, options, tasks, context, fixture)
+        with open_volleys("volley create", stderr_console(), existing=False) as journal:
+            volley_id = journal.create(tasks, context, config, options, fixture=fixture)
     except RLMError as exc:
         _fail(exc)
     if output_format in ("json", "jsonl"):  # one JSON line either way
@@ -116,37 +116,34 @@ def _work(
         _fail(exc)
     err = stderr_console()  # no hard wrap when redirected, NO_COLOR
     try:
-        with JournalSession(journal_flags("volley work"), err, existing=True) as session:
+        with open_volleys("volley work", err, existing=True) as journal:
             # A sibling works on the pool's volley, whatever ``last`` names by now.
-            ref = volley_ref if parent is None else parent.volley_id
-            stored = session.load(ref, rerun_failed=False)
-            fixture = resumed_fixture(stored.settings, fixture_latency)
+            stored = journal.load(volley_ref if parent is None else parent.volley_id)
             config, options = volley_settings("volley work", stored=stored.settings)
             require_key(config)
-            toolbox = volley_cmd.host_tools(tools, options)
-            worker = session.worker(stored.volley_id)
+            plan = Plan(stored, config, options, resumed_fixture(stored.settings,
+                                                                  fixture_latency),
+                        host_tools(tools, options))
             prompts = {t.index: t.prompt for t in stored.tasks}
             sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err,
                                                     done=len(stored.earlier))]
-            run = Volley(config, stored.tasks, context=stored.context, options=options,
-                         volley_id=stored.volley_id, source=worker, sink=worker,
-                         earlier=stored.earlier, sinks=sinks, trace_path=trace_path,
-                         providers=fixture_providers(config, fixture), tools=toolbox,
-                         before_send=worker.before_send)
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else ([], {})
-            result = trio.run(
-                _work_pool, session, run, worker, stored.spent, siblings, pool - 1, parent
-            )
-            mine = worker.accepted
-            left = session.store.volley(stored.volley_id).counts
+            result = trio.run(partial(
+                _work_pool, journal, plan, siblings, pool - 1, parent,
+                sinks=sinks, trace_path=trace_path,
+            ))
+            assert journal.worker is not None
+            mine = journal.worker.accepted
+            left = journal.store.volley(stored.volley_id).counts
     except RLMError as exc:
         _fail(exc)
+    volley_id = stored.volley_id
     click.echo(
-        f"worker finished: {mine} task(s) here; volley {run.volley_id}: {left['done']} done, "
+        f"worker finished: {mine} task(s) here; volley {volley_id}: {left['done']} done, "
         f"{left['failed']} failed, {left['open'] + left['in_progress']} open",
         err=True,
     )
-    _exit(result, run.volley_id, left["failed"])
+    _exit(result, volley_id, left["failed"])
 
 
 def _exit(result: VolleyResult, volley_id: str, failed: int) -> None:
@@ -166,14 +163,13 @@ def _exit(result: VolleyResult, volley_id: str, failed: int) -> None:
 
 
 async def _work_pool(
-    session: JournalSession,
-    run: Volley,
-    worker: Any,
-    spent: Any,
+    journal: JournaledVolley,
+    plan: Plan,
     argv: tuple[list[str], dict[str, str]],
     siblings: int,
     parent: PoolParent | None = None,
-) -> Any:
+    **engine: Any,
+) -> VolleyResult:
     """This worker, and ``siblings`` more as child processes (``argv``: their command
     line and the environment variables that carry its credentials, from ``pool_argv``).
 
@@ -188,24 +184,23 @@ async def _work_pool(
     async with trio.open_nursery() as nursery:
         if siblings:
             command, env = argv
-            nursery.start_soon(supervise_siblings, command, siblings, run.volley_id, env)
-        main = partial(
-            volley_cmd._main, console=session.console, live=False, merger=None,
-            on_event=lambda event: None,
-        )
+            nursery.start_soon(supervise_siblings, command, siblings, plan.stored.volley_id,
+                               env)
         async with trio.open_nursery() as watching:
             if parent is not None:
-                watching.start_soon(parent.watch, run.interrupt, partial(_die, run))
-            result = await session.work(run, worker, main, spent)
+                watching.start_soon(parent.watch, journal.interrupt, partial(_die, journal))
+            main = partial(drive, console=stderr_console(), live=False)
+            result = await journal.work(plan.stored, plan.config, plan.options, main=main,
+                                        **plan.engine(), **engine)
             watching.cancel_scope.cancel()
         if result.status == "interrupted":
             nursery.cancel_scope.cancel()  # each sibling gets SIGTERM
         return result
 
 
-def _die(run: Volley) -> None:
+def _die(journal: JournaledVolley) -> None:
     """Exit now, as a second Ctrl-C does: this worker did not stop within the grace."""
-    run.kill_sandboxes()
+    journal.kill_sandboxes()
     os._exit(130)
 
 

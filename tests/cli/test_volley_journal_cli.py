@@ -145,8 +145,8 @@ def test_show_says_running_while_a_live_worker_holds_a_task(tmp_path: Path) -> N
 def test_show_gives_a_running_volleys_heartbeat_age(tmp_path: Path) -> None:
     # A worker on another host was killed: its claim says "running" until the stale
     # timeout, and show tells how old the last heartbeat is (text, JSON, the task).
-    from rlm.cli.volley_journal import stored_result
     from rlm.volley.output import format_summary
+    from rlm.volley.readback import stored_result
 
     journal = tmp_path / "j.sqlite3"
     volley_id = _create(journal, "a", "b", "--provider", "fixture")

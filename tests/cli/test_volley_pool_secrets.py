@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from rlm.cli.volley_journal import pool_argv
+from rlm.cli._pool_link import pool_argv
 from rlm.journal import open_store
 from tests.cli.test_volley_pool_link import _registered
 from tests.e2e.test_journal_volley_e2e import RLM, _env, _task_file, _until, counting_server

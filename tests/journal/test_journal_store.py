@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rlm.cli.volley_journal import stored_result
 from rlm.errors import JournalError, UnknownVolleyError, UsageError
 from rlm.journal._open import open_store
 from rlm.journal.records import (
@@ -24,6 +23,7 @@ from rlm.journal.records import (
 )
 from rlm.journal.store import JournalStore
 from rlm.volley.output import format_summary
+from rlm.volley.readback import stored_result
 from tests.journal_store_fixtures import A, B, FakeClock, RecordingSQLite, task_specs
 
 

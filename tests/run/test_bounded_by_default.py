@@ -229,7 +229,7 @@ async def test_a_runaway_rlm_volley_task_ends_at_the_run_limit_and_only_it_fails
     model = RLM(provider="fixture", timeout=2, max_llm_calls=None)
     with trio.fail_after(60):
         result = await model.avolley([looping, "What is the magic number?"],
-                                     "the magic number is 42. " * 10, rlm=True)
+                                     "the magic number is 42. " * 10, mode="rlm")
     runaway, fine = result.tasks
     assert runaway.status == "failed" and runaway.error == "timed out after 2s"
     assert fine.status == "succeeded" and fine.output == "42"

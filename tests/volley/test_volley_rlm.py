@@ -58,7 +58,7 @@ async def test_rlm_tasks_share_one_context_and_answer_in_task_order() -> None:
     async with serving(sub_latency=0.01) as (url, server):
         model = RLM(base_url=url, model="fixture:4", api_key="k", max_concurrent=8,
                     sandboxes=launcher)
-        result = await model.avolley([*questions, broken, questions[0]], big_context(), rlm=True)
+        result = await model.avolley([*questions, broken, questions[0]], big_context(), mode="rlm")
     assert [t.index for t in result.tasks] == [1, 2, 3, 4, 5]
     answers = [t.output for t in result.tasks]
     assert answers[:3] == list(FACTS.values()) and answers[4] == FACTS["magic number"]
@@ -130,7 +130,7 @@ def shout(key: str) -> str:
 
 def test_rlm_tasks_offer_the_models_host_tools_to_their_code() -> None:
     model = RLM(provider="fixture", tools=[shout])
-    result = model.volley(["Call shout('abc')", "Call shout(5)"], "some context", rlm=True)
+    result = model.volley(["Call shout('abc')", "Call shout(5)"], "some context", mode="rlm")
     assert [t.output for t in result.tasks] == [
         "ABC", "ToolError: shout: argument 'key': 5 is not of type 'string'",
     ]

@@ -1,0 +1,115 @@
+"""What a volley command reads: its tasks, its shared context, and the go-ahead.
+
+Tasks come from arguments, a task file (``-f``: lines, JSON, JSONL) and stdin; the
+shared context from task files, ``--context`` and ``--context-file``, all within
+``--max-context-bytes``.  Before anything is stored or sent, a large volley's
+estimate (tokens, cost, time) is shown, and asked about on a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from rlm._config import RunConfig, VolleyOptions
+from rlm._run.assembly import load_prices
+from rlm.cli._context_input import ReadLimits, read_context, read_text
+from rlm.cli._settings_cli import command_settings, given_flag
+from rlm.cli._volley_run import volley_settings
+from rlm.errors import UsageError
+from rlm.journal.volleys import StoredVolley
+from rlm.providers.fixture import FixtureOptions
+from rlm.providers.open import bills_cache_writes
+from rlm.volley.estimate import estimate
+from rlm.volley.layout import RequestLayout
+from rlm.volley.records import VolleyTask
+from rlm.volley.tasks import TaskFile, number_tasks, parse_lines, parse_task_file
+
+__all__ = ["check_resume_flags", "confirmed", "read_volley", "still_to_run"]
+
+
+def read_volley(
+    command: str, tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
+    contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
+) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
+    """Tasks, shared context, run settings and volley options from the flags."""
+    read = command_settings(("run",), command).values  # what reading may take
+    limits = ReadLimits(read["max_context_bytes"], read["timeout"])
+    parsed = _read_tasks(tasks, task_file, from_stdin, context_files, encoding, limits)
+    context = [*parsed.context, *contexts, *_context_list(context_files, encoding, limits)]
+    task_list = number_tasks(parsed.tasks)
+    config, options = volley_settings(command, file_cap=parsed.max_concurrent)
+    return task_list, context, config, options
+
+
+def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
+                context_files: tuple[str, ...], encoding: str, limits: ReadLimits) -> TaskFile:
+    if from_stdin and "-" in context_files:
+        raise UsageError("--stdin and --context-file - both want stdin; put one in a file")
+    if from_stdin and task_file == "-":
+        raise UsageError("use either --stdin or -f -, not both")
+    items = [{"prompt": a} for a in args]
+    parsed = TaskFile([])
+    if task_file is not None:
+        name = "stdin" if task_file == "-" else task_file
+        parsed = parse_task_file(read_text(task_file, encoding, "task file", limits=limits),
+                                 name)
+        if not parsed.tasks and not items and not from_stdin:
+            raise UsageError(f"task file {name} holds no tasks (blank lines are skipped): "
+                             "one task per line, JSON or JSONL")
+    stdin_tasks = (parse_lines(read_text("-", encoding, "task file", limits=limits))
+                   if from_stdin else [])
+    return TaskFile([*items, *parsed.tasks, *stdin_tasks], parsed.context, parsed.max_concurrent)
+
+
+def _context_list(paths: tuple[str, ...], encoding: str, limits: ReadLimits) -> list[str]:
+    context = read_context(paths, encoding, limits=limits)
+    if isinstance(context, str):
+        return [context] if paths else []
+    return context
+
+
+def confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
+               options: VolleyOptions, only: bool, skip: bool, yes: bool,
+               fixture: FixtureOptions) -> bool:
+    """Show the estimate when asked or when the volley is large; ask on a TTY only."""
+    if skip and not only:
+        return True
+    layout = RequestLayout(context, model=config.model, max_tokens=config.max_tokens)
+    latency = fixture.sub_latency if config.provider == "fixture" else 2.0
+    warm = options.cache_warm and options.mode == "completion"
+    est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
+                   rlm=options.mode == "rlm", latency=latency,
+                   bills_cache_writes=bills_cache_writes(config))
+    if only:
+        click.echo("\n".join(est.lines()))
+        return False
+    if not est.large:
+        return True
+    click.echo("\n".join(est.lines()), err=True)
+    if yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return True  # without a TTY nobody could answer: never wait for input
+    if click.confirm("Continue?", default=True, err=True):
+        return True
+    click.echo("Error: not confirmed; nothing was sent (pass -y to skip the question)", err=True)
+    sys.exit(1)
+
+
+def check_resume_flags(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
+                        contexts: tuple[str, ...], context_files: tuple[str, ...]) -> None:
+    """--resume runs what the journal holds: flags that would change it are refused."""
+    if tasks or task_file or from_stdin:
+        raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
+    if contexts or context_files:
+        raise UsageError("--resume uses the shared context stored with the volley; leave out "
+                         "--context and --context-file (a new context is a new volley)")
+    if given_flag("mode"):
+        raise UsageError("--resume keeps the stored volley's kind of task; leave out --rlm "
+                         "(a volley of --rlm tasks resumes as one)")
+
+
+def still_to_run(stored: StoredVolley, skip_failed: bool) -> list[VolleyTask]:
+    """The tasks a resume will run: not done, and not failed with --skip-failed."""
+    standing = {r.index for r in stored.earlier if skip_failed or r.status == "succeeded"}
+    return [t for t in stored.tasks if t.index not in standing]
