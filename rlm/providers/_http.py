@@ -5,7 +5,9 @@ which :func:`rlm.providers.open.open_providers` opens and closes.  One attempt p
 call, no hidden retries: the client's transport retries nothing and the gate decides
 what to do with a failure.
 Every body is read through a cap (:class:`ResponseLimits`, the setting
-``max_response_bytes``): nothing past it is read or kept, whatever the server sends.
+``max_response_bytes``): nothing past it is read or kept, whatever the server sends;
+and within a time limit (``request_timeout``) for the whole attempt, its response read
+to the end, however slowly the server trickles it.
 httpx2's exceptions are translated here into :mod:`rlm.errors` types that name
 the URL and what came back.  API keys travel only in request headers; they are
 never logged and never part of an error message.
@@ -22,11 +24,13 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx2
+import trio
 
 from rlm._config import DEFAULTS, RunConfig
 from rlm._sizes import format_size
@@ -53,6 +57,7 @@ __all__ = [
     "count_tokens",
     "endpoint_url",
     "error_detail",
+    "finished_within",
     "key_sent",
     "load_http_transport",
     "make_http_client",
@@ -88,16 +93,39 @@ ERROR_BODY_BYTES = 64 << 10
 class ResponseLimits:
     """What one attempt may take of a response: the run settings of the same names.
 
-    ``stream_idle_timeout`` bounds each wait for the next bytes of a stream;
+    ``request_timeout`` bounds the whole attempt, its response read to the end;
+    ``stream_idle_timeout`` each wait for the next bytes of a stream;
     ``max_response_bytes`` the body, streamed or whole: nothing past it is read.
     """
 
+    request_timeout: float = DEFAULTS.request_timeout
     stream_idle_timeout: float = DEFAULTS.stream_idle_timeout
     max_response_bytes: int = DEFAULTS.max_response_bytes
 
     @classmethod
     def of(cls, config: RunConfig) -> ResponseLimits:
-        return cls(config.stream_idle_timeout, config.max_response_bytes)
+        return cls(config.request_timeout, config.stream_idle_timeout, config.max_response_bytes)
+
+
+@contextmanager
+def finished_within(
+    url: str, seconds: float, received: Callable[[], str] = lambda: ""
+) -> Iterator[None]:
+    """Raise a retryable ProviderConnectionError naming ``request_timeout`` when the block
+    (an attempt, its response read to the end) takes longer than ``seconds`` on trio's
+    clock.  httpx2's own timeouts bound each read, so a server that sends a byte now and
+    then would pass every one of them for ever; this bounds the whole.  ``received``
+    says what had come by then."""
+    try:
+        with trio.fail_after(seconds):
+            yield
+    except trio.TooSlowError as exc:
+        name = setting("request_timeout")
+        raise ProviderConnectionError(
+            f"{url} did not finish its response within {seconds:g} s ({name}{received()}); "
+            f"raise {name} if this endpoint's answers are really that slow",
+            url=url,
+        ) from exc
 
 
 def load_http_transport() -> None:
@@ -190,13 +218,15 @@ async def post_json(
     name) and read the answer whole, through ``limits``' cap; network failures become
     ProviderConnectionError, error statuses ProviderStatusError subclasses that name
     ``url``, a body past the cap ProviderResponseError."""
-    cap = (limits or ResponseLimits()).max_response_bytes
+    limits = limits or ResponseLimits()
     try:
-        async with client.stream("POST", target or url, json=body, headers=headers) as streamed:
-            failed = streamed.status_code >= 400
-            response = await read_body(
-                streamed, url, ERROR_BODY_BYTES if failed else cap, keep_head=failed
-            )
+        with finished_within(url, limits.request_timeout):
+            async with client.stream(
+                "POST", target or url, json=body, headers=headers
+            ) as streamed:
+                failed = streamed.status_code >= 400
+                cap = ERROR_BODY_BYTES if failed else limits.max_response_bytes
+                response = await read_body(streamed, url, cap, keep_head=failed)
     except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.TransportError as exc:

@@ -12,6 +12,8 @@ byte came for ``idle_timeout`` seconds) or the status error an error event
 names; the text already handed to ``on_text`` then belongs to a failed
 attempt and is never part of a Completion.  The idle timeout is httpx2's read
 timeout: it bounds every wait for bytes, headers included, on trio's clock.
+The whole attempt, its stream read to the end, must finish within
+``request_timeout``, however steadily the bytes come.
 A stream is read under the same byte cap as a whole body (``max_response_bytes``):
 past it, counting the events' framing as it came over the wire, the attempt fails
 with a ProviderResponseError naming the setting, and no event is held past it.
@@ -34,6 +36,7 @@ from rlm.providers._http import (
     JSONProvider,
     ResponseLimits,
     clean_text,
+    finished_within,
     key_sent,
     read_body,
     reason,
@@ -61,6 +64,7 @@ class JSONEventReader:
         self.url = url
         self.finished = False
         self.parts: list[str] = []
+        self.chars = 0  # in parts, together
 
     def feed(self, event: httpx2.ServerSentEvent) -> str:
         """The text ``event`` adds ('' for none)."""
@@ -77,6 +81,7 @@ class JSONEventReader:
         text = clean_text(text)
         if text:
             self.parts.append(text)
+            self.chars += len(text)
         return text
 
     def read(self, event: httpx2.ServerSentEvent, data: dict[str, Any]) -> str:
@@ -134,70 +139,81 @@ async def stream_completion(
     timeout = httpx2.Timeout(
         connect=base.connect, read=idle_timeout, write=base.write, pool=base.pool
     )
-    received = 0
-    opened: httpx2.Response | None = None
+    opened: list[httpx2.Response] = []  # the response, once its head came
+
+    def so_far() -> str:
+        return f"; {reader.chars} chars received, discarded"
+
     try:
-        async with client.stream(
-            "POST",
-            target or url,
-            json=body,
-            headers={**headers, "Accept": "text/event-stream"},
-            timeout=timeout,
-        ) as response:
-            opened = response
-            if response.status_code >= 400:
-                failed = await read_body(response, url, ERROR_BODY_BYTES, keep_head=True)
-                raise status_error(url, failed, key_sent=key_sent(headers))
-            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if kind != "text/event-stream":
-                completion = whole(await read_body(response, url, cap))
-                if completion.text:
-                    await on_text(completion.text)
-                return completion
-            # EventSource iterates with an async generator: close it on every exit.
-            # No event may be larger than the cap (httpx2 raises SSEError past it).
-            source = cast(
-                AsyncGenerator[httpx2.ServerSentEvent, None],
-                aiter(httpx2.EventSource(response, max_event_size=cap)),
-            )
-            async with aclosing(source) as events:
-                async for event in events:
-                    # Bytes as they came over the wire, framing included; and the text
-                    # kept, which a compressed stream could make larger.
-                    if max(response.num_bytes_downloaded, received) > cap:
-                        raise too_large(url, cap)
-                    if reader.finished:
-                        continue  # read to the end so the connection can be reused
-                    text = reader.feed(event)
-                    if text:
-                        received += len(text)
-                        await on_text(text)
-            if not reader.finished:
-                raise ProviderConnectionError(
-                    f"{url} ended the stream before its final event "
-                    f"({received} chars received, discarded)",
-                    url=url,
-                )
-            return reader.completion(response)
+        with finished_within(url, limits.request_timeout, so_far):
+            async with client.stream(
+                "POST",
+                target or url,
+                json=body,
+                headers={**headers, "Accept": "text/event-stream"},
+                timeout=timeout,
+            ) as response:
+                opened.append(response)
+                if response.status_code >= 400:
+                    failed = await read_body(response, url, ERROR_BODY_BYTES, keep_head=True)
+                    raise status_error(url, failed, key_sent=key_sent(headers))
+                kind = response.headers.get("content-type", "").partition(";")[0]
+                if kind.strip().lower() != "text/event-stream":
+                    completion = whole(await read_body(response, url, cap))
+                    if completion.text:
+                        await on_text(completion.text)
+                    return completion
+                await _read_events(response, url, reader, on_text, cap)
+                return reader.completion(response)
     except httpx2.ReadTimeout as exc:
         raise ProviderConnectionError(
-            f"{url} stalled: no bytes for {idle_timeout:g} s ({setting('stream_idle_timeout')}; "
-            f"{received} chars received, discarded)",
+            f"{url} stalled: no bytes for {idle_timeout:g} s ({setting('stream_idle_timeout')}"
+            f"{so_far()})",
             url=url,
         ) from exc
     except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.SSEError as exc:
-        if opened is not None and opened.num_bytes_downloaded > cap:  # an event past the cap
+        if opened and opened[0].num_bytes_downloaded > cap:  # one event past the cap
             raise too_large(url, cap) from exc
         raise ProviderResponseError(f"{url} sent a bad event stream: {exc}", url=url) from exc
     except httpx2.TransportError as exc:
+        received = reader.chars
         what = "dropped the stream" if received else "could not be read"
         raise (None if received else unreachable_error(url, exc)) or ProviderConnectionError(
-            f"{url} {what} ({reason(exc)}; {received} chars received, discarded)",
-            url=url,
+            f"{url} {what} ({reason(exc)}{so_far()})", url=url
         ) from exc
     except httpx2.DecodingError as exc:  # a compressed body that does not decompress
         raise ProviderResponseError(
             f"{url} sent a body that cannot be decoded: {reason(exc)}", url=url
         ) from exc
+
+
+async def _read_events(
+    response: httpx2.Response, url: str, reader: JSONEventReader, on_text: TextSink, cap: int
+) -> None:
+    """Feed ``response``'s events to ``reader`` until its final one, passing text on;
+    past ``cap`` bytes (or characters of text) :func:`too_large` is raised."""
+    # EventSource iterates with an async generator: close it on every exit.
+    # No event may be larger than the cap (httpx2 raises SSEError past it).
+    source = cast(
+        AsyncGenerator[httpx2.ServerSentEvent, None],
+        aiter(httpx2.EventSource(response, max_event_size=cap)),
+    )
+    async with aclosing(source) as events:
+        async for event in events:
+            # Bytes as they came over the wire, framing included; and the text kept,
+            # which a compressed stream could make larger.
+            if max(response.num_bytes_downloaded, reader.chars) > cap:
+                raise too_large(url, cap)
+            if reader.finished:
+                continue  # read to the end so the connection can be reused
+            text = reader.feed(event)
+            if text:
+                await on_text(text)
+    if not reader.finished:
+        raise ProviderConnectionError(
+            f"{url} ended the stream before its final event "
+            f"({reader.chars} chars received, discarded)",
+            url=url,
+        )
