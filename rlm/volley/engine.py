@@ -169,12 +169,11 @@ class Volley:
 
     @property
     def concurrency(self) -> int:
-        """Requests this process sends at once now: its share of ``max_concurrent``, or
-        less while the provider's push-back holds it lower (a journal worker claims by
-        it, so a worker cut back holds no more tasks than it runs soon)."""
-        if self._gate is None:
-            return self._share()
-        return self._gate.limiter.sub_limit
+        """Requests this process may send at once: its share of ``max_concurrent`` (a
+        journal worker claims by it).  Not the window adaptive control has cut it to:
+        a worker whose requests were all refused still holds fresh tasks to send
+        when one gets through, so it keeps the slot it won."""
+        return self._share()
 
     def _share(self) -> int:
         """This process's part of ``max_concurrent``, ``workers`` being live."""
