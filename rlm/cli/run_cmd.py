@@ -20,8 +20,11 @@ from rlm.errors import RLMError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rlm._api import RLM
     from rlm._events import Event
     from rlm._result import RunResult
+    from rlm._run.context import Context
+    from rlm._sandbox.early import EarlyZygote
 
 __all__ = ["run"]
 
@@ -126,70 +129,20 @@ def run(
     Exit codes: 0 answered · 1 runtime failure · 2 usage error ·
     3 a limit or budget ended the run · 4 credentials refused · 130 interrupted.
     """
-    # The sandbox zygote boots while the runtime is imported and the context read; the run
-    # adopts it.  The `rlm` executable started it before parsing the command line
-    # (rlm.cli._console); otherwise it starts now.  Closed on every exit path.
-    from rlm._sandbox.early import EarlyZygote
-
-    ctx = click.get_current_context()
-    started = ctx.find_root().obj
-    early_zygote = (
-        started if isinstance(started, EarlyZygote) else EarlyZygote.begin(reap_at_close=True)
-    )
-    ctx.call_on_close(early_zygote.close)
+    early_zygote = _early_zygote(click.get_current_context())
     # Imported here, not at the top: `rlm --help` lists this command without loading the runtime.
-    from rlm._api import RLM
     from rlm._result import STATUS_EXIT_CODES
-    from rlm._run.assembly import default_launcher
-    from rlm._run.tools import load_tool
-    from rlm._trace import check_trace_path
-    from rlm.cli._context_input import ReadLimits, context_paths, read_context, warn_if_empty
     from rlm.cli._history import RunKeeper
     from rlm.cli._signals import run_with_signals
 
-    if as_json and output_format not in (None, "json"):
-        raise click.UsageError(
-            f"--json is --output-format json; give --output-format {output_format} alone"
-        )
-    # --json with --stream has always meant the events, one per line (jsonl).
-    fmt = output_format or ("jsonl" if as_json and show_text else "json" if as_json else "text")
-    events_out = show_text and fmt == "jsonl"  # stdout carries every event, one JSON line each
-    object_out = fmt != "text" and not events_out  # stdout carries one JSON object
-    resolved = command_settings(("run",), "run")
-    settings = resolved.values
-    if settings["cache_path"] is None and resolved.sources["cache_mode"] != "default":
-        raise click.UsageError("--cache-mode needs --cache PATH: the journal to replay from")
-    if resolved.sources["model"] == "default":
-        settings["model"] = model_or_blank(settings["provider"], None)
-    if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
-        importlib.import_module("rlm.providers._http").load_http_transport()
-    api_key = api_key_from_environment(settings["provider"])
+    fmt, events_out, object_out = _formats(as_json, output_format, show_text)
+    settings = _settings()
     printer = None if quiet or show_text else _progress_printer()
     keeper = RunKeeper(keep=history, view=view, trace_path=trace_path, query=query)
     try:
-        if trace_path is not None:
-            check_trace_path(trace_path)
-        sinks = [] if printer is None else [printer]
-        functions = [load_tool(spec) for spec in tools]
-        launcher = functools.partial(default_launcher, early_zygote=early_zygote)
-        model = RLM(
-            trace_path=trace_path, sinks=sinks, api_key=api_key, sandboxes=launcher,
-            tools=functions, **settings
-        )
-        if not api_key and settings["provider"] != "fixture":
-            from rlm.providers.keys import missing_key_message  # httpx: not for fixture runs
-
-            problem = missing_key_message(model.config)
-            if problem:
-                fail(problem, 4, as_json=fmt != "text")
-        if settings["require_isolation"]:
-            from rlm.cli.doctor_cmd import require_isolation  # only when asked for
-
-            require_isolation(settings["require_isolation"])
-        paths = context_paths(context_files, more_paths)
-        limits = ReadLimits(settings["max_context_bytes"], settings["timeout"])
-        context = read_context(paths, encoding, glob_pattern, limits=limits)
-        warn_if_empty(paths, context)
+        model = _model(settings, trace_path, [] if printer is None else [printer], tools,
+                       early_zygote, as_json=fmt != "text")
+        context = _context(context_files, more_paths, encoding, glob_pattern, settings)
         on_event = _live_output(events_out) if show_text else None
         keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
@@ -212,6 +165,83 @@ def run(
     keeper.close(result)
     _report(result, as_json=object_out, quiet=quiet, events=events_out, raw=raw)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
+
+
+def _early_zygote(ctx: click.Context) -> EarlyZygote:
+    """The sandbox zygote, booting while the runtime is imported and the context read; the
+    run adopts it.  The `rlm` executable started it before parsing the command line
+    (rlm.cli._console); otherwise it starts now.  Closed on every exit path."""
+    from rlm._sandbox.early import EarlyZygote
+
+    started = ctx.find_root().obj
+    early = started if isinstance(started, EarlyZygote) else EarlyZygote.begin(reap_at_close=True)
+    ctx.call_on_close(early.close)
+    return early
+
+
+def _formats(as_json: bool, output_format: str | None, show_text: bool) -> tuple[str, bool, bool]:
+    """stdout's format, whether it carries every event, whether it carries one object."""
+    if as_json and output_format not in (None, "json"):
+        raise click.UsageError(
+            f"--json is --output-format json; give --output-format {output_format} alone"
+        )
+    # --json with --stream has always meant the events, one per line (jsonl).
+    fmt = output_format or ("jsonl" if as_json and show_text else "json" if as_json else "text")
+    events_out = show_text and fmt == "jsonl"  # stdout carries every event, one JSON line each
+    return fmt, events_out, fmt != "text" and not events_out
+
+
+def _settings() -> dict[str, Any]:
+    """The run's settings, as flags, environment, profile and config files give them."""
+    resolved = command_settings(("run",), "run")
+    settings = resolved.values
+    if settings["cache_path"] is None and resolved.sources["cache_mode"] != "default":
+        raise click.UsageError("--cache-mode needs --cache PATH: the journal to replay from")
+    if resolved.sources["model"] == "default":
+        settings["model"] = model_or_blank(settings["provider"], None)
+    if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
+        importlib.import_module("rlm.providers._http").load_http_transport()
+    return settings
+
+
+def _model(settings: dict[str, Any], trace_path: str | None, sinks: list[Any],
+           tools: tuple[str, ...], early_zygote: EarlyZygote, *, as_json: bool) -> RLM:
+    """The configured model; a hosted API without a key, or a missing isolation layer,
+    stops here, before anything is read or sent."""
+    from rlm._api import RLM
+    from rlm._run.assembly import default_launcher
+    from rlm._run.tools import load_tool
+    from rlm._trace import check_trace_path
+
+    if trace_path is not None:
+        check_trace_path(trace_path)
+    api_key = api_key_from_environment(settings["provider"])
+    model = RLM(
+        trace_path=trace_path, sinks=sinks, api_key=api_key, tools=[load_tool(t) for t in tools],
+        sandboxes=functools.partial(default_launcher, early_zygote=early_zygote), **settings,
+    )
+    if not api_key and settings["provider"] != "fixture":
+        from rlm.providers.keys import missing_key_message  # httpx: not for fixture runs
+
+        problem = missing_key_message(model.config)
+        if problem:
+            fail(problem, 4, as_json=as_json)
+    if settings["require_isolation"]:
+        from rlm.cli.doctor_cmd import require_isolation  # only when asked for
+
+        require_isolation(settings["require_isolation"])
+    return model
+
+
+def _context(context_files: tuple[str, ...], more_paths: tuple[str, ...], encoding: str,
+             glob_pattern: str, settings: dict[str, Any]) -> Context:
+    from rlm.cli._context_input import ReadLimits, context_paths, read_context, warn_if_empty
+
+    paths = context_paths(context_files, more_paths)
+    limits = ReadLimits(settings["max_context_bytes"], settings["timeout"])
+    context = read_context(paths, encoding, glob_pattern, limits=limits)
+    warn_if_empty(paths, context)
+    return context
 
 
 def _live_output(events_out: bool) -> Callable[[Event], None]:
