@@ -28,7 +28,7 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     ├── LimitExceeded               exit 3  a limit ended the run
     │   ├── BudgetExceeded                  the shared ledger refused a request
     │   └── RunTimeout                      the run's wall-clock --timeout passed
-    └── Interrupted                 exit 130 Ctrl-C or SIGTERM stopped the run
+    └── Interrupted                 exit 130 Ctrl-C, SIGTERM or SIGHUP stopped the run
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class RunTimeout(LimitExceeded):
 
 
 class Interrupted(RLMError):
-    """Ctrl-C (SIGINT) or SIGTERM stopped the run."""
+    """Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed) stopped the run."""
 
     exit_code = 130
     ends_run = True

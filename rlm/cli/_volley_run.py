@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from rlm._config import RunConfig, VolleyOptions
 from rlm._settings import Layer, api_key_from_environment, settings_of
 from rlm.cli._flags import model_or_blank
 from rlm.cli._settings_cli import command_settings
+from rlm.cli._signals import STOP_SIGNALS, insists, leave_terminal
 from rlm.cli._stale_lines import lost_line, recovery_lines
 from rlm.errors import UsageError
 from rlm.journal import Recovered
@@ -196,13 +196,16 @@ async def drive(run: Volley, *, console: Console, live: bool,
 
 
 async def _watch_signals(run: Volley) -> None:
-    """First Ctrl-C/SIGTERM: stop and print what completed; a second one exits at once."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        count = 0
-        async for _ in signals:
-            count += 1
-            if count > 1:
+    """First Ctrl-C/SIGTERM/SIGHUP: stop, give unfinished claims back, print what completed;
+    a second Ctrl-C or SIGTERM exits at once (see rlm.cli._signals)."""
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        stopping = False
+        async for signum in signals:
+            leave_terminal(signum)
+            if not stopping:
+                stopping = True
+                run.interrupt()
+            elif insists(signum):
                 run.kill_sandboxes()  # --rlm tasks: no sandbox outlives the process
                 os._exit(130)
-            run.interrupt()
 

@@ -22,6 +22,7 @@ from rlm.cli._context_input import ReadLimits, context_paths, read_context
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_params
+from rlm.cli._signals import TERMINATE_SIGNALS, insists, leave_terminal
 from rlm.cli._terminal import RAW_HELP, answer_for_stdout, say
 from rlm.cli.run_cmd import run
 from rlm.errors import RLMError, UsageError
@@ -98,7 +99,7 @@ def _chat(
     except RLMError as exc:
         fail(usage_message(exc, chat), exc.exit_code, as_json=as_json)
     exit_code = 0
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = {sig: signal.signal(sig, _terminate) for sig in TERMINATE_SIGNALS}
     try:
         try:
             try:
@@ -107,8 +108,9 @@ def _chat(
 
                     say(_BANNER)
                 exit_code = _loop(session, interactive=interactive, as_json=as_json, raw=raw)
-            finally:  # a second SIGTERM while saving ends at once
-                signal.signal(signal.SIGTERM, previous)
+            finally:  # a second SIGTERM while saving ends at once; a hang-up never does
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler if insists(sig) else signal.SIG_IGN)
         except _Terminated:  # as `rlm run` and `rlm volley` end on it; the chat is still saved
             say("Error: terminated")
             exit_code = 130
@@ -140,16 +142,17 @@ def _check_writable(path: str) -> None:
 
 
 class _Terminated(Exception):
-    """SIGTERM: end the chat as end of input does (the session is saved), exit 130."""
+    """SIGTERM or SIGHUP: end the chat as end of input does (the session is saved), exit 130."""
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
+    leave_terminal(signum)
     raise _Terminated
 
 
 def _loop(session: Session, *, interactive: bool, as_json: bool, raw: bool = False) -> int:
     """Answer questions until end of input; the exit code (4 when credentials were refused).
-    SIGTERM raises _Terminated out of it, the question in progress cancelled."""
+    SIGTERM or SIGHUP raises _Terminated out of it, the question in progress cancelled."""
     while True:
         try:
             line = input("rlm> " if interactive else "")

@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from rlm._config import DEFAULT_MAX_HISTORY_CHARS, SessionOptions
 from rlm.fixtures import generate_needle
 from tests.helpers import rlm_in_process
@@ -93,9 +95,12 @@ def test_chat_trace_writes_one_trace_per_question_and_a_bad_path_stops_before_as
     assert "Traceback" not in refused.stderr
 
 
-def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     # `rlm run` and `rlm volley` end on SIGTERM as on Ctrl-C; a chat was killed outright,
-    # and --save, written at the end, never was.
+    # and --save, written at the end, never was.  SIGHUP (the terminal closed) is the same.
     context = tmp_path / "big.txt"
     context.write_text(generate_needle(20_000, seed=1).text, encoding="utf-8")
     saved = tmp_path / "s.json"
@@ -114,7 +119,7 @@ def test_sigterm_ends_a_chat_as_end_of_input_does_and_keeps_the_save(tmp_path: P
         chat.stdin.write("What is the magic number?\n")
         chat.stdin.flush()
         answer = chat.stdout.readline().strip()  # the question is answered: the chat waits
-        chat.send_signal(signal.SIGTERM)
+        chat.send_signal(sig)
         _, err = chat.communicate(timeout=60)
     finally:
         watchdog.cancel()

@@ -138,7 +138,7 @@ async def test_timeout_ends_a_slow_run_with_exit_3(haystack: Path) -> None:
     assert elapsed < 10  # it did not wait for the 10 s sub-queries
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_ctrl_c_during_a_slow_fan_out_exits_130_and_leaves_no_process(
     haystack: Path, tmp_path: Path, sig: signal.Signals
 ) -> None:

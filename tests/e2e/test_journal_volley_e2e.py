@@ -7,6 +7,7 @@ the tests see which tasks were paid for twice.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -462,3 +463,89 @@ async def test_a_volley_whose_disk_fills_up_says_so_and_resumes_once_there_is_ro
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert all(t["status"] == "succeeded" for t in json.loads(resumed.stdout)["tasks"])
     assert all(server.per_task[i] == 1 for i in done_before), "a committed task was sent again"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+async def test_a_hangup_stops_a_volley_as_sigterm_does_and_gives_its_claims_back(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A closed terminal or a dropped ssh connection (SIGHUP) ends `rlm volley` as SIGTERM
+    does: exit 130, its unfinished claims given back at once (none left in progress until
+    the stale timeout), every committed result kept; a resume sends none of those again.
+    Left to its default, SIGHUP killed it as kill -9 does."""
+    journal = str(tmp_path / "j.sqlite3")
+    tasks = _task_file(tmp_path, 40)
+    async with counting_server(0.01, answer_first=10) as (url, server):
+        proc = await trio.lowlevel.open_process(
+            [*RLM, "volley", "-f", str(tasks), "--journal", journal, *_send_flags(url, 8)],
+            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        try:
+            await _until([proc], lambda: server.holding.is_set() and _done(journal) >= 10,
+                         "10 tasks were done")
+            proc.send_signal(sig)
+            with trio.fail_after(60):
+                said = await _stream_text(proc.stderr)
+                code = await proc.wait()
+        finally:
+            server.release.set()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        (volley_id,) = _volley_ids(journal)
+        statuses = _statuses(journal, volley_id)
+        resumed = await rlm("volley", "--resume", "last", "--journal", journal,
+                            "--output-format", "json", *_send_flags(url, 8))
+    assert code == 130, said
+    assert "Error: interrupted: 10 completed" in said, said
+    assert "in_progress" not in statuses.values()
+    done_before = {i for i, status in statuses.items() if status == "done"}
+    assert len(done_before) == 10
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert all(t["status"] == "succeeded" for t in json.loads(resumed.stdout)["tasks"])
+    assert all(server.per_task[i] == 1 for i in done_before), "a committed task was sent again"
+
+
+async def test_a_closed_terminal_stops_a_volley_as_sigterm_does(tmp_path: Path) -> None:
+    """The terminal a volley runs in goes away (its pty closed, as an ssh drop does: the
+    kernel sends SIGHUP, and a shell sends its jobs one more).  The volley gives its
+    claims back, keeps its results and exits 130; writing to the dead terminal (EIO)
+    neither fails it nor keeps it from ending."""
+    journal = str(tmp_path / "j.sqlite3")
+    tasks = _task_file(tmp_path, 200)
+    master, slave = os.openpty()
+    try:
+        # setsid -c: a session of its own whose controlling terminal is the pty.
+        proc = await trio.lowlevel.open_process(
+            ["setsid", "-c", *RLM, "volley", "-f", str(tasks), "--journal", journal,
+             "--provider", "fixture", "--fixture-latency", "0.5s", "--max-concurrent", "8",
+             "--no-estimate"],
+            stdin=slave, stdout=slave, stderr=slave, env=_env(),
+        )
+    finally:
+        os.close(slave)
+    terminal = trio.lowlevel.FdStream(master)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, terminal)  # a terminal shows what it is sent
+            await _until([proc], lambda: _done(journal) >= 8, "8 tasks were done")
+            nursery.cancel_scope.cancel()
+        await terminal.aclose()  # the terminal goes away
+        proc.send_signal(signal.SIGHUP)  # and the shell passes the hang-up on
+        with trio.fail_after(60):
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    (volley_id,) = _volley_ids(journal)
+    statuses = _statuses(journal, volley_id)
+    assert code == 130
+    assert "in_progress" not in statuses.values()
+    assert 8 <= list(statuses.values()).count("done") < 200
+
+
+async def _drain(stream: trio.lowlevel.FdStream) -> None:
+    with contextlib.suppress(OSError, trio.ClosedResourceError):
+        while await stream.receive_some():
+            pass
