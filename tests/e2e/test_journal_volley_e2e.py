@@ -412,13 +412,14 @@ def small_disk(where: Path, size: str) -> Iterator[Path]:
 def fill_up(disk: Path) -> Path:
     """Write zeros to a file on ``disk`` until no space is left; the file."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # unbuffered: nothing left to flush
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
     return filler
 
 
