@@ -175,6 +175,9 @@ class StepCompleted(Event):
     forced_final: bool
     input_tokens: int
     output_tokens: int
+    #: Of ``input_tokens``: read from the provider's prompt cache, and written to it.
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
     reply_chars: int
     #: Characters of the reply its conversation did not keep (past ``max_reply_chars``).
     reply_cut_chars: int = 0

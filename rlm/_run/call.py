@@ -22,6 +22,7 @@ already ran.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ from rlm_sandbox.protocol import BridgeAnswer, BridgeRequest
 if TYPE_CHECKING:
     from rlm._run.bridge import Bridge
 
-__all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry"]
+__all__ = ["Call", "CallOutcome", "CallParts", "CallStatus", "SessionCarry", "new_cache_key"]
 
 @dataclass(frozen=True, slots=True, eq=False)
 class CallOutcome:
@@ -91,6 +92,13 @@ class CallParts:
     system_prompt: str = ""
     #: The root's final answer must be JSON fitting this schema (structured answers).
     answer_schema: JsonSchema | None = None
+    #: Sent with every step of the run for providers that route by it (prompt caching).
+    cache_key: str = ""
+
+
+def new_cache_key() -> str:
+    """A run's prompt-cache key: random, so it says nothing about the run or its keys."""
+    return f"rlm-{secrets.token_hex(8)}"
 
 
 @dataclass(slots=True, eq=False)
@@ -107,6 +115,8 @@ class SessionCarry:
     history: list[Message] = field(default_factory=list)
     #: Past this many characters the older steps are compacted before the next query.
     max_history_chars: int | None = None
+    #: The prompt-cache key of every query's steps: they share the conversation's prefix.
+    cache_key: str = field(default_factory=new_cache_key)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -214,7 +224,7 @@ class Call:
         names is only a label, not part of the cache's digest)."""
         depth = self.depth + 1
         return _step_request(
-            self._parts.config, _opening(self._parts, depth, query, context), depth,
+            self._parts, _opening(self._parts, depth, query, context), depth,
             call_id=f"{self.call_id}.{self.children + 1}", parent_id=self.call_id,
         )
 
@@ -303,7 +313,7 @@ class Call:
         if not forced:
             self.iteration += 1
         request = _step_request(
-            self._parts.config, list(self.history), self.depth,
+            self._parts, list(self.history), self.depth,
             call_id=self.call_id, parent_id=self.parent_id,
         )
         sent_before, self._sent = self._sent, len(self.history)
@@ -332,6 +342,8 @@ class Call:
                 forced_final=forced,
                 input_tokens=completion.input_tokens,
                 output_tokens=completion.output_tokens,
+                cached_input_tokens=_tokens(completion.metadata.get("cached_tokens")),
+                cache_write_tokens=_tokens(completion.metadata.get("cache_write_tokens")),
                 reply_chars=len(reply),
                 reply_cut_chars=len(reply) - min(len(reply), self._parts.config.max_reply_chars),
                 reply=kept,
@@ -561,10 +573,12 @@ def _opening(parts: CallParts, depth: int, query: str, context: Context) -> list
 
 
 def _step_request(
-    config: RunConfig, messages: list[Message], depth: int, *, call_id: str,
+    parts: CallParts, messages: list[Message], depth: int, *, call_id: str,
     parent_id: str | None,
 ) -> CompletionRequest:
-    """A step's request at ``depth``."""
+    """A step's request at ``depth``: its conversation is sent again, and more, at the
+    next step, so its end is worth caching."""
+    config = parts.config
     return CompletionRequest(
         messages=messages,
         model=_model(config, depth),
@@ -573,7 +587,14 @@ def _step_request(
         call_id=call_id,
         depth=depth,
         parent_id=parent_id,
+        cache_end=True,
+        cache_key=parts.cache_key or None,
     )
+
+
+def _tokens(value: object) -> int:
+    """A token count a provider put in a completion's metadata (0 when absent)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _lane(depth: int) -> Lane:

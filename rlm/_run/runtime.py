@@ -24,7 +24,7 @@ from rlm._config import RunConfig
 from rlm._events import EventBus, HistoryCompacted
 from rlm._run.assembly import build_gate, default_launcher, make_budget, root_system_prompt
 from rlm._run.bridge import Bridge
-from rlm._run.call import Call, CallOutcome, CallParts, SessionCarry
+from rlm._run.call import Call, CallOutcome, CallParts, SessionCarry, new_cache_key
 from rlm._run.context import Context
 from rlm._run.parsing import find_final
 from rlm._run.schema import JsonSchema
@@ -159,7 +159,8 @@ class Runtime:
                         abort=run.abort, deadline=lambda: run.deadline, tools=self._tools,
                         call_limit=call_limit)
         parts = CallParts(config, self.events, self.gate, self.sandboxes, bridge, run.abort,
-                          system_prompt=self._system, answer_schema=self._answer_schema)
+                          system_prompt=self._system, answer_schema=self._answer_schema,
+                          cache_key=carry.cache_key if carry is not None else new_cache_key())
         self._live.add(run)
         try:
             return await self._run(run, parts, query, context, call_id, carry, serve, extract)

@@ -157,7 +157,8 @@ class Budget:
         """Reserve one attempt of ``request`` or raise BudgetExceeded naming the limit.
 
         ``cache_writes``: the provider bills writing the request's cacheable prefix
-        (``cache_prefix``) at its cache-write rate (Anthropic: 1.25 times input), so
+        (``cache_prefix``, or the whole conversation with ``cache_end``: at most all
+        of it is written) at its cache-write rate (Anthropic: 1.25 times input), so
         the prefix is reserved at that rate; at the plain rate, requests in flight
         could pass ``--max-cost`` by a quarter of their prefixes' price.
         """

@@ -389,7 +389,7 @@ class Gate:
         """Reserve the attempt in the budget; a refusal is an event, then BudgetExceeded."""
         try:
             bills = getattr(provider, "bills_cache_writes", False) is True  # Anthropic
-            writes = request.cache_prefix > 0 and bills
+            writes = (request.cache_prefix > 0 or request.cache_end) and bills
             return self.ledger.reserve(request, cache_writes=writes)
         except BudgetExceeded as exc:
             self._events.emit(

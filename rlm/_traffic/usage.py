@@ -20,9 +20,11 @@ def estimate_io(request: CompletionRequest) -> tuple[int, int]:
 
 
 def prefix_tokens(request: CompletionRequest) -> int:
-    """Input tokens of the request's cacheable prefix (its first ``cache_prefix`` messages),
-    estimated like the prompt: characters / 4."""
-    return sum(len(m["content"]) for m in request.messages[: request.cache_prefix]) // 4
+    """Input tokens of the request's cacheable prefix (its first ``cache_prefix`` messages;
+    all of them for a conversation whose end is cached, ``cache_end``), estimated like the
+    prompt: characters / 4."""
+    cached = request.messages if request.cache_end else request.messages[: request.cache_prefix]
+    return sum(len(m["content"]) for m in cached) // 4
 
 
 @dataclass(frozen=True, slots=True)

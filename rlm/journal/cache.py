@@ -34,10 +34,12 @@ __all__ = ["CacheMode", "ResponseCache", "open_cache_store", "parse_cache_mode",
 CacheMode = Literal["read-write", "read-only", "refresh"]
 
 #: CompletionRequest fields that never change the answer (never sent to the provider,
-#: or, for ``cache_prefix``, only a hint where the provider may cache the prompt).
-_NOT_IN_DIGEST = frozenset(
-    {"lane", "call_id", "depth", "parent_id", "task", "task_title", "cache_prefix"}
-)
+#: or, for ``cache_*``, only hints where the provider may cache the prompt: the key
+#: differs from run to run).
+_NOT_IN_DIGEST = frozenset({
+    "lane", "call_id", "depth", "parent_id", "task", "task_title", "cache_prefix",
+    "cache_end", "cache_key",
+})
 
 
 def parse_cache_mode(value: str) -> CacheMode:

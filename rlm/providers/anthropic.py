@@ -6,6 +6,9 @@ DEFAULT_MAX_TOKENS.  System messages become the ``system`` field; the rest
 alternate user/assistant as the RLM loop already writes them.  529
 (overloaded) and 429 go to the gate's retry and adaptive logic like any
 provider's; a 400 about the credit balance stops the run as out of credit.
+Prompt caching is explicit here: a request marks cache breakpoints (a volley's
+shared prefix; a call's system prompt and its conversation's end, moved at
+each step), and cache reads and writes come back counted apart.
 """
 
 from __future__ import annotations
@@ -81,15 +84,13 @@ class AnthropicProvider(StreamingJSONProvider):
 
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
-        # Prompt caching: the end of a shared prefix (a volley's system prompt and
-        # context) is marked as a cache breakpoint, so later requests read it.
-        breakpoint_at = request.cache_prefix - 1
+        marked = _breakpoints(request)
         messages: list[dict[str, Any]] = []
         for i, m in enumerate(request.messages):
             if m["role"] == "system":
                 continue
             content: Any = m["content"]
-            if i == breakpoint_at:
+            if i in marked:
                 content = [{"type": "text", "text": content, "cache_control": _EPHEMERAL}]
             messages.append({"role": m["role"], "content": content})
         body: dict[str, Any] = {
@@ -98,7 +99,9 @@ class AnthropicProvider(StreamingJSONProvider):
             "messages": messages,
         }
         if system:
-            at_system = breakpoint_at >= 0 and request.messages[breakpoint_at]["role"] == "system"
+            at_system = request.cache_end or any(
+                request.messages[i]["role"] == "system" for i in marked
+            )
             body["system"] = (
                 [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
                 if at_system
@@ -150,3 +153,18 @@ class AnthropicProvider(StreamingJSONProvider):
             else None,
             metadata=metadata,
         )
+
+
+def _breakpoints(request: CompletionRequest) -> set[int]:
+    """The messages whose end is a prompt-cache breakpoint (besides the system prompt's).
+
+    A volley's shared prefix ends at one (``cache_prefix``); a call's step marks
+    its conversation's end (``cache_end``), so the next step, which sends all of
+    it again and more, reads it from the cache: Anthropic looks for a cached
+    prefix up to 20 blocks before a breakpoint, and a step adds two.  With the
+    system prompt's, that is at most 3 of the 4 breakpoints a request may have.
+    """
+    marked = {request.cache_prefix - 1} if request.cache_prefix > 0 else set()
+    if request.cache_end and request.messages:
+        marked.add(len(request.messages) - 1)
+    return marked

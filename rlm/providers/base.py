@@ -39,7 +39,13 @@ class CompletionRequest:
     events the request causes.  ``cache_prefix`` is the number of leading
     messages that are byte-identical across many requests (a volley's system
     prompt and shared context): providers with explicit prompt caching mark
-    the end of that prefix as a cache breakpoint.
+    the end of that prefix as a cache breakpoint.  ``cache_end`` says the
+    conversation will be sent again with more at its end (a call's step): such
+    providers mark its system prompt and its end as cache breakpoints, so the
+    next step reads all of this one from the cache.  ``cache_key`` is a stable
+    key per run (never a secret) that providers which route by one (OpenAI's
+    ``prompt_cache_key``) send, so the run's steps reach the machine that
+    holds their cached prefix.
     """
 
     messages: list[Message]
@@ -56,6 +62,8 @@ class CompletionRequest:
     task: int | None = None
     task_title: str | None = None
     cache_prefix: int = 0
+    cache_end: bool = False
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,11 +58,16 @@ class OpenAIProvider(StreamingJSONProvider):
         # max_completion_tokens for all; compatible servers expect max_tokens.
         host = httpx2.URL(self.url).host
         self._max_tokens_key = "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+        # OpenAI routes requests that share a prompt_cache_key (and a prefix) to the same
+        # machine, where their prefix is cached; compatible servers may refuse the field.
+        self._sends_cache_key = host == "api.openai.com"
 
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": request.model, "messages": request.messages}
         if request.max_tokens is not None:
             body[self._max_tokens_key] = request.max_tokens
+        if request.cache_key and self._sends_cache_key:
+            body["prompt_cache_key"] = request.cache_key
         if request.response_schema is not None:
             schema, _ = object_schema(request.response_schema)
             body["response_format"] = {

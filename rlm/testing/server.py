@@ -5,9 +5,10 @@ with :func:`rlm.providers.fixture.fixture_reply` once a latency has passed since
 the server read the request, slept inside the handler (so concurrent requests
 overlap, and the reply is built while the latency runs), optionally behind a
 bearer key, a hidden concurrency cap, a requests-per-minute limit and seeded
-fault injection.  ``POST /v1/messages`` speaks Anthropic's dialect.  Volley tasks
-report cached prompt tokens (``usage.prompt_tokens_details.cached_tokens``) from a
-simulated prefix cache.
+fault injection.  ``POST /v1/messages`` speaks Anthropic's dialect, prompt caching
+by ``cache_control`` breakpoints included (billed in ``cache_read_input_tokens`` and
+``cache_creation_input_tokens``).  Volley tasks report cached prompt tokens
+(``usage.prompt_tokens_details.cached_tokens``) from a simulated prefix cache.
 ``GET /v1/models`` lists the fixture names; ``GET /stats`` reports what the
 server saw (and is not counted).
 
@@ -38,8 +39,11 @@ from rlm.providers import fixture as scripted
 from rlm.providers.base import Message
 from rlm.testing.anthropic_dialect import (
     MESSAGES_PATHS,
+    CacheBlock,
     DialectError,
+    PromptCache,
     anthropic_message,
+    cache_blocks,
     parse_anthropic,
 )
 from rlm.testing.stream_reply import StreamReply, anthropic_stream_reply, stream_reply
@@ -196,6 +200,7 @@ class _Chat:
     dialect: Literal["openai", "anthropic"] = "openai"
     schema: dict[str, Any] | None = None
     number: int = 0  # how many requests the server had seen when this one arrived: its id
+    blocks: list[CacheBlock] = field(default_factory=list)  # Anthropic's prompt-cache view
 
 
 def _parse_chat(body: bytes, path: bytes) -> _Chat:
@@ -216,10 +221,11 @@ def _parse_chat(body: bytes, path: bytes) -> _Chat:
     if path in MESSAGES_PATHS:
         try:
             said, tool_schema = parse_anthropic(payload)
+            blocks = cache_blocks(payload)
         except DialectError as exc:
             raise _BadRequest(str(exc)) from exc
         return _Chat(said, model, payload.get("stream") is True, dialect="anthropic",
-                     schema=tool_schema)
+                     schema=tool_schema, blocks=blocks)
     messages: list[Message] = []
     for item in payload["messages"]:
         role = _ROLES.get(str(item.get("role"))) if isinstance(item, dict) else None
@@ -258,6 +264,7 @@ class FixtureServer:
         self._random = random.Random(self.options.seed)
         self._latencies = random.Random(f"latency-{self.options.seed}")  # apart from faults
         self._cache = scripted.PrefixCache()
+        self._prompt_cache = PromptCache()  # the Anthropic dialect's, by breakpoints
         self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
@@ -477,6 +484,9 @@ class FixtureServer:
         cached = self._cache.lookup(messages)
         text = scripted.fixture_reply(messages, model, opts.chunks, chat.schema)
         usage = self._usage(messages, text)
+        if chat.dialect == "anthropic":
+            read, written = self._prompt_cache.usage(model, chat.blocks)
+            usage.update(cache_read_input_tokens=read, cache_creation_input_tokens=written)
         ready = self._ready_reply(chat, fault, text, usage, cached, latency)
         await self._sleep(max(0.0, deadline - trio.current_time()))
         if fault == "drop":
@@ -484,6 +494,7 @@ class FixtureServer:
         if fault is not None or opts.garbage:
             return ready
         self._cache.write(messages)
+        self._prompt_cache.write(model, chat.blocks)
         if root:
             self.stats.root_requests += 1
         else:

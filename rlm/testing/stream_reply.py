@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm.providers.fixture import FIXTURE_FINGERPRINT, stream_pieces
+from rlm.testing.anthropic_dialect import cached_usage
 
 __all__ = ["StreamReply", "anthropic_stream_reply", "stream_reply"]
 
@@ -92,7 +93,7 @@ def anthropic_stream_reply(
     start: dict[str, Any] = {
         "id": f"msg_{reply_id}", "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": None,
-        "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": 1},
+        "usage": {**cached_usage(usage), "output_tokens": 1},
     }
     events = [
         _named("message_start", {"message": start}),

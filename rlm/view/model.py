@@ -133,6 +133,9 @@ class _Builder:
             "code_blocks": e.get("code_blocks"), "has_final": e.get("has_final"),
             "forced_final": e.get("forced_final"), "input_tokens": e.get("input_tokens"),
             "output_tokens": e.get("output_tokens"), "reply_chars": e.get("reply_chars"),
+            "cached_input_tokens": e.get("cached_input_tokens") or 0,
+            "cache_write_tokens": e.get("cache_write_tokens") or 0,
+            "reply_cut_chars": e.get("reply_cut_chars") or 0,
             "reply": self.texts.add(e.get("reply")),
             "request": self._request_messages(e.get("request")),
         }

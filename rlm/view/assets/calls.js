@@ -281,15 +281,24 @@
             : textView(m.content))));
   }
 
+  // What of a step's input the provider's prompt cache served (read) and stored (written).
+  function cacheNote(step) {
+    const parts = [];
+    if (step.cached_input_tokens) parts.push(num(step.cached_input_tokens) + " from the prompt cache");
+    if (step.cache_write_tokens) parts.push(num(step.cache_write_tokens) + " written to it");
+    return parts.length ? " (" + parts.join(", ") + ")" : "";
+  }
+
   function stepView(call, step, index) {
     const isLast = index === call.steps.length - 1;
     const finalHere = isLast && call.status === "answered" && (step.has_final || step.blocks.some((b) => b.final));
     return el("div", {class: "step", "data-step": index + 1},
       el("div", {class: "step-head"}, el("span", {class: "n"}, step.forced_final ? "Forced final step" : "Step " + (step.iteration || index + 1)),
-        el("span", {class: "muted"}, "at " + secs(step.t) + " · " + num(step.input_tokens) + " in / " + num(step.output_tokens) + " out · " +
+        el("span", {class: "muted"}, "at " + secs(step.t) + " · " + num(step.input_tokens) + " in" + cacheNote(step) + " / " + num(step.output_tokens) + " out · " +
           count(step.code_blocks, "code block") + (step.has_final ? " · FINAL in reply" : ""))),
       requestView(step.request),
-      el("div", {class: "label-row"}, "reply" + (step.reply_chars !== undefined ? " (" + num(step.reply_chars) + " chars)" : "")),
+      el("div", {class: "label-row"}, "reply" + (step.reply_chars !== undefined ? " (" + num(step.reply_chars) + " chars" +
+        (step.reply_cut_chars ? ", the conversation kept all but the last " + num(step.reply_cut_chars) : "") + ")" : "")),
       textView(step.reply, {absent: "the reply's text is " + ABSENT}),
       step.blocks.map(blockView),
       bridgesView(step.bridges),
