@@ -4,7 +4,7 @@ notes the statements it runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,9 +70,10 @@ class RecordingTx:
         self._backend.note(sql, params)
         return self._tx.run(sql, params)
 
-    def many(self, sql: str, params: Sequence[Sequence[Any]]) -> int:
-        self._backend.note(sql, params[0] if params else ())
-        return self._tx.many(sql, params)
+    def many(self, sql: str, params: Iterable[Sequence[Any]]) -> int:
+        rows = list(params)  # (a generator, as a volley's tasks are recorded)
+        self._backend.note(sql, rows[0] if rows else ())
+        return self._tx.many(sql, rows)
 
 
 class RecordingSQLite(SQLiteBackend):

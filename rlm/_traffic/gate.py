@@ -352,7 +352,7 @@ class Gate:
         status = error.status if isinstance(error, ProviderStatusError) else None
         if completion is not None:
             metrics.ok += 1
-            metrics.latencies.append(latency)
+            metrics.add_latency(latency)
             self.adaptive.observe_latency(latency)
             if request.lane == "sub":
                 self.adaptive.on_success()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import TextIO
 
 from rlm._events import Event, StreamDiscarded, TextDelta
@@ -59,17 +59,19 @@ class VolleyJSONLines:
 class TaskLines:
     """Each task's streamed text, line by line, prefixed ``[i/N title]``.
 
-    ``titles`` (task index → title) labels the tasks whose text carries no
-    title of its own: an ``--rlm`` task's root steps.
+    ``title_of`` (task index → title, while it runs) labels the tasks whose text
+    carries no title of its own: an ``--rlm`` task's root steps.  What is kept per
+    task goes when the task finishes.
     """
 
     def __init__(self, total: int, out: TextIO | None = None, *, title_width: int = 32,
-                 titles: Mapping[int, str] | None = None) -> None:
+                 title_of: Callable[[int], str | None] = lambda index: None) -> None:
         self.total = total
         self.out = out or sys.stderr
         self.width = title_width
+        self._title_of = title_of
         self._partial: dict[int, str] = {}
-        self._titles: dict[int, str] = dict(titles or {})
+        self._titles: dict[int, str] = {}
         self._request: dict[int, int] = {}  # the request each task's text came from last
         self._broken = False
 
@@ -98,9 +100,11 @@ class TaskLines:
                 self._line(event.index, rest)
             if event.status != "succeeded":
                 self._line(event.index, f"[{event.status}: {event.error}]")
+            self._titles.pop(event.index, None)
+            self._request.pop(event.index, None)
 
     def _line(self, task: int, text: str) -> None:
-        title = self._titles.get(task, "")
+        title = self._titles.get(task) or self._title_of(task) or ""
         if len(title) > self.width:
             title = title[: self.width - 1] + "…"
         label = f"[{task}/{self.total} {title}]" if title else f"[{task}/{self.total}]"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,7 +40,7 @@ class Tx(Protocol):
         """Run a statement; the number of rows it changed."""
         ...
 
-    def many(self, sql: str, params: Sequence[Params]) -> int:
+    def many(self, sql: str, params: Iterable[Params]) -> int:
         """Run a statement once per parameter row; the rows changed in all."""
         ...
 
@@ -96,7 +96,7 @@ class _SQLiteTx:
         self._conn.execute(sql, params)
         return self._conn.total_changes - before
 
-    def many(self, sql: str, params: Sequence[Params]) -> int:
+    def many(self, sql: str, params: Iterable[Params]) -> int:
         return self._conn.executemany(sql, params).rowcount
 
 
@@ -297,7 +297,7 @@ class _PostgresTx:
     def run(self, sql: str, params: Params = ()) -> int:
         return self._conn.execute(_pg(sql), params).rowcount
 
-    def many(self, sql: str, params: Sequence[Params]) -> int:
+    def many(self, sql: str, params: Iterable[Params]) -> int:
         with self._conn.cursor() as cursor:
             cursor.executemany(_pg(sql), params)
             return cursor.rowcount

@@ -163,12 +163,12 @@ class JournalStore:
         self,
         volley_id: str,
         settings: Mapping[str, Any],
-        tasks: Sequence[Mapping[str, Any]],
+        tasks: Iterable[Mapping[str, Any]],
         *,
         context: Sequence[str] = (),
     ) -> None:
         """Record a volley, its shared context and its tasks (JSON-able dicts with an
-        ``index``), all open."""
+        ``index``, taken one at a time: a generator is never held whole), all open."""
         if "api_key" in settings:
             raise ValueError("an API key is never stored in the journal")
         now = self.now()
@@ -187,7 +187,7 @@ class JournalStore:
             )
             tx.many(
                 "INSERT INTO tasks (volley_id, idx, spec, status) VALUES (?, ?, ?, 'open')",
-                [(volley_id, int(t["index"]), json.dumps(dict(t))) for t in tasks],
+                ((volley_id, int(t["index"]), json.dumps(dict(t))) for t in tasks),
             )
 
         self._tx(work)
@@ -269,6 +269,18 @@ class JournalStore:
                 f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
                 "ORDER BY idx",
                 (volley_id,),
+            )
+        )
+        return [_task_row(volley_id, row) for row in rows]
+
+    def tasks_after(self, volley_id: str, after: int, limit: int) -> list[TaskRow]:
+        """Up to ``limit`` tasks of a volley with an index above ``after``, in task order:
+        :meth:`tasks` a page at a time, for readers that must not hold them all."""
+        rows = self._read(
+            lambda tx: tx.rows(
+                f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks "
+                "WHERE volley_id = ? AND idx > ? ORDER BY idx LIMIT ?",
+                (volley_id, after, limit),
             )
         )
         return [_task_row(volley_id, row) for row in rows]

@@ -11,7 +11,7 @@ already have (done ones, and failed ones when failed tasks are skipped).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "record_volley",
     "reopen_failed",
     "result_from_row",
+    "result_reader",
     "stored_fixture",
     "stored_layer",
     "stored_settings",
@@ -81,10 +82,11 @@ def record_volley(
     store: JournalStore,
     volley_id: str,
     settings: Mapping[str, Any],
-    tasks: Sequence[VolleyTask],
+    tasks: Iterable[VolleyTask],
     context: Sequence[str],
 ) -> None:
-    store.create_volley(volley_id, settings, [t.to_dict() for t in tasks], context=context)
+    """Record a volley; its tasks are taken one at a time (a TaskStream is never held)."""
+    store.create_volley(volley_id, settings, (t.to_dict() for t in tasks), context=context)
 
 
 def result_from_row(row: TaskRow) -> TaskResult | None:
@@ -105,6 +107,26 @@ def result_from_row(row: TaskRow) -> TaskResult | None:
         output=row.output,
         error=row.error,
     )
+
+
+def result_reader(
+    store: JournalStore, volley_id: str, *, cut_short: Collection[int] = ()
+) -> Callable[[int, int], list[TaskResult]]:
+    """Reads a volley's tasks back a page at a time (an ``OrderedWriter``'s reader): up to
+    ``limit`` tasks above index ``after``, in task order, each its verdict or a cancelled
+    result (``cut_short``: this process cancelled it after it had sent something)."""
+
+    def read(after: int, limit: int) -> list[TaskResult]:
+        return [
+            result_from_row(row) or TaskResult(
+                index=row.index, prompt=str(row.spec.get("prompt", "")), status="cancelled",
+                error=("cancelled while running" if row.index in cut_short
+                       else "in progress" if row.status == "in_progress" else "not started"),
+            )
+            for row in store.tasks_after(volley_id, after, limit)
+        ]
+
+    return read
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,19 @@ is given).  ``earlier`` results (a resumed volley's finished tasks) are part
 of the result but are not run again.  ``before_send`` is asked by the gate
 right before each request goes out (a journal worker refuses the requests of
 tasks whose claims it lost: :meth:`rlm.journal.worker.JournalWorker.before_send`).
+
+What a volley holds is bounded by what is in flight, not by its number of
+tasks, when it is given its tasks as a :class:`~rlm.volley.tasks.TaskStream`
+(made again from its input on each pass), a source and sink that keep them
+(a journal) and ``keep_results=False``: its result then counts verdicts
+without holding them (``tasks`` is empty; a journal's reader gives them in
+task order).  The Python API keeps every result: it returns them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +54,7 @@ from rlm.volley.rlm_tasks import RlmTaskExecutor, shared_context
 from rlm.volley.runner import TaskExecutor, VolleyRunner
 from rlm.volley.store import MemoryStore, ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
+from rlm.volley.tasks import TaskStream
 
 __all__ = ["Volley", "VolleyOptions", "VolleyProgress"]
 
@@ -72,7 +80,7 @@ class Volley:
     def __init__(
         self,
         config: RunConfig,
-        tasks: Sequence[VolleyTask],
+        tasks: Collection[VolleyTask],
         *,
         context: Sequence[str] = (),
         options: VolleyOptions | None = None,
@@ -89,6 +97,7 @@ class Volley:
         sandboxes: LauncherFactory | None = None,
         tools: ToolBox | None = None,
         before_send: SendCheck | None = None,
+        keep_results: bool = True,
     ) -> None:
         self.config = config
         self._before_send = before_send
@@ -96,22 +105,33 @@ class Volley:
         self._tools = tools  # rlm tasks: host tools their code may call
         self._launcher: Launcher | None = None
         self._stream = stream  # a live consumer: every task streams its text into it
-        self.tasks = tuple(tasks)
+        self.tasks = tasks if isinstance(tasks, TaskStream) else tuple(tasks)
+        self.total = len(self.tasks)
         self.context = tuple(context)
         self.options = options or VolleyOptions()
         self.volley_id = volley_id or new_volley_id()
         self._providers = providers
         self._prices = prices if prices is not None else load_prices(config)
         # A task's own model without a price under max_cost is refused, as the run's is.
-        self._budget = make_budget(config, self._prices, models=[t.model for t in self.tasks
-                                                                 if t.model])
+        # (Read only when max_cost needs them: a TaskStream's tasks are made again to read.)
+        models = [] if config.max_cost is None else [t.model for t in self.tasks if t.model]
+        self._budget = make_budget(config, self._prices, models=models)
         self._sinks = list(sinks)
         self._trace_path = trace_path
-        self._results: dict[int, TaskResult] = {r.index: r for r in earlier}
-        self._earlier = len(self._results)  # finished before this process (a resume)
-        store = MemoryStore(t for t in self.tasks if t.index not in self._results)
-        self._source: TaskSource = source or store
-        self._sink: ResultSink = sink or store
+        # Every verdict, for a result that lists them (keep_results); else only counted.
+        self._results: dict[int, TaskResult] | None = (
+            {r.index: r for r in earlier} if keep_results else None)
+        self._verdicts = {"succeeded": 0, "failed": 0}
+        for done in earlier:
+            if done.status in self._verdicts:
+                self._verdicts[done.status] += 1
+        self._earlier = len(earlier)  # finished before this process (a resume)
+        if source is None or sink is None:
+            finished = {r.index for r in earlier}
+            store = MemoryStore(t for t in self.tasks if t.index not in finished)
+            source, sink = source or store, sink or store
+        self._source: TaskSource = source
+        self._sink: ResultSink = sink
         self._on_result = on_result
         self._layout = RequestLayout(self.context, model=config.model, max_tokens=config.max_tokens)
         self._tally = TaskTally()
@@ -179,14 +199,22 @@ class Volley:
         """This process's part of ``max_concurrent``, ``workers`` being live."""
         return max(1, self.config.max_concurrent // self._workers)
 
+    @property
+    def cut_short(self) -> frozenset[int]:
+        """Tasks cancelled after they had sent something (interrupted, stopped)."""
+        return frozenset(self._runner.cut_short) if self._runner else frozenset()
+
+    def running_title(self, index: int) -> str | None:
+        """The title of task ``index`` while it runs (None once it has ended)."""
+        return self._runner.running_title(index) if self._runner else None
+
     def progress(self) -> VolleyProgress:
         runner, gate = self._runner, self._gate
-        done = list(self._results.values())
         spent = self._budget.spent
         return VolleyProgress(
-            total=len(self.tasks),
-            succeeded=sum(1 for r in done if r.status == "succeeded"),
-            failed=sum(1 for r in done if r.status == "failed"),
+            total=self.total,
+            succeeded=self._verdicts["succeeded"],
+            failed=self._verdicts["failed"],
             running=runner.in_flight if runner else 0,
             concurrency=gate.limiter.sub_limit if gate else self.config.max_concurrent,
             retries=self._tally.retries,
@@ -214,7 +242,7 @@ class Volley:
             events.emit(
                 VolleyStarted(
                     volley_id=self.volley_id,
-                    tasks=len(self.tasks),
+                    tasks=self.total,
                     context_chars=self._layout.context_chars,
                     mode=self.options.mode,
                     cache_warm=self._warm(),
@@ -284,7 +312,7 @@ class Volley:
             self.options.cache_warm
             and self.options.mode == "completion"
             and self._layout.cacheable
-            and len(self.tasks) - len(self._results) > 1
+            and self.total - self._earlier > 1
         )
 
     @asynccontextmanager
@@ -307,17 +335,19 @@ class Volley:
         return completion.text
 
     def _accepted(self, result: TaskResult) -> None:
-        self._results[result.index] = result
+        if self._results is not None:
+            self._results[result.index] = result
+        self._verdicts[result.status] += 1
         if self._on_result is not None:
             self._on_result(result)
 
     # -- the result ----------------------------------------------------------------
 
-    def _result(self, duration: float) -> VolleyResult:
-        runner = self._runner
-        cut_short = runner.cut_short if runner else set()
-        tasks = tuple(
-            self._results.get(t.index)
+    def _listed(self, results: dict[int, TaskResult]) -> tuple[TaskResult, ...]:
+        """Every task's result in task order; a task without a verdict is cancelled."""
+        cut_short = self._runner.cut_short if self._runner else set()
+        return tuple(
+            results.get(t.index)
             or TaskResult(
                 index=t.index,
                 prompt=t.prompt,
@@ -326,6 +356,11 @@ class Volley:
             )
             for t in self.tasks
         )
+
+    def _result(self, duration: float) -> VolleyResult:
+        runner = self._runner
+        tasks = () if self._results is None else self._listed(self._results)
+        succeeded, failed = self._verdicts["succeeded"], self._verdicts["failed"]
         stop = runner.stop if runner else None
         status: VolleyStatus
         if stop is not None:
@@ -333,14 +368,14 @@ class Volley:
         elif self._interrupted:
             status = "interrupted"
         else:
-            status = "failed" if any(t.status != "succeeded" for t in tasks) else "succeeded"
+            status = "succeeded" if succeeded == self.total else "failed"
         spent = self._budget.spent
         priced = spent.cost > 0 or not self._budget.unpriced_calls
         summary = VolleySummary(
-            total_tasks=len(tasks),
-            succeeded=sum(1 for t in tasks if t.status == "succeeded"),
-            failed=sum(1 for t in tasks if t.status == "failed"),
-            cancelled=sum(1 for t in tasks if t.status == "cancelled"),
+            total_tasks=self.total,
+            succeeded=succeeded,
+            failed=failed,
+            cancelled=self.total - succeeded - failed,
             duration_sec=duration,
             tokens_input=spent.input_tokens,
             tokens_output=spent.output_tokens,
@@ -359,7 +394,7 @@ class Volley:
             answered_by=tuple(self._tally.answered_by),
             # A resume that ran and sent nothing: every result is the journal's, which
             # keeps no peak in flight or 429s of the runs that gave them.
-            read_back=0 < self._earlier == len(self._results) and not self._tally.max_in_flight,
+            read_back=0 < self._earlier == succeeded + failed and not self._tally.max_in_flight,
         )
 
     def settings(self) -> dict[str, Any]:

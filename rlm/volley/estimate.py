@@ -15,7 +15,7 @@ sub-queries over the shared context (a floor: models may do more).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rlm import prompts
@@ -70,7 +70,7 @@ class Estimate:
 
 
 def estimate(
-    tasks: Sequence[VolleyTask],
+    tasks: Iterable[VolleyTask],
     layout: RequestLayout,
     config: RunConfig,
     prices: PriceTable,
@@ -80,7 +80,8 @@ def estimate(
     latency: float = 2.0,
     bills_cache_writes: bool = False,
 ) -> Estimate:
-    """The estimate for running ``tasks`` over ``layout``'s shared prefix under ``config``.
+    """The estimate for running ``tasks`` (one pass over them) over ``layout``'s shared
+    prefix under ``config``.
 
     ``bills_cache_writes``: the provider bills writing a request's cacheable prefix
     (:func:`rlm.providers.open.bills_cache_writes`).
@@ -91,12 +92,12 @@ def estimate(
         per_task_prefix = 2 * system + layout.context_chars // 4
     caching = cache_warm and layout.cacheable and not rlm
     writing = bills_cache_writes and layout.cacheable and not rlm
-    input_tokens = cached = written = output = 0
+    count = input_tokens = cached = written = output = 0
     cost: float | None = 0.0
     assumed = False
-    for i, task in enumerate(tasks):
+    for count, task in enumerate(tasks, 1):
         task_in = per_task_prefix + len(task.prompt) // 4
-        task_cached = layout.prefix_chars // 4 if caching and i > 0 else 0
+        task_cached = layout.prefix_chars // 4 if caching and count > 1 else 0
         # A request with a cache breakpoint that misses the cache writes its prefix.
         task_written = layout.prefix_chars // 4 if writing and not task_cached else 0
         max_tokens = task.max_tokens or config.max_tokens
@@ -111,7 +112,7 @@ def estimate(
             cost = None
         else:
             cost += price.cost(task_in, task_out, task_cached, task_written)
-    requests = len(tasks) * (2 if rlm else 1)
+    requests = count * (2 if rlm else 1)
     waves = math.ceil(requests / config.max_concurrent) * latency
     seconds = max(
         waves + (latency if caching else 0.0),
@@ -119,5 +120,5 @@ def estimate(
         (input_tokens + output) * 60 / config.tpm if config.tpm else 0.0,
     )
     return Estimate(
-        len(tasks), input_tokens, cached, output, assumed, cost, seconds, latency, written
+        count, input_tokens, cached, output, assumed, cost, seconds, latency, written
     )

@@ -45,6 +45,7 @@ class TaskFinished(Event):
     retries: int
     error: str | None
     output: str | None = None
+    title: str = ""  # the prompt's first line (at most 80 characters): the task's label
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,20 +5,41 @@ before it have a verdict, so stdout is always in task order and a long volley
 shows results as they come.  At the end (or on Ctrl-C) the finished tasks not
 yet written are flushed in order, then the summary.  ``json`` writes one object
 at the end.  Only results the sink has accepted ever reach this writer.
+
+Given a ``reader`` (a journal's: every task in task order, a page at a time),
+the writer holds only the results of the next ``window`` tasks: one further
+ahead is read back when its turn comes (it is durable: the journal kept it
+before it was reported), and the end (the rest of the volley, other workers'
+verdicts included, or ``json``'s whole object) is read from the journal page by
+page, never held.  ``json`` then writes its object over several lines.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 from rlm._durations import format_duration
 from rlm.volley.records import TaskResult, VolleyResult
 
-__all__ = ["OrderedWriter", "OutputFormat", "format_summary", "heartbeat_age", "task_label"]
+__all__ = [
+    "OrderedWriter",
+    "OutputFormat",
+    "ResultReader",
+    "format_summary",
+    "heartbeat_age",
+    "task_label",
+]
 
 OutputFormat = Literal["text", "json", "jsonl"]
+
+#: ``reader(after, limit)``: up to ``limit`` tasks with an index above ``after``, in task
+#: order, each its verdict or a ``cancelled`` result when it has none.
+ResultReader = Callable[[int, int], list[TaskResult]]
+
+#: Results of the tasks ahead of the next one to write that the writer holds at most.
+WINDOW = 4096
 
 
 def task_label(prompt: str, width: int = 60) -> str:
@@ -28,11 +49,8 @@ def task_label(prompt: str, width: int = 60) -> str:
 
 
 class OrderedWriter:
-    """Writes accepted results in task order through ``write`` (one call per line/block).
-
-    ``first`` is the index of the first task to write (1, or where earlier
-    results end when they were written already).
-    """
+    """Writes accepted results in task order through ``write`` (one call per line/block);
+    with a ``reader``, holding at most ``window`` of them (see the module docstring)."""
 
     def __init__(
         self,
@@ -40,6 +58,9 @@ class OrderedWriter:
         total: int,
         write: Callable[[str], None],
         clean: Callable[[str], str] = str,
+        *,
+        reader: ResultReader | None = None,
+        window: int = WINDOW,
     ) -> None:
         """``clean`` makes the text format's model and task text safe to show (the JSON
         formats keep it exact: JSON escapes every control character)."""
@@ -47,31 +68,80 @@ class OrderedWriter:
         self._clean = clean
         self.total = total
         self._write = write
+        self._reader = reader
+        self._window = window
         self._pending: dict[int, TaskResult] = {}
+        # With a reader: which tasks have a verdict here (one byte a task, not a record).
+        self._seen = bytearray(total + 2) if reader is not None else None
         self._next = 1
 
     def add(self, result: TaskResult) -> None:
         """A task's accepted result: written now if every earlier task is written."""
         if self.format == "json":
             return
-        self._pending[result.index] = result
-        while self._next in self._pending:
+        if self._seen is None:
+            self._pending[result.index] = result
+            while self._next in self._pending:
+                self._emit(self._pending.pop(self._next))
+                self._next += 1
+            return
+        self._seen[result.index] = 1
+        if result.index < self._next + self._window:
+            self._pending[result.index] = result
+        while self._next <= self.total and self._seen[self._next]:
+            if self._next not in self._pending:
+                self._read_ahead()
             self._emit(self._pending.pop(self._next))
             self._next += 1
+
+    def _read_ahead(self) -> None:
+        """Read back the verdicts of the window's tasks that are not held (they are kept)."""
+        assert self._reader is not None and self._seen is not None
+        for done in self._reader(self._next - 1, self._window):
+            if self._seen[done.index] and done.status != "cancelled":
+                self._pending.setdefault(done.index, done)
+
+    def _read_all(self, after: int) -> Iterator[TaskResult]:
+        """Every task above ``after`` as the reader has it, a page at a time."""
+        assert self._reader is not None
+        while page := self._reader(after, self._window):
+            yield from page
+            after = page[-1].index
 
     def finish(self, result: VolleyResult) -> None:
         """Flush what is left in order (skipping tasks that got no verdict), then the summary."""
         if self.format == "json":
-            self._write(json.dumps(result.to_dict(), ensure_ascii=False))
+            self._finish_json(result)
             return
-        done = {r.index: r for r in result.tasks if r.status != "cancelled"}
-        for index in sorted(i for i in done if i >= self._next):
-            self._emit(done[index])
+        if self._reader is not None:
+            self._pending.clear()
+            for done in self._read_all(self._next - 1):
+                if done.status != "cancelled":
+                    self._emit(done)
+        else:
+            done_here = {r.index: r for r in result.tasks if r.status != "cancelled"}
+            for index in sorted(i for i in done_here if i >= self._next):
+                self._emit(done_here[index])
         if self.format == "jsonl":
             summary = {k: v for k, v in result.to_dict().items() if k != "tasks"}
             self._write(json.dumps(summary, ensure_ascii=False))
         else:
             self._write(format_summary(result))
+
+    def _finish_json(self, result: VolleyResult) -> None:
+        whole = result.to_dict()
+        if self._reader is None:
+            self._write(json.dumps(whole, ensure_ascii=False))
+            return
+        # The object with its tasks read from the journal: one line each, never all held.
+        head = json.dumps({**whole, "tasks": []}, ensure_ascii=False)
+        assert head.endswith('"tasks": []}')
+        self._write(head[: -len("]}")])
+        first = True
+        for task in self._read_all(0):
+            self._write(("" if first else ", ") + json.dumps(task.to_dict(), ensure_ascii=False))
+            first = False
+        self._write("]}")
 
     def _emit(self, result: TaskResult) -> None:
         if self.format == "jsonl":

@@ -12,8 +12,6 @@ in flight, current concurrency, retries, 429s, tokens, cost so far, ETA.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import trio
 from rich.console import Console
 from rich.live import Live
@@ -37,15 +35,13 @@ class ProgressLines:
     """An event sink printing the volley's progress lines to ``console``.
 
     ``done`` counts tasks that ended before this run (a resumed volley's), so the
-    counter goes on from them instead of starting again at 1.
+    counter goes on from them instead of starting again at 1.  A finished task is
+    labelled with its title, which its ``task_finished`` event carries.
     """
 
-    def __init__(
-        self, total: int, prompt_of: Callable[[int], str], console: Console, *, done: int = 0
-    ) -> None:
+    def __init__(self, total: int, console: Console, *, done: int = 0) -> None:
         self.total = total
         self.done = done
-        self._prompt_of = prompt_of
         self.console = console
 
     def __call__(self, event: Event) -> None:
@@ -57,7 +53,7 @@ class ProgressLines:
         if isinstance(event, TaskFinished):
             self.done += 1
             where = f"[{self.done}/{self.total}]"
-            label = escape(task_label(self._prompt_of(event.index), 50))
+            label = escape(task_label(event.title, 50))
             tokens = _tokens(event.input_tokens + event.output_tokens)
             cost = "" if event.cost is None else f", ${event.cost:.2f}"
             if event.status == "succeeded":

@@ -21,6 +21,7 @@ __all__ = [
     "VolleySummary",
     "VolleyTask",
     "new_volley_id",
+    "prompt_title",
 ]
 
 #: ``cancelled``: the task did not run to a verdict (interrupted, stopped by a
@@ -49,6 +50,11 @@ EXIT_CODES: dict[VolleyStatus, int] = {
 }
 
 
+def prompt_title(prompt: str) -> str:
+    """A prompt's first line, at most 80 characters: its task's label."""
+    return prompt.strip().partition("\n")[0][:80]
+
+
 def new_volley_id() -> str:
     """A fresh volley id: short, random, safe in file names and URLs."""
     return "v" + uuid.uuid4().hex[:12]
@@ -71,7 +77,7 @@ class VolleyTask:
     @property
     def title(self) -> str:
         """The prompt's first line, at most 80 characters: the task's label in streamed text."""
-        return self.prompt.strip().partition("\n")[0][:80]
+        return prompt_title(self.prompt)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

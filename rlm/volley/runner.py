@@ -36,7 +36,7 @@ from rlm._durations import format_duration
 from rlm._events import EventBus
 from rlm.errors import AuthenticationError, BudgetExceeded, ClaimLost, LimitExceeded, RLMError
 from rlm.volley.events import TaskFinished, task_call_id
-from rlm.volley.records import TaskResult, TaskStatus, VolleyStatus, VolleyTask
+from rlm.volley.records import TaskResult, TaskStatus, VolleyStatus, VolleyTask, prompt_title
 from rlm.volley.store import ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
 
@@ -105,6 +105,11 @@ class VolleyRunner:
     def in_flight(self) -> int:
         """Tasks claimed and not finished (waiting for a permit, sending, backing off)."""
         return len(self._running)
+
+    def running_title(self, index: int) -> str | None:
+        """The title of task ``index`` while it runs here (None otherwise)."""
+        running = self._running.get(task_call_id(index))
+        return None if running is None else running.task.title
 
     async def run(self) -> None:
         """Run until the source is empty or a stop; returns when every task has ended."""
@@ -256,6 +261,7 @@ class VolleyRunner:
                 retries=result.retries,
                 error=result.error,
                 output=result.output,
+                title=prompt_title(result.prompt),
             )
         )
         if self._on_result is not None:

@@ -12,12 +12,17 @@ Blank lines are skipped everywhere.  Every mistake is a UsageError naming the
 file and line, and an empty task list is one too.  A file named ``*.json`` or
 ``*.jsonl`` must be JSON: read as lines of text, a typo in it would become
 tasks (paid for) instead of an error.
+
+Lines and JSONL are read lazily: their tasks are made from the text again on
+each pass (:class:`Items`, :class:`TaskStream`), so a million-task file costs
+its text, not a million records.  A JSON document is parsed whole.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +31,10 @@ from rlm.errors import UsageError
 from rlm.volley.records import VolleyTask
 
 __all__ = [
+    "Items",
     "TaskFile",
     "TaskInput",
+    "TaskStream",
     "number_tasks",
     "parse_lines",
     "parse_task_file",
@@ -41,18 +48,43 @@ _FILE_KEYS = ("context", "max_concurrent", "tasks")
 TaskInput = str | dict[str, Any]
 
 
+class Items:
+    """Task items made again on each iteration by ``make`` (from text that is kept)."""
+
+    def __init__(self, make: Callable[[], Iterator[dict[str, Any]]]) -> None:
+        self._make = make
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self._make()
+
+
 @dataclass(frozen=True)
 class TaskFile:
-    """What a task file held: tasks (not yet numbered), and the JSON form's extras."""
+    """What a task file held: tasks (not yet numbered; a list, or :class:`Items` read
+    again on each pass), and the JSON form's extras."""
 
-    tasks: list[dict[str, Any]]
+    tasks: Iterable[dict[str, Any]]
     context: list[str] = field(default_factory=list)
     max_concurrent: int | None = None
 
 
-def parse_lines(text: str) -> list[dict[str, Any]]:
-    """One task per non-blank line."""
-    return [{"prompt": line} for line in text.splitlines() if line.strip()]
+#: Where ``str.splitlines`` breaks a line.
+_LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _lines(text: str) -> Iterator[str]:
+    """``text.splitlines()``, one line at a time."""
+    start = 0
+    for found in _LINE_BREAK.finditer(text):
+        yield text[start:found.start()]
+        start = found.end()
+    if start < len(text):
+        yield text[start:]
+
+
+def parse_lines(text: str) -> Items:
+    """One task per non-blank line (made on each pass over them)."""
+    return Items(lambda: ({"prompt": line} for line in _lines(text) if line.strip()))
 
 
 def parse_task_file(text: str, name: str) -> TaskFile:
@@ -85,7 +117,9 @@ def _parse(text: str, name: str) -> TaskFile:
         if isinstance(whole, dict):  # a one-line JSONL file
             return TaskFile([_task_object(whole, f"{name}, line 1")])
         if stripped.startswith("{"):
-            return TaskFile(_jsonl(text, name))
+            for _ in _jsonl(text, name):  # every line checked now: a mistake is said at once
+                pass
+            return TaskFile(Items(lambda: _jsonl(text, name)))
     if stripped and (json_named or name.lower().endswith(".jsonl")):
         kind = _json_scalar_kind(stripped)
         if kind is not None:  # JSON, but one value and not tasks
@@ -151,9 +185,8 @@ def _json_file(data: dict[str, Any], name: str) -> TaskFile:
     return TaskFile(tasks, docs, cap)
 
 
-def _jsonl(text: str, name: str) -> list[dict[str, Any]]:
-    tasks = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+def _jsonl(text: str, name: str) -> Iterator[dict[str, Any]]:
+    for lineno, line in enumerate(_lines(text), 1):
         if not line.strip():
             continue
         where = f"{name}, line {lineno}"
@@ -166,8 +199,7 @@ def _jsonl(text: str, name: str) -> list[dict[str, Any]]:
             ) from exc
         if not isinstance(item, dict):
             raise UsageError(f"{where}: each line must be a task object with a 'prompt'")
-        tasks.append(_task_object(item, where))
-    return tasks
+        yield _task_object(item, where)
 
 
 def _task_object(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -193,7 +225,47 @@ def number_tasks(
 
     Raises UsageError for a bad field, and for an empty list (saying ``none``).
     """
-    tasks: list[VolleyTask] = []
+    tasks = list(_numbered(items, where))
+    if not tasks:
+        raise UsageError(none)
+    return tasks
+
+
+class TaskStream:
+    """A volley's tasks, numbered as :func:`number_tasks` numbers them, made again from
+    ``items`` on each pass instead of held: its memory is the input's, not a record per
+    task.  ``len`` counts them (one pass, which validates every task first).
+    """
+
+    def __init__(self, items: Iterable[TaskInput], where: str = "task", *,
+                 none: str = _NO_TASKS_CLI) -> None:
+        self._items = items
+        self._where = where
+        self._none = none
+        self._count: int | None = None
+
+    def __iter__(self) -> Iterator[VolleyTask]:
+        count = 0
+        for task in _numbered(self._items, self._where):
+            count += 1
+            yield task
+        if not count:
+            raise UsageError(self._none)
+        self._count = count
+
+    def __len__(self) -> int:
+        if self._count is None:
+            for _ in self:
+                pass
+        assert self._count is not None
+        return self._count
+
+    def __contains__(self, task: object) -> bool:
+        return any(task == mine for mine in self)
+
+
+def _numbered(items: Iterable[TaskInput], where: str) -> Iterator[VolleyTask]:
+    index = 0
     for position, item in enumerate(items, 1):
         data = {"prompt": item} if isinstance(item, str) else item
         if not isinstance(data, dict):
@@ -204,18 +276,14 @@ def number_tasks(
             raise UsageError(f"{label}: 'prompt' must be a string")
         if not prompt.strip():
             continue
-        tasks.append(
-            VolleyTask(
-                index=len(tasks) + 1,
-                prompt=prompt,
-                timeout=_timeout(data.get("timeout"), label),
-                model=_model(data.get("model"), label),
-                max_tokens=_max_tokens(data.get("max_tokens"), label),
-            )
+        index += 1
+        yield VolleyTask(
+            index=index,
+            prompt=prompt,
+            timeout=_timeout(data.get("timeout"), label),
+            model=_model(data.get("model"), label),
+            max_tokens=_max_tokens(data.get("max_tokens"), label),
         )
-    if not tasks:
-        raise UsageError(none)
-    return tasks
 
 
 def _timeout(value: Any, label: str) -> float | None:
@@ -238,6 +306,6 @@ def _max_tokens(value: Any, label: str) -> int | None:
     return value
 
 
-def task_models(tasks: Sequence[VolleyTask], default: str) -> set[str]:
+def task_models(tasks: Iterable[VolleyTask], default: str) -> set[str]:
     """Every model the tasks will use."""
     return {task.model or default for task in tasks}

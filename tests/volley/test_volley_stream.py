@@ -177,7 +177,7 @@ def test_task_lines_hold_partial_lines_and_drop_a_cut_attempt() -> None:
 
 def test_task_lines_title_rlm_tasks_and_start_each_step_on_its_own_line() -> None:
     out = io.StringIO()
-    lines = TaskLines(2, out, titles={1: "What is the magic number?", 2: "What is the key?"})
+    lines = TaskLines(2, out, title_of={1: "What is the magic number?", 2: "What is the key?"}.get)
 
     def root_piece(task: int, request_id: int, text: str) -> TextDelta:
         # An --rlm task's root step: no task field, the task is in the call id.

@@ -1,0 +1,112 @@
+"""A journaled volley holds what is in flight, not its N tasks (invariant 12).
+
+Run as ``rlm volley -f FILE`` runs one: tasks made from the file's text on each
+pass (TaskStream), recorded in a SQLite journal, claimed from it, verdicts kept
+there, results written in task order by a writer that reads back what it does
+not hold.  The volley's task and result records alive at any moment are
+counted (the garbage collector tracks them): they stay under a bound set by the
+claim batch and the windows, far below N.  Counting objects, not timing: it
+cannot be flaky.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import trio
+
+from rlm._config import RunConfig
+from rlm.journal import JournalStore, Owner, Verdict, open_store
+from rlm.journal.volleys import record_volley, result_reader, stored_settings
+from rlm.journal.worker import _MAX_CLAIM, JournalWorker
+from rlm.volley.engine import Volley
+from rlm.volley.output import OrderedWriter
+from rlm.volley.records import TaskResult, VolleyTask, new_volley_id
+from rlm.volley.tasks import TaskStream, parse_lines
+
+WINDOW = 64  # the writer's: results ahead of the next one to write that it holds
+
+
+def _records_alive() -> int:
+    return sum(1 for o in gc.get_objects() if type(o) in (TaskResult, VolleyTask))
+
+
+def _volley(n: int, path: Path) -> tuple[list[int], list[str]]:
+    """Run ``n`` zero-latency tasks; the records alive every 250 results, and stdout."""
+    text = "".join(f"classify record {i}\n" for i in range(1, n + 1))
+    tasks = TaskStream(parse_lines(text))
+    config = RunConfig(provider="fixture", model="fixture", max_concurrent=32, max_llm_calls=None)
+    volley_id = new_volley_id()
+    store = open_store(str(path))
+    lines: list[str] = []
+    alive: list[int] = []
+    try:
+        record_volley(store, volley_id, stored_settings(config, {}), tasks, [])
+        writer = OrderedWriter("jsonl", len(tasks), lines.append,
+                               reader=result_reader(store, volley_id), window=WINDOW)
+
+        def written(result: TaskResult) -> None:
+            writer.add(result)
+            if result.index % 250 == 0:
+                alive.append(_records_alive())
+
+        worker = JournalWorker(store, volley_id)
+        run = Volley(config, tasks, volley_id=volley_id, source=worker, sink=worker,
+                     keep_results=False, on_result=written)
+        worker.capacity = lambda: run.concurrency
+
+        async def main() -> None:
+            async with worker.running():
+                result = await run.run()
+            assert result.status == "succeeded" and result.summary.succeeded == n
+            assert result.tasks == ()  # counted, not held
+            writer.finish(result)
+
+        trio.run(main)
+    finally:
+        store.close()
+    return alive, lines
+
+
+def test_a_volley_holds_what_is_in_flight_not_its_tasks(tmp_path: Path) -> None:
+    n = 10_000
+    alive, lines = _volley(n, tmp_path / "journal.sqlite3")
+    # At most a claim batch buffered, the runner's window running, the writer's window and
+    # a group commit's verdicts waiting: whatever N is.  Holding every task (or result)
+    # would pass N on the way.
+    bound = _MAX_CLAIM + 1000
+    assert bound < n
+    assert len(alive) == n // 250 and max(alive) <= bound, alive
+    # Nothing was lost for it: every result, in task order, then the summary.
+    results = [json.loads(line) for line in lines[:-1]]
+    assert [r["index"] for r in results] == list(range(1, n + 1))
+    assert json.loads(lines[-1])["summary"]["succeeded"] == n
+
+
+def test_results_past_the_writers_window_are_read_back_in_order(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "journal.sqlite3"))
+    try:
+        config = RunConfig(provider="fixture", model="fixture")
+        tasks = [VolleyTask(i, f"task {i}") for i in range(1, 11)]
+        record_volley(store, "v1", stored_settings(config, {}), tasks, [])
+        store.claim_indices("v1", Owner.here(), 10)
+        done = [TaskResult(i, f"task {i}", "succeeded", output=f"out {i}") for i in range(1, 11)]
+        lines: list[str] = []
+        writer = OrderedWriter("jsonl", 10, lines.append, reader=result_reader(store, "v1"),
+                               window=3)
+        _keep(store, done[1:])  # every task but the first is durable, reported out of order
+        for result in reversed(done[1:]):
+            writer.add(result)
+        assert lines == []  # waiting for task 1; tasks 5..10 were not held
+        _keep(store, done[:1])
+        writer.add(done[0])
+        assert [json.loads(line)["index"] for line in lines] == list(range(1, 11))
+    finally:
+        store.close()
+
+
+def _keep(store: JournalStore, results: list[TaskResult]) -> None:
+    """Make ``results`` durable in ``store``, as a worker does before it reports them."""
+    store.finish("v1", [Verdict(r.index, "done", output=r.output) for r in results])
