@@ -8,7 +8,10 @@ estimate (tokens, cost, time) is shown, and asked about on a terminal.
 
 from __future__ import annotations
 
+import itertools
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 import click
 
@@ -18,13 +21,14 @@ from rlm.cli._context_input import ReadLimits, read_context, read_text
 from rlm.cli._settings_cli import command_settings, given_flag
 from rlm.cli._volley_run import volley_settings
 from rlm.errors import UsageError
+from rlm.journal import TaskRow
 from rlm.journal.volleys import StoredVolley
 from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import bills_cache_writes
 from rlm.volley.estimate import estimate
 from rlm.volley.layout import RequestLayout
 from rlm.volley.records import VolleyTask
-from rlm.volley.tasks import TaskFile, number_tasks, parse_lines, parse_task_file
+from rlm.volley.tasks import Items, TaskFile, TaskStream, parse_lines, parse_task_file
 
 __all__ = ["check_resume_flags", "confirmed", "read_volley", "still_to_run"]
 
@@ -32,15 +36,17 @@ __all__ = ["check_resume_flags", "confirmed", "read_volley", "still_to_run"]
 def read_volley(
     command: str, tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     contexts: tuple[str, ...], context_files: tuple[str, ...], encoding: str,
-) -> tuple[list[VolleyTask], list[str], RunConfig, VolleyOptions]:
-    """Tasks, shared context, run settings and volley options from the flags."""
+) -> tuple[TaskStream, list[str], RunConfig, VolleyOptions]:
+    """Tasks (made again from their input on each pass, never all held; every one
+    checked here), shared context, run settings and volley options from the flags."""
     read = command_settings(("run",), command).values  # what reading may take
     limits = ReadLimits(read["max_context_bytes"], read["timeout"])
     parsed = _read_tasks(tasks, task_file, from_stdin, context_files, encoding, limits)
     context = [*parsed.context, *contexts, *_context_list(context_files, encoding, limits)]
-    task_list = number_tasks(parsed.tasks)
+    task_stream = TaskStream(parsed.tasks)
+    len(task_stream)  # a bad task is a usage error now, before anything is stored
     config, options = volley_settings(command, file_cap=parsed.max_concurrent)
-    return task_list, context, config, options
+    return task_stream, context, config, options
 
 
 def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
@@ -55,12 +61,14 @@ def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
         name = "stdin" if task_file == "-" else task_file
         parsed = parse_task_file(read_text(task_file, encoding, "task file", limits=limits),
                                  name)
-        if not parsed.tasks and not items and not from_stdin:
+        if next(iter(parsed.tasks), None) is None and not items and not from_stdin:
             raise UsageError(f"task file {name} holds no tasks (blank lines are skipped): "
                              "one task per line, JSON or JSONL")
-    stdin_tasks = (parse_lines(read_text("-", encoding, "task file", limits=limits))
-                   if from_stdin else [])
-    return TaskFile([*items, *parsed.tasks, *stdin_tasks], parsed.context, parsed.max_concurrent)
+    stdin_tasks: Iterable[dict[str, Any]] = (
+        parse_lines(read_text("-", encoding, "task file", limits=limits)) if from_stdin else ())
+    in_file = parsed.tasks
+    return TaskFile(Items(lambda: itertools.chain(items, in_file, stdin_tasks)),
+                    parsed.context, parsed.max_concurrent)
 
 
 def _context_list(paths: tuple[str, ...], encoding: str, limits: ReadLimits) -> list[str]:
@@ -70,7 +78,7 @@ def _context_list(paths: tuple[str, ...], encoding: str, limits: ReadLimits) -> 
     return context
 
 
-def confirmed(tasks: list[VolleyTask], context: list[str], config: RunConfig,
+def confirmed(tasks: Iterable[VolleyTask], context: list[str], config: RunConfig,
                options: VolleyOptions, only: bool, skip: bool, yes: bool,
                fixture: FixtureOptions) -> bool:
     """Show the estimate when asked or when the volley is large; ask on a TTY only."""
@@ -109,7 +117,12 @@ def check_resume_flags(tasks: tuple[str, ...], task_file: str | None, from_stdin
                          "(a volley of --rlm tasks resumes as one)")
 
 
-def still_to_run(stored: StoredVolley, skip_failed: bool) -> list[VolleyTask]:
-    """The tasks a resume will run: not done, and not failed with --skip-failed."""
-    standing = {r.index for r in stored.earlier if skip_failed or r.status == "succeeded"}
-    return [t for t in stored.tasks if t.index not in standing]
+def still_to_run(stored: StoredVolley, skip_failed: bool) -> Iterable[VolleyTask]:
+    """The tasks a resume will run: not done, and not failed with --skip-failed (read from
+    the journal as they are counted)."""
+    standing = ("done", "failed") if skip_failed else ("done",)
+
+    def left(row: TaskRow) -> VolleyTask | None:
+        return None if row.status in standing else VolleyTask.from_dict(row.spec)
+
+    return stored.tasks.where(left)

@@ -7,6 +7,7 @@ back, and either is worked on by this process until no task is left.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from rlm.cli._volley_run import (
 from rlm.cli._volley_stream import TaskLines, VolleyJSONLines
 from rlm.errors import RLMError, UsageError
 from rlm.history.record import volley_summary
+from rlm.journal.volleys import result_reader
 from rlm.providers.fixture import FixtureOptions
 from rlm.streaming import StreamMerger
 from rlm.volley.journaled import JournaledVolley
@@ -162,13 +164,14 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
             if plan is None:  # the estimate was all that was asked for, or declined
                 return
             result, calls = _work(journal, plan, out, keeper)
+            running = len(journal.volley.cut_short) if journal.volley is not None else 0
     except RLMError as exc:
         keeper.close(None, str(exc), page=False)
         message = usage_message(exc, volley) if isinstance(exc, UsageError) else str(exc)
         click.echo(f"Error: {message}", err=True)
         sys.exit(exc.exit_code)
     keeper.close(None, summary=volley_summary(result, calls))
-    _report(result, quiet)
+    _report(result, running, quiet)
     sys.exit(result.exit_code)
 
 
@@ -208,34 +211,44 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
           keeper: RunKeeper) -> tuple[VolleyResult, int]:
     """Work on the volley here until no task is left; the result and the requests sent."""
     stored = plan.stored
-    tasks = stored.tasks
+    total = len(stored.tasks)
     events_out = out.show_text and out.format == "jsonl"  # stdout carries the events
     write = (lambda line: None) if events_out else click.echo
-    writer = OrderedWriter(out.format, len(tasks), write,  # type: ignore[arg-type]
-                           clean=str if out.raw else safe_text)
+    # Nothing here holds every task or result: the writer reads back from the journal
+    # what it does not hold, and the volley counts its verdicts.
+    cut_short: set[int] = set()
+    writer = OrderedWriter(out.format, total, write,  # type: ignore[arg-type]
+                           clean=str if out.raw else safe_text,
+                           reader=result_reader(journal.store, stored.volley_id,
+                                                cut_short=cut_short))
     for done in stored.earlier:
         writer.add(done)
-    prompts = {t.index: t.prompt for t in tasks}
     quiet_progress = out.quiet or out.show_text
     sinks = ([] if quiet_progress else
-             [ProgressLines(len(tasks), prompts.__getitem__, out.console,
-                            done=len(stored.earlier))])
+             [ProgressLines(total, out.console, done=len(stored.earlier))])
     merger = StreamMerger() if out.show_text else None
+    first = [t.prompt for t in itertools.islice(stored.tasks, 4)]
     trace_path = keeper.open(plan.config, kind="volley", query=" · ".join(
-        t.prompt for t in tasks[:3]) + (" · …" if len(tasks) > 3 else ""))
+        first[:3]) + (" · …" if len(first) > 3 else ""))
     on_event = (VolleyJSONLines() if events_out
-                else TaskLines(len(tasks), titles={t.index: t.title for t in tasks}))
+                else TaskLines(total, title_of=partial(_running_title, journal)))
     on_result = writer.add if merger is None else partial(
         _after_streamed, merger, on_event, writer.add)
     main = partial(drive, console=out.console, merger=merger, on_event=on_event,
                    live=not quiet_progress and out.console.is_terminal)
     result = trio.run(partial(
         journal.work, stored, plan.config, plan.options, main=main, sinks=sinks,
-        trace_path=trace_path, on_result=on_result, stream=merger, **plan.engine(),
+        trace_path=trace_path, on_result=on_result, stream=merger, keep_results=False,
+        **plan.engine(),
     ))
-    writer.finish(result)
     assert journal.volley is not None
+    cut_short.update(journal.volley.cut_short)
+    writer.finish(result)  # the rest of the volley, read back from its journal
     return result, journal.volley.ledger.spent.calls
+
+
+def _running_title(journal: JournaledVolley, index: int) -> str | None:
+    return journal.volley.running_title(index) if journal.volley is not None else None
 
 
 def _after_streamed(merger: StreamMerger, on_event: Callable[[Event], None],
@@ -251,10 +264,10 @@ def _after_streamed(merger: StreamMerger, on_event: Callable[[Event], None],
     write(result)
 
 
-def _report(result: VolleyResult, quiet: bool) -> None:
+def _report(result: VolleyResult, running: int, quiet: bool) -> None:
+    """What stderr says at the end; ``running``: tasks cancelled after they sent something."""
     s = result.summary
     if result.status == "interrupted":
-        running = sum(1 for t in result.tasks if t.error == "cancelled while running")
         click.echo(
             f"Error: interrupted: {s.succeeded + s.failed} completed, {running} in progress "
             f"(cancelled), {s.cancelled - running} not started",

@@ -124,8 +124,7 @@ def _work(
             plan = Plan(stored, config, options, resumed_fixture(stored.settings,
                                                                   fixture_latency),
                         host_tools(tools, options))
-            prompts = {t.index: t.prompt for t in stored.tasks}
-            sinks = [] if quiet else [ProgressLines(len(stored.tasks), prompts.__getitem__, err,
+            sinks = [] if quiet else [ProgressLines(len(stored.tasks), err,
                                                     done=len(stored.earlier))]
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else ([], {})
             result = trio.run(partial(

@@ -11,9 +11,9 @@ already have (done ones, and failed ones when failed tasks are skipped).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from rlm._config import RunConfig, public_settings
 from rlm.journal.records import Spend, TaskRow, VolleyRow
@@ -22,6 +22,7 @@ from rlm.providers.fixture import FixtureOptions, pop_legacy_options
 from rlm.volley.records import TaskResult, VolleyTask
 
 __all__ = [
+    "StoredRows",
     "StoredVolley",
     "load_volley",
     "record_volley",
@@ -32,6 +33,8 @@ __all__ = [
     "stored_layer",
     "stored_settings",
 ]
+
+_T = TypeVar("_T")
 
 #: Run settings never written to a journal.
 _SECRET = frozenset({"api_key"})
@@ -129,14 +132,51 @@ def result_reader(
     return read
 
 
+class StoredRows(Generic[_T]):
+    """What a volley's task rows make (its tasks, its verdicts), read from its journal a
+    page at a time on each pass: never all held.  ``len`` comes from the journal's counts
+    (how many rows make something), without reading them."""
+
+    def __init__(self, store: JournalStore, volley_id: str, count: int,
+                 make: Callable[[TaskRow], _T | None], page: int = 1024) -> None:
+        self._store, self._volley_id, self._count = store, volley_id, count
+        self._make, self._page = make, page
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[_T]:
+        after = 0
+        while self._count and (rows := self._store.tasks_after(self._volley_id, after,
+                                                                self._page)):
+            for row in rows:
+                made = self._make(row)
+                if made is not None:
+                    yield made
+            after = rows[-1].index
+
+    def __contains__(self, item: object) -> bool:
+        return any(item == mine for mine in self)
+
+    def where(self, make: Callable[[TaskRow], _T | None]) -> StoredRows[_T]:
+        """The same rows, making ``make``'s instead (its ``len`` is that of every task)."""
+        total = sum(self._store.volley(self._volley_id).counts.values())
+        return StoredRows(self._store, self._volley_id, total, make, self._page)
+
+
+def _task_of(row: TaskRow) -> VolleyTask:
+    return VolleyTask.from_dict(row.spec)
+
+
 @dataclass(frozen=True)
 class StoredVolley:
-    """A volley read back from a journal, ready to run again."""
+    """A volley read back from a journal, ready to run again.  Its tasks and its verdicts
+    so far are read from the journal as they are used (:class:`StoredRows`)."""
 
     row: VolleyRow
-    tasks: list[VolleyTask]
+    tasks: StoredRows[VolleyTask]
     context: list[str]
-    earlier: list[TaskResult]
+    earlier: StoredRows[TaskResult]
 
     @property
     def volley_id(self) -> str:
@@ -160,13 +200,14 @@ def load_volley(store: JournalStore, ref: str, *, rerun_failed: bool) -> StoredV
     volley_id = store.resolve(ref)
     if rerun_failed:
         store.reopen_failed(volley_id)
-    rows = store.tasks(volley_id)
-    earlier = [r for r in map(result_from_row, rows) if r is not None]
+    row = store.volley(volley_id)
+    counts = row.counts
     return StoredVolley(
-        row=store.volley(volley_id),
-        tasks=[VolleyTask.from_dict(row.spec) for row in rows],
+        row=row,
+        tasks=StoredRows(store, volley_id, sum(counts.values()), _task_of),
         context=store.context(volley_id),
-        earlier=earlier,
+        earlier=StoredRows(store, volley_id, counts["done"] + counts["failed"],
+                           result_from_row),
     )
 
 
@@ -176,8 +217,7 @@ def reopen_failed(store: JournalStore, stored: StoredVolley) -> StoredVolley:
     Separate from :func:`load_volley` so that a resume can show its estimate (and
     be declined) before it changes anything in the journal.
     """
-    if not any(r.status == "failed" for r in stored.earlier):
+    if not stored.row.counts["failed"]:
         return stored
     store.reopen_failed(stored.volley_id)
-    earlier = [r for r in stored.earlier if r.status != "failed"]
-    return dataclasses.replace(stored, row=store.volley(stored.volley_id), earlier=earlier)
+    return load_volley(store, stored.volley_id, rerun_failed=False)

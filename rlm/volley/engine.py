@@ -11,11 +11,12 @@ right before each request goes out (a journal worker refuses the requests of
 tasks whose claims it lost: :meth:`rlm.journal.worker.JournalWorker.before_send`).
 
 What a volley holds is bounded by what is in flight, not by its number of
-tasks, when it is given its tasks as a :class:`~rlm.volley.tasks.TaskStream`
-(made again from its input on each pass), a source and sink that keep them
-(a journal) and ``keep_results=False``: its result then counts verdicts
-without holding them (``tasks`` is empty; a journal's reader gives them in
-task order).  The Python API keeps every result: it returns them.
+tasks, when its tasks (and ``earlier``) are collections made again on each
+pass (a :class:`~rlm.volley.tasks.TaskStream`, a journal's
+:class:`~rlm.journal.volleys.StoredRows`), a source and sink keep them (a
+journal) and ``keep_results=False``: its result then counts verdicts without
+holding them (``tasks`` is empty; a journal's reader gives them in task
+order).  The Python API keeps every result: it returns them.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from rlm.volley.rlm_tasks import RlmTaskExecutor, shared_context
 from rlm.volley.runner import TaskExecutor, VolleyRunner
 from rlm.volley.store import MemoryStore, ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
-from rlm.volley.tasks import TaskStream
 
 __all__ = ["Volley", "VolleyOptions", "VolleyProgress"]
 
@@ -91,7 +91,7 @@ class Volley:
         trace_path: str | None = None,
         source: TaskSource | None = None,
         sink: ResultSink | None = None,
-        earlier: Sequence[TaskResult] = (),
+        earlier: Collection[TaskResult] = (),
         on_result: Callable[[TaskResult], None] | None = None,
         stream: StreamSink | None = None,
         sandboxes: LauncherFactory | None = None,
@@ -105,7 +105,9 @@ class Volley:
         self._tools = tools  # rlm tasks: host tools their code may call
         self._launcher: Launcher | None = None
         self._stream = stream  # a live consumer: every task streams its text into it
-        self.tasks = tasks if isinstance(tasks, TaskStream) else tuple(tasks)
+        # A list is copied; a collection made on each pass (a TaskStream, a journal's rows)
+        # is kept as it is, never read whole.
+        self.tasks = tuple(tasks) if isinstance(tasks, list | tuple) else tasks
         self.total = len(self.tasks)
         self.context = tuple(context)
         self.options = options or VolleyOptions()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +117,15 @@ class JournaledVolley:
 
     def create(
         self,
-        tasks: Sequence[VolleyTask],
+        tasks: Iterable[VolleyTask],
         context: Sequence[str],
         config: RunConfig,
         options: VolleyOptions,
         *,
         fixture: FixtureOptions | None = None,
     ) -> str:
-        """Record a volley (nothing is sent) and return its id."""
+        """Record a volley (nothing is sent) and return its id; ``tasks`` are taken one at a
+        time (a :class:`~rlm.volley.tasks.TaskStream` is never held whole)."""
         volley_id = new_volley_id()
         record_volley(self.store, volley_id,
                       stored_settings(config, options.stored(), fixture), tasks, context)
@@ -190,7 +191,7 @@ class JournaledVolley:
             # It holds only what its share runs soon, so other workers find the rest open.
             capacity=lambda: run.concurrency if run is not None else 1,
         )
-        worker.know(stored.tasks)
+        # (Its claims read each task from the journal: the tasks are never all held.)
         run = Volley(config, stored.tasks, context=stored.context, options=options,
                      volley_id=volley_id, source=worker, sink=worker, earlier=stored.earlier,
                      before_send=worker.before_send, **engine)

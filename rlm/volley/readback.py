@@ -111,8 +111,12 @@ def with_other_workers(store: JournalStore, result: VolleyResult) -> VolleyResul
 
     A task this process did not run and the journal holds a verdict for is shown
     with that verdict instead of "not started"; when that leaves no task
-    without a verdict, a volley that was not stopped is succeeded or failed.
+    without a verdict, a volley that was not stopped is succeeded or failed.  A
+    result that holds no tasks (the command line's: they are read back when
+    printed) gets the journal's counts.
     """
+    if not result.tasks:
+        return _with_counts(store, result)
     missing = {t.index for t in result.tasks if t.status == "cancelled"}
     if not missing:
         return result
@@ -134,3 +138,17 @@ def with_other_workers(store: JournalStore, result: VolleyResult) -> VolleyResul
         cancelled=sum(1 for t in tasks if t.status == "cancelled"),
     )
     return dataclasses.replace(result, status=status, summary=summary, tasks=tasks)
+
+
+def _with_counts(store: JournalStore, result: VolleyResult) -> VolleyResult:
+    counts = store.volley(result.volley_id).counts
+    succeeded, failed = counts["done"], counts["failed"]
+    if (succeeded, failed) == (result.summary.succeeded, result.summary.failed):
+        return result
+    cancelled = result.summary.total_tasks - succeeded - failed
+    status = result.status
+    if status in ("succeeded", "failed") and not cancelled:
+        status = "failed" if failed else "succeeded"
+    summary = dataclasses.replace(
+        result.summary, succeeded=succeeded, failed=failed, cancelled=cancelled)
+    return dataclasses.replace(result, status=status, summary=summary)

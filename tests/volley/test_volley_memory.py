@@ -1,29 +1,30 @@
 """A journaled volley holds what is in flight, not its N tasks (invariant 12).
 
 Run as ``rlm volley -f FILE`` runs one: tasks made from the file's text on each
-pass (TaskStream), recorded in a SQLite journal, claimed from it, verdicts kept
-there, results written in task order by a writer that reads back what it does
-not hold.  The volley's task and result records alive at any moment are
-counted (the garbage collector tracks them): they stay under a bound set by the
-claim batch and the windows, far below N.  Counting objects, not timing: it
-cannot be flaky.
+pass (TaskStream), recorded in a SQLite journal and read back from it as they are
+used (StoredRows), claimed from it, verdicts kept there, results written in task
+order by a writer that reads back what it does not hold.  The volley's task and
+result records alive at any moment are counted (the garbage collector tracks
+them): they stay under a bound set by the claim batch and the windows, far below
+N.  Counting objects, not timing: it cannot be flaky.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 from pathlib import Path
 
 import trio
 
-from rlm._config import RunConfig
+from rlm._config import RunConfig, VolleyOptions
 from rlm.journal import JournalStore, Owner, Verdict, open_store
 from rlm.journal.volleys import record_volley, result_reader, stored_settings
-from rlm.journal.worker import _MAX_CLAIM, JournalWorker
-from rlm.volley.engine import Volley
+from rlm.journal.worker import _MAX_CLAIM
+from rlm.volley.journaled import JournaledVolley
 from rlm.volley.output import OrderedWriter
-from rlm.volley.records import TaskResult, VolleyTask, new_volley_id
+from rlm.volley.records import TaskResult, VolleyTask
 from rlm.volley.tasks import TaskStream, parse_lines
 
 WINDOW = 64  # the writer's: results ahead of the next one to write that it holds
@@ -36,37 +37,26 @@ def _records_alive() -> int:
 def _volley(n: int, path: Path) -> tuple[list[int], list[str]]:
     """Run ``n`` zero-latency tasks; the records alive every 250 results, and stdout."""
     text = "".join(f"classify record {i}\n" for i in range(1, n + 1))
-    tasks = TaskStream(parse_lines(text))
     config = RunConfig(provider="fixture", model="fixture", max_concurrent=32, max_llm_calls=None)
-    volley_id = new_volley_id()
-    store = open_store(str(path))
+    options = VolleyOptions()
     lines: list[str] = []
     alive: list[int] = []
-    try:
-        record_volley(store, volley_id, stored_settings(config, {}), tasks, [])
-        writer = OrderedWriter("jsonl", len(tasks), lines.append,
-                               reader=result_reader(store, volley_id), window=WINDOW)
+    with JournaledVolley(str(path)) as journal:
+        stored = journal.load(journal.create(TaskStream(parse_lines(text)), [], config, options))
+        writer = OrderedWriter("jsonl", len(stored.tasks), lines.append,
+                               reader=result_reader(journal.store, stored.volley_id),
+                               window=WINDOW)
 
         def written(result: TaskResult) -> None:
             writer.add(result)
             if result.index % 250 == 0:
                 alive.append(_records_alive())
 
-        worker = JournalWorker(store, volley_id)
-        run = Volley(config, tasks, volley_id=volley_id, source=worker, sink=worker,
-                     keep_results=False, on_result=written)
-        worker.capacity = lambda: run.concurrency
-
-        async def main() -> None:
-            async with worker.running():
-                result = await run.run()
-            assert result.status == "succeeded" and result.summary.succeeded == n
-            assert result.tasks == ()  # counted, not held
-            writer.finish(result)
-
-        trio.run(main)
-    finally:
-        store.close()
+        result = trio.run(functools.partial(journal.work, stored, config, options,
+                                            on_result=written, keep_results=False))
+        assert result.status == "succeeded" and result.summary.succeeded == n
+        assert result.tasks == ()  # counted, not held
+        writer.finish(result)
     return alive, lines
 
 
