@@ -189,8 +189,9 @@ async def _work_pool(
             if parent is not None:
                 watching.start_soon(parent.watch, journal.interrupt, partial(_die, journal))
             main = partial(drive, console=stderr_console(), live=False)
+            # It prints counts, not results: nothing holds every verdict.
             result = await journal.work(plan.stored, plan.config, plan.options, main=main,
-                                        **plan.engine(), **engine)
+                                        keep_results=False, **plan.engine(), **engine)
             watching.cancel_scope.cancel()
         if result.status == "interrupted":
             nursery.cancel_scope.cancel()  # each sibling gets SIGTERM
