@@ -87,7 +87,7 @@ def console_main() -> NoReturn:
         if not caused_by_interrupt(exc):
             raise
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one cannot cut this short
-        _flush_stderr("Error: interrupted\n")
+        _flush_stderr("interrupted\n")
         code = 130
     else:  # pragma: no cover - RLMGroup.main always ends with sys.exit
         code = 0

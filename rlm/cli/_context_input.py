@@ -27,6 +27,7 @@ from pathlib import Path
 from rlm._config import DEFAULT_MAX_CONTEXT_BYTES
 from rlm._run.context import Context
 from rlm._sizes import format_size
+from rlm._symbols import symbol
 from rlm.cli._terminal import plural, say
 from rlm.errors import UsageError
 
@@ -205,7 +206,7 @@ def _read_directory(
         say(
             f"Warning: skipped {plural(len(skipped), 'file')} in {root} that "
             f"{'is' if len(skipped) == 1 else 'are'} not {encoding} text: "
-            f"{', '.join(skipped[:5])}{' …' if len(skipped) > 5 else ''}"
+            f"{', '.join(skipped[:5])}{' ' + symbol('more') if len(skipped) > 5 else ''}"
         )
     if not texts:
         raise UsageError(

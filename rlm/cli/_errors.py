@@ -93,12 +93,12 @@ class RLMGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.Abort as exc:
             if isinstance(exc.__context__, KeyboardInterrupt):  # click's own Ctrl-C handling
-                say("Error: interrupted")
+                say("interrupted")
                 sys.exit(130)
             say("Aborted!")
             sys.exit(1)
         except (KeyboardInterrupt, EOFError):
-            say("Error: interrupted")
+            say("interrupted")
             sys.exit(130)
         except BaseExceptionGroup as group:  # from inside trio nurseries (`rlm bench`, a stream)
             self._grouped(group, argv)
@@ -115,7 +115,7 @@ class RLMGroup(click.Group):
     def _grouped(cls, group: BaseExceptionGroup[BaseException], argv: list[str]) -> NoReturn:
         """A nursery's errors: Ctrl-C and a vanished reader read as they do on their own."""
         if group.subgroup(KeyboardInterrupt) is not None:  # Ctrl-C landed inside a nursery
-            say("Error: interrupted")
+            say("interrupted")
             sys.exit(130)
         if isinstance(leaf_error(group), BrokenPipeError):  # `rlm ... | head`: nothing to tell
             silence(1)
@@ -127,7 +127,7 @@ class RLMGroup(click.Group):
     @staticmethod
     def _unexpected(exc: Exception, argv: list[str]) -> NoReturn:
         if caused_by_interrupt(exc):  # a Ctrl-C that Python or a library wrapped
-            say("Error: interrupted")
+            say("interrupted")
             sys.exit(130)
         if debug_wanted(argv):
             traceback.print_exception(exc)

@@ -47,6 +47,23 @@ class LazyGroup(RLMGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self._lazy})
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """A mistyped command name gets a "did you mean" (``rlm volly``: ``volley``)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            import difflib  # only for a mistake: not loaded on every start
+
+            name = args[0] if args else ""
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            if close and not name.startswith("-"):
+                raise click.UsageError(
+                    f"{exc.format_message()} Did you mean {close[0]!r}?", ctx=exc.ctx
+                ) from None
+            raise
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is not None or cmd_name not in self._lazy:

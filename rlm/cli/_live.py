@@ -26,6 +26,7 @@ from rlm._events import (
     StreamDiscarded,
     TextDelta,
 )
+from rlm._symbols import symbol
 from rlm.cli._terminal import safe_text, silence
 
 __all__ = ["JSONLines", "LiveDisplay"]
@@ -95,9 +96,13 @@ class LiveDisplay:
     def _root_text(self, event: TextDelta) -> None:
         if event.request_id != self._root_request:
             self._root_request = event.request_id
-            self._line(self._paint(_DIM, f"── root step (request {event.request_id}) ──"))
+            rule = symbol("rule")
+            self._line(self._paint(_DIM, f"{rule} root step (request {event.request_id}) {rule}"))
         elif self._after_output:  # pipelined: the reply goes on below the block's output
-            self._line(self._paint(_DIM, f"── root step (request {event.request_id}) goes on ──"))
+            rule = symbol("rule")
+            self._line(self._paint(
+                _DIM, f"{rule} root step (request {event.request_id}) goes on {rule}"
+            ))
         self._after_output = False
         text = self._held + safe_text(event.text)  # model text: no escapes reach the terminal
         keep = len(text) - len(text.rstrip("`"))
@@ -125,13 +130,14 @@ class LiveDisplay:
 
     def _executed(self, event: CodeExecuted) -> None:
         self._flush_held()
-        title = f"── output of block {event.block} ({event.duration_s:.2f}s) ──"
+        rule = symbol("rule")
+        title = f"{rule} output of block {event.block} ({event.duration_s:.2f}s) {rule}"
         self._line(self._paint(_DIM, title))
         lines = event.output.rstrip("\n").splitlines()
         for line in lines[:_OUTPUT_LINES]:
             self._line(safe_text(line))
         if len(lines) > _OUTPUT_LINES or event.output_chars > len(event.output):
-            self._line(self._paint(_DIM, f"[… {event.output_chars:,} chars in all]"))
+            self._line(self._paint(_DIM, f"[{symbol('more')} {event.output_chars:,} chars in all]"))
         if event.error:
             last = safe_text(event.error).strip().splitlines()[-1:] or ["error"]
             self._line(self._paint(_RED, f"error: {last[0]}"))
@@ -140,11 +146,13 @@ class LiveDisplay:
     # -- the status line for everything but the root's text ----------------------------
 
     def _status(self, t: float, *, force: bool = False) -> None:
+        sep = symbol("sep")
         subs = self._subs
         text = (
-            f"⋯ sub-queries: {len(subs['streaming'])} streaming · {subs['done']} done"
-            + (f" · {subs['failed']} failed" if subs["failed"] else "")
-            + f" · {subs['chars']:,} chars at {t:.1f}s"
+            f"{symbol('busy')} sub-queries: {len(subs['streaming'])} streaming {sep} "
+            f"{subs['done']} done"
+            + (f" {sep} {subs['failed']} failed" if subs["failed"] else "")
+            + f" {sep} {subs['chars']:,} chars at {t:.1f}s"
         )
         if self.tty and self._at_line_start:
             self._write(_CLEAR_LINE + self._paint(_DIM, text), status=True)

@@ -27,6 +27,7 @@ from rlm._events import (
     RunStarted,
     StepCompleted,
 )
+from rlm._symbols import symbol
 from rlm.cli._terminal import plural, safe_text, silence
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class ProgressPrinter:
             what = plural(event.code_blocks, "code block") if event.code_blocks else "no code"
             final = ", FINAL" if event.has_final else ""
             step = "final-answer step" if event.forced_final else f"step {event.iteration}"
-            return [who, (f": {step} → {what}{final}", None)]
+            return [who, (f": {step} {symbol('to')} {what}{final}", None)]
         if isinstance(event, CodeExecuted):
             if event.ok:
                 return [who, (f": code ran ({plural(event.output_chars, 'char')} printed)", None)]
@@ -167,9 +168,9 @@ class ProgressPrinter:
             return [who, (f": child call {event.status}", None)]
         if isinstance(event, RunFinished):
             return [(
-                f"run {event.status} in {event.duration_s:.2f}s · "
-                f"{plural(event.llm_calls, 'LLM call')} · "
-                f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens · "
+                f"run {event.status} in {event.duration_s:.2f}s {symbol('sep')} "
+                f"{plural(event.llm_calls, 'LLM call')} {symbol('sep')} "
+                f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens {symbol('sep')} "
                 f"{format_cost(event.usage_detail, event.llm_calls)}",
                 None,
             )]
@@ -178,14 +179,18 @@ class ProgressPrinter:
     def _bridge_line(self, who: tuple[str, None], event: BridgeCallFinished) -> Segments:
         if event.call_id in self._refused:
             self._refused.discard(event.call_id)
-            return [who, (f": {event.fn} × {event.items} ", None), ("refused", "red"),
+            times = symbol("times")
+            return [who, (f": {event.fn} {times} {event.items} ", None), ("refused", "red"),
                     (": more than the budget has left (nothing was sent)", None)]
         if event.failed_items and event.failed_items == event.items:  # none answered
             every = "failed" if event.items == 1 else f"all {event.items} failed"
-            return [who, (f": {event.fn} × {event.items} in {event.duration_s:.2f}s: ", None),
+            took = f"{event.duration_s:.2f}s"
+            return [who, (f": {event.fn} {symbol('times')} {event.items} in {took}: ", None),
                     (every, "red")]
         line: Segments = [
-            who, (f": {event.fn} × {event.items} answered in {event.duration_s:.2f}s", None)
+            who,
+            (f": {event.fn} {symbol('times')} {event.items} answered in {event.duration_s:.2f}s",
+             None),
         ]
         if event.failed_items:
             line += [(", ", None), (f"{event.failed_items} failed", "red")]
@@ -227,8 +232,9 @@ def format_traffic(traffic: dict[str, Any]) -> str:
         lines.append(
             f"{name:>4} lane: {plural(lane['attempts'], 'attempt')}, "
             f"{plural(lane['retries'], 'retry', 'retries')}, "
-            f"{lane['rate_limited']} × 429, peak {lane['max_in_flight']} in flight "
-            f"(capacity now {lane['capacity']}), queue wait mean {lane['queue_wait_mean_s']:.3f}s, "
+            f"{lane['rate_limited']} {symbol('times')} 429, "
+            f"peak {lane['max_in_flight']} in flight of "
+            f"{lane['capacity']}, queue wait mean {lane['queue_wait_mean_s']:.3f}s, "
             f"latency p50 {lane['latency_p50_s']:.3f}s"
         )
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from rlm._symbols import symbol
 from rlm.cli._terminal import silence
 
 __all__ = ["RichProgressOutput", "stderr_console"]
@@ -58,7 +59,8 @@ class _Elapsed:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         self._spinner.update(
-            text=Text(f"{self.doing} · {time.monotonic() - self.started:.1f}s", style="dim")
+            text=Text(f"{self.doing} {symbol('sep')} {time.monotonic() - self.started:.1f}s",
+                      style="dim")
         )
         yield self._spinner
 

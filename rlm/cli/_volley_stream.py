@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from rlm._events import Event, StreamDiscarded, TextDelta
+from rlm._symbols import symbol
 from rlm.cli._terminal import safe_text, silence
 from rlm.volley.events import TaskFinished
 
@@ -106,7 +107,7 @@ class TaskLines:
     def _line(self, task: int, text: str) -> None:
         title = self._titles.get(task) or self._title_of(task) or ""
         if len(title) > self.width:
-            title = title[: self.width - 1] + "…"
+            title = title[: self.width - 1] + f"{symbol('more')}"
         label = f"[{task}/{self.total} {title}]" if title else f"[{task}/{self.total}]"
         if self._broken:
             return

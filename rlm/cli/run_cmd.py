@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rlm._settings import api_key_from_environment
-from rlm.cli._errors import fail
+from rlm.cli._errors import echo_json_error, fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_options
 from rlm.cli._terminal import answer_for_stdout, plural, raw_option, say
@@ -29,9 +29,25 @@ if TYPE_CHECKING:
 __all__ = ["run"]
 
 
+class _GlobSpill(click.Argument):
+    """The paths a shell glob spreads after ``--context-file`` (``--context-file *.txt``
+    arrives as one flagged path and the rest as arguments).  Not in the usage line:
+    alone they are refused (rlm.cli._context_input.context_paths)."""
+
+    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return []
+
+
 @click.command()
 @click.argument("query")
-@click.argument("more_paths", nargs=-1, metavar="[PATH]...")
+@click.argument("more_paths", nargs=-1, cls=_GlobSpill)
+@click.option(
+    "--context",
+    "contexts",
+    multiple=True,
+    metavar="TEXT",
+    help="The input as text (repeatable; with --context-file, these documents come first).",
+)
 @click.option(
     "--context-file",
     "context_files",
@@ -76,6 +92,9 @@ __all__ = ["run"]
 )
 @click.option("--view", is_flag=True, help="At the end, write the run's page next to its trace.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="After the run, each lane's traffic: attempts, retries, 429s, the peak in "
+              "flight, waits and latency.")
 @raw_option
 @click.option(
     "--tools",
@@ -88,12 +107,14 @@ __all__ = ["run"]
 def run(
     query: str,
     more_paths: tuple[str, ...],
+    contexts: tuple[str, ...],
     context_files: tuple[str, ...],
     glob_pattern: str,
     encoding: str,
     as_json: bool,
     output_format: str | None,
     quiet: bool,
+    verbose: bool,
     raw: bool,
     trace_path: str | None,
     show_text: bool,
@@ -142,7 +163,8 @@ def run(
     try:
         model = _model(settings, trace_path, [] if printer is None else [printer], tools,
                        early_zygote, as_json=fmt != "text")
-        context = _context(context_files, more_paths, encoding, glob_pattern, settings)
+        context = _context(contexts, context_files, more_paths, encoding, glob_pattern,
+                           settings)
         on_event = _live_output(events_out) if show_text else None
         keeper.attach(model)
         result = run_with_signals(model, query, context, on_event)
@@ -158,12 +180,16 @@ def run(
         fail(str(exc), exc.exit_code, as_json=object_out)
     except KeyboardInterrupt:
         keeper.close(None, "interrupted")
-        fail("interrupted", 130, as_json=object_out)
+        if object_out:
+            echo_json_error("interrupted", 130)
+        say("interrupted")
+        sys.exit(130)
     finally:
         if printer is not None:
             printer.close()
     keeper.close(result)
-    _report(result, as_json=object_out, quiet=quiet, events=events_out, raw=raw)
+    _report(result, as_json=object_out, quiet=quiet, events=events_out, raw=raw,
+            verbose=verbose)
     sys.exit(STATUS_EXIT_CODES.get(result.status, 1))
 
 
@@ -233,13 +259,22 @@ def _model(settings: dict[str, Any], trace_path: str | None, sinks: list[Any],
     return model
 
 
-def _context(context_files: tuple[str, ...], more_paths: tuple[str, ...], encoding: str,
-             glob_pattern: str, settings: dict[str, Any]) -> Context:
+def _context(texts: tuple[str, ...], context_files: tuple[str, ...],
+             more_paths: tuple[str, ...], encoding: str, glob_pattern: str,
+             settings: dict[str, Any]) -> Context:
+    """The run's context: ``--context`` texts, then what the paths hold."""
     from rlm.cli._context_input import ReadLimits, context_paths, read_context, warn_if_empty
 
     paths = context_paths(context_files, more_paths)
     limits = ReadLimits(settings["max_context_bytes"], settings["timeout"])
-    context = read_context(paths, encoding, glob_pattern, limits=limits)
+    for text in texts:
+        limits.take(len(text.encode()), "--context")
+    context = read_context(paths, encoding, glob_pattern, limits=limits) if paths else ""
+    if texts:
+        documents = [context] if isinstance(context, str) and paths else (
+            [] if isinstance(context, str) else context)
+        combined = [*texts, *documents]
+        return combined[0] if len(combined) == 1 else combined
     warn_if_empty(paths, context)
     return context
 
@@ -257,7 +292,8 @@ def _progress_printer() -> Any:
 
 
 def _report(
-    result: RunResult, *, as_json: bool, quiet: bool, events: bool = False, raw: bool = False
+    result: RunResult, *, as_json: bool, quiet: bool, events: bool = False, raw: bool = False,
+    verbose: bool = False,
 ) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), ensure_ascii=False))
@@ -265,7 +301,7 @@ def _report(
         pass  # stdout carried the events; run_finished holds the answer
     elif result.answer is not None:
         click.echo(answer_for_stdout(result.answer, raw))
-    if not quiet and result.traffic:
+    if verbose and result.traffic:  # each lane's traffic: for tuning, not for every run
         from rlm.cli._progress import format_traffic
 
         summary = format_traffic(result.traffic)
@@ -275,10 +311,13 @@ def _report(
         who = "answered by" if result.answer is not None else "run on"
         say(f"note: {who} the built-in fixture model (scripted, not a language model)")
     if result.status != "answered":
-        reason = result.error or {
-            "iterations": "the root call gave no final answer within --max-iterations",
-        }.get(result.status, result.status)
-        say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
+        if result.status == "interrupted":  # what the person did, not an error
+            say("interrupted")
+        else:
+            reason = result.error or {
+                "iterations": "the root call gave no final answer within --max-iterations",
+            }.get(result.status, result.status)
+            say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
         from rlm.cli._progress import format_cost
 
         usage = result.usage

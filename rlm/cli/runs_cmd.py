@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from rlm._symbols import symbol
 from rlm.errors import UsageError
 from rlm.history import RunHistory
 
@@ -31,11 +32,11 @@ def _when(started: Any) -> str:
 
 
 def _money(cost: Any) -> str:
-    return "—" if cost is None else f"${float(cost):.4f}"
+    return f"{symbol('none')}" if cost is None else f"${float(cost):.4f}"
 
 
 def _seconds(value: Any) -> str:
-    return "—" if value is None else f"{float(value):.2f}s"
+    return f"{symbol('none')}" if value is None else f"{float(value):.2f}s"
 
 
 @click.group(invoke_without_command=True)
@@ -69,20 +70,29 @@ def runs(ctx: click.Context, limit: int, as_json: bool) -> None:
     if not summaries:
         click.echo(f"no runs yet in {history.root}", err=True)
         return
+    columns = ("id", "when", "status", "LLM calls", "cost", "duration", "query")
+    rows = [_row(s) for s in summaries]
+    if not sys.stdout.isatty():  # a script reads it: tab-separated columns, nothing to strip
+        for row in (columns, *rows):
+            click.echo("\t".join(row))
+        return
     table = Table(title=f"runs in {history.root}", title_justify="left")
-    for column in ("id", "when", "status", "LLM calls", "cost", "duration", "query"):
+    for column in columns:
         table.add_column(column, no_wrap=column != "query",
                          justify="right" if column in ("LLM calls", "cost", "duration")
                          else "left")
-    for s in summaries:
-        query = " ".join(str(s.get("query") or "").split())
-        if s.get("kind") == "volley":
-            query = f"volley: {query}"
-        table.add_row(s["id"], _when(s.get("started")), str(s.get("status")),
-                      str(s.get("llm_calls", "—")), _money(s.get("cost")),
-                      _seconds(s.get("duration_s")), query[:80])
-    # Piped output is not cut to 80 columns: the IDs and queries stay whole.
-    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+    for row in rows:
+        table.add_row(*row[:-1], row[-1][:80])
+    Console(highlight=False).print(table)
+
+
+def _row(s: dict[str, Any]) -> tuple[str, ...]:
+    query = " ".join(str(s.get("query") or "").split())
+    if s.get("kind") == "volley":
+        query = f"volley: {query}"
+    return (s["id"], _when(s.get("started")), str(s.get("status")),
+            str(s.get("llm_calls", "-")), _money(s.get("cost")), _seconds(s.get("duration_s")),
+            query)
 
 
 @runs.command("show")
@@ -107,4 +117,4 @@ def show(ref: str, as_json: bool) -> None:
             continue
         if key == "started":
             value = _when(value)
-        click.echo(f"{key:<{width}}  {value if value is not None else '—'}")
+        click.echo(f"{key:<{width}}  {value if value is not None else symbol('none')}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from rlm._symbols import symbol
 from rlm._trace import half_written
 from rlm.errors import UsageError
 
@@ -49,7 +50,8 @@ def view(trace: str, output: str | None, open_page: bool) -> None:
                        f"{found}", err=True)
             source = found
         if not source.exists() and (numbered := _per_question(source)):
-            listed = ", ".join(p.name for p in numbered[:3]) + (", …" if len(numbered) > 3 else "")
+            more = f", {symbol('more')}" if len(numbered) > 3 else ""
+            listed = ", ".join(p.name for p in numbered[:3]) + more
             raise UsageError(f"no trace file at {source}: a chat given --trace {source.name} "
                              f"writes one per question ({listed}); view one of those, e.g. "
                              f"`rlm view {numbered[0]}`")

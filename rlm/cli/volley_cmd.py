@@ -19,6 +19,7 @@ import trio
 from rich.console import Console
 
 from rlm._durations import parse_duration
+from rlm._symbols import symbol
 from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper
 from rlm.cli._progress import stderr_console
@@ -228,8 +229,9 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
              [ProgressLines(total, out.console, done=len(stored.earlier))])
     merger = StreamMerger() if out.show_text else None
     first = [t.prompt for t in itertools.islice(stored.tasks, 4)]
-    trace_path = keeper.open(plan.config, kind="volley", query=" · ".join(
-        first[:3]) + (" · …" if len(first) > 3 else ""))
+    sep = f" {symbol('sep')} "
+    shown = sep.join(first[:3]) + (f"{sep}{symbol('more')}" if len(first) > 3 else "")
+    trace_path = keeper.open(plan.config, kind="volley", query=shown)
     on_event = (VolleyJSONLines() if events_out
                 else TaskLines(total, title_of=partial(_running_title, journal)))
     on_result = writer.add if merger is None else partial(
@@ -269,7 +271,7 @@ def _report(result: VolleyResult, running: int, quiet: bool) -> None:
     s = result.summary
     if result.status == "interrupted":
         click.echo(
-            f"Error: interrupted: {s.succeeded + s.failed} completed, {running} in progress "
+            f"interrupted: {s.succeeded + s.failed} completed, {running} in progress "
             f"(cancelled), {s.cancelled - running} not started",
             err=True,
         )

@@ -148,7 +148,7 @@ def _work(
 def _exit(result: VolleyResult, volley_id: str, failed: int) -> None:
     """Say why this worker stopped, or that the volley has failed tasks, with the exit code."""
     if result.status == "interrupted":
-        click.echo(f"Error: interrupted; this worker's unfinished tasks are open again "
+        click.echo(f"interrupted; this worker's unfinished tasks are open again "
                    f"(`rlm volley work {volley_id}` takes them up)", err=True)
         sys.exit(result.exit_code)
     if result.status in ("credentials_refused", "budget_exceeded"):

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Literal
 
 from rlm._durations import format_duration
+from rlm._symbols import symbol
 from rlm.volley.records import TaskResult, VolleyResult
 
 __all__ = [
@@ -45,7 +46,7 @@ WINDOW = 4096
 def task_label(prompt: str, width: int = 60) -> str:
     """The first line of a prompt, cut to ``width`` characters."""
     line = prompt.strip().splitlines()[0] if prompt.strip() else ""
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return line if len(line) <= width else line[: width - 1] + f"{symbol('more')}"
 
 
 class OrderedWriter:
@@ -147,7 +148,7 @@ class OrderedWriter:
         if self.format == "jsonl":
             self._write(json.dumps(result.to_dict(), ensure_ascii=False))
             return
-        mark = "✓" if result.status == "succeeded" else "✗"
+        mark = f"{symbol('ok')}" if result.status == "succeeded" else f"{symbol('failed')}"
         header = f"=== [{result.index}/{self.total}] {mark} {task_label(result.prompt)} ==="
         body = result.output if result.status == "succeeded" else f"Error: {result.error}"
         self._write(self._clean(f"{header}\n{body or ''}\n"))

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from rlm._durations import format_duration
 from rlm._events import CapacityChanged, Event, LLMRetry
+from rlm._symbols import symbol
 from rlm.volley.engine import Volley, VolleyProgress
 from rlm.volley.events import TaskFinished
 from rlm.volley.output import task_label
@@ -28,7 +29,14 @@ __all__ = ["ProgressLines", "live_status", "status_line"]
 
 
 def _tokens(n: int) -> str:
-    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+    """``950``, ``3.9k``, ``412k``, ``1.85M``: three figures at most."""
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size:
+            value = float(f"{n / size:.3g}")  # rounded first: 999,999 is 1M, not 1e+03k
+            if value >= 1000 and unit == "k":
+                return _tokens(int(value * size))
+            return f"{value:,.3g}{unit}" if value < 1000 else f"{value:,.0f}{unit}"
+    return str(n)
 
 
 class ProgressLines:
@@ -58,20 +66,22 @@ class ProgressLines:
             cost = "" if event.cost is None else f", ${event.cost:.2f}"
             if event.status == "succeeded":
                 took = f"{event.duration_s:.1f}s, {tokens} tokens{cost}"
-                return f"{where} [green]✓[/green] {label} ({took})"
-            return f"{where} [red]✗[/red] {label}: {escape((event.error or '')[:200])}"
+                return f"{where} [green]{symbol('ok')}[/green] {label} ({took})"
+            why = escape((event.error or "")[:200])
+            return f"{where} [red]{symbol('failed')}[/red] {label}: {why}"
         if isinstance(event, LLMRetry):
             why = "rate limited" if event.reason.startswith("RateLimitError") else escape(
                 event.reason.split(":", 1)[0]
             )
             return (
-                f"[{self.done}/{self.total}] [yellow]⚠[/yellow] {why}, retrying in "
+                f"[{self.done}/{self.total}] [yellow]{symbol('warn')}[/yellow] {why}, retrying in "
                 f"{format_duration(event.delay_s)}"
             )
         if isinstance(event, CapacityChanged) and event.reason == "overload":
             return (
-                f"[{self.done}/{self.total}] [yellow]⚠[/yellow] provider pushed back: "
-                f"concurrency {event.old} → {event.new}"
+                f"[{self.done}/{self.total}] [yellow]{symbol('warn')}[/yellow] "
+                "provider pushed back: "
+                f"concurrency {event.old} {symbol('to')} {event.new}"
             )
         return None
 
@@ -79,15 +89,16 @@ class ProgressLines:
 def status_line(p: VolleyProgress) -> str:
     """The live bar's text."""
     done = p.succeeded + p.failed
-    eta = ""
+    sep = f" {symbol('sep')} "
+    parts = [
+        f"{done}/{p.total} done" + (f", {p.failed} failed" if p.failed else ""),
+        f"{p.running} running", f"concurrency {p.concurrency}", f"{p.retries} retries",
+        f"{p.rate_limited} {symbol('times')} 429", f"{_tokens(p.tokens)} tokens",
+        f"${p.cost:.4f}", format_duration(max(p.elapsed, 0.001)),
+    ]
     if 0 < done < p.total and p.elapsed > 0:
-        eta = f" · ETA {format_duration(p.elapsed / done * (p.total - done))}"
-    failed = f", {p.failed} failed" if p.failed else ""
-    return (
-        f"{done}/{p.total} done{failed} · {p.running} running · concurrency {p.concurrency} · "
-        f"{p.retries} retries · {p.rate_limited} × 429 · {_tokens(p.tokens)} tokens · "
-        f"${p.cost:.4f} · {format_duration(max(p.elapsed, 0.001))}{eta}"
-    )
+        parts.append(f"ETA {format_duration(p.elapsed / done * (p.total - done))}")
+    return sep.join(parts)
 
 
 async def live_status(volley: Volley, console: Console, *, period: float = 0.25) -> None:

@@ -3,7 +3,7 @@
 Ctrl-C during `rlm bench` reaches the top of the CLI as a KeyboardInterrupt
 inside (nested) exception groups, and a stdout reader that went away during
 `rlm run --stream --output-format jsonl | head -1` as a BrokenPipeError
-inside one; each must read as the bare error does: "Error: interrupted" and
+inside one; each must read as the bare error does: "interrupted" and
 exit 130, or a silent exit 1, never a traceback.
 """
 
@@ -37,7 +37,7 @@ def test_ctrl_c_inside_nested_nurseries_is_an_interrupt_not_a_traceback(
     nested = BaseExceptionGroup("outer", [BaseExceptionGroup("inner", [KeyboardInterrupt()])])
     code, err = _ends(nested, capsys)
     assert code == 130
-    assert err == "Error: interrupted\n"
+    assert err == "interrupted\n"
 
 
 def test_a_broken_pipe_inside_a_nursery_ends_silently(
@@ -72,7 +72,7 @@ def test_a_ctrl_c_python_wrapped_is_an_interrupt_not_an_error(
     wrapped.__cause__ = KeyboardInterrupt()
     code, err = _ends(wrapped, capsys)
     assert code == 130
-    assert err == "Error: interrupted\n"
+    assert err == "interrupted\n"
 
 
 def test_an_error_without_a_ctrl_c_behind_it_is_still_reported(

@@ -88,11 +88,12 @@ def test_a_run_through_the_entry_answers_runs_atexit_and_leaves_no_process(
     path.write_text(fixture.text, encoding="utf-8")
     trace = tmp_path / "trace.jsonl"
     done = run_entry("run", fixture.question, "--context-file", str(path), "--provider",
-                     "fixture", "--trace", str(trace))
+                     "fixture", "--trace", str(trace), "-v")
     assert done["code"] == 0, done["stderr"]
     assert done["stdout"] == fixture.answer + "\n"
     stderr = str(done["stderr"])
     assert "sub lane:" in stderr and "note: answered by the built-in fixture model" in stderr
+    assert "capacity now" not in stderr  # it read as a drop that did not happen
     assert stderr.endswith("\nATEXIT RAN\n")  # the process's own exit handlers still run
     assert done["left"] == []
     # The trace is complete on disk: its last event is the run's end.

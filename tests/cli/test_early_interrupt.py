@@ -1,5 +1,5 @@
 """Ctrl-C at any moment of ``rlm run``'s start, not only once the run's own handling began:
-``Error: interrupted``, exit 130, no traceback, no process left (rlm/cli/_console.py).
+``interrupted``, exit 130, no traceback, no process left (rlm/cli/_console.py).
 
 Each check runs the real executable under a small supervisor (a child subreaper, so
 a process the run left behind is re-parented to it and found), waits until the
@@ -98,5 +98,5 @@ def test_ctrl_c_early_in_a_run_exits_130_without_a_traceback(
     seen = json.loads(done.stdout)
     assert seen["code"] == 130, seen
     assert "Traceback" not in seen["stderr"] and "Aborted" not in seen["stderr"], seen
-    assert "Error: interrupted" in seen["stderr"].splitlines(), seen
+    assert "interrupted" in seen["stderr"].splitlines(), seen
     assert seen["left"] == [], seen
