@@ -498,7 +498,7 @@ async def test_a_hangup_stops_a_volley_as_sigterm_does_and_gives_its_claims_back
         resumed = await rlm("volley", "--resume", "last", "--journal", journal,
                             "--output-format", "json", *_send_flags(url, 8))
     assert code == 130, said
-    assert "Error: interrupted: 10 completed" in said, said
+    assert "interrupted: 10 completed" in said, said
     assert "in_progress" not in statuses.values()
     done_before = {i for i, status in statuses.items() if status == "done"}
     assert len(done_before) == 10
