@@ -164,6 +164,7 @@ class AsyncSession:
             config, totals = self._query_config()
             self._asked += 1
             trace = self._runs.trace_path
+            before = len(carry.history)
             try:
                 result = await self._runs.run(
                     query, self._context, carry=carry, sandboxes=self._launcher, config=config,
@@ -175,6 +176,10 @@ class AsyncSession:
                     self._count(exc.result)
                 raise
             self._count(result)
+            if result.status == "interrupted":
+                # A question stopped part-way leaves no half turn behind: asked again, it
+                # is a new question, not a follow-up to one that never finished.
+                del carry.history[before:]
             return result
 
     async def acompletion(self, query: str, *, schema: object = None) -> RunResult:
@@ -184,6 +189,11 @@ class AsyncSession:
     def interrupt(self) -> None:
         """Stop the query in progress (it ends ``interrupted``); the session stays open."""
         self._runs.interrupt()
+
+    async def settle(self) -> None:
+        """Return once no query is in progress (one interrupted has ended)."""
+        async with self._lock:
+            pass
 
     async def save(self, path: str | os.PathLike[str]) -> list[str]:
         """Write the conversation and the plain-data variables to ``path`` (JSON, atomic).
@@ -320,8 +330,11 @@ class Session:
         )
 
     def interrupt(self) -> None:
-        """Stop the query in progress (from another thread, e.g. on Ctrl-C)."""
-        trio.from_thread.run_sync(self._async.interrupt, trio_token=self._open())
+        """Stop the query in progress (from another thread, e.g. on Ctrl-C) and wait until
+        it has ended (its sandbox stopped, its trace written)."""
+        token = self._open()
+        trio.from_thread.run_sync(self._async.interrupt, trio_token=token)
+        trio.from_thread.run(self._async.settle, trio_token=token)
 
     def save(self, path: str | os.PathLike[str]) -> list[str]:
         """See :meth:`AsyncSession.save`."""

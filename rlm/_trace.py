@@ -56,6 +56,7 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "step_completed": ("reply", "request"),
     "code_executed": ("code", "output", "error"),
     "bridge_call_finished": ("prompts", "contexts", "answers"),
+    "task_finished": ("prompt", "output", "error"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Test-wide setting: nothing a test runs writes to the user's state directory.
+"""Test-wide setting: nothing a test runs writes to the user's state directory or reads
+the user's config file.
 
 `rlm run` keeps every run in the run history and the journal defaults to a file
 there; both live under ``$XDG_STATE_HOME/rlm`` (platformdirs).  Pointing it at a
@@ -33,6 +34,9 @@ pytest_plugins = ("tests.journal_fixtures", "tests.journal_store_fixtures")
 
 _STATE = tempfile.mkdtemp(prefix="rlm-tests-state-")
 os.environ["XDG_STATE_HOME"] = _STATE
+# Nor does a developer's own config file (~/.config/rlm/config.toml: a profile, a model)
+# reach a test: the user config directory is an empty one too.
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_STATE, "config")
 
 for _name in ("rlm", "rlm_sandbox"):  # found, not imported: nothing of rlm runs before the env
     _spec = importlib.util.find_spec(_name)

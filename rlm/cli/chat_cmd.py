@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from types import FrameType
-from typing import cast
+from typing import Any, cast
 
 import click
 
@@ -32,7 +32,7 @@ __all__ = ["chat"]
 
 _BANNER = (
     "rlm chat: ask about the context; follow-ups keep the REPL's variables.\n"
-    "Ctrl-C cancels the current question; Ctrl-D or 'exit' ends."
+    "Ctrl-C cancels the current question; /help lists the commands; Ctrl-D or /quit ends."
 )
 
 
@@ -79,7 +79,10 @@ def _chat(
         if trace_path is not None:
             check_trace_path(trace_path)
         functions = [load_tool(spec) for spec in tools]
-        model = RLM(api_key=api_key, tools=functions, trace_path=trace_path, **settings)
+        # At a prompt, a question's progress shows (a spinner and its steps), as a run's does.
+        sinks = [_progress_printer()] if interactive else []
+        model = RLM(api_key=api_key, tools=functions, trace_path=trace_path, sinks=sinks,
+                    **settings)
         if not api_key:
             problem = missing_key_message(model.config)
             if problem:
@@ -92,7 +95,7 @@ def _chat(
         if load is not None:
             session = RLM.load_session(
                 load, context, session_options=options, api_key=api_key, tools=functions,
-                trace_path=trace_path,
+                trace_path=trace_path, sinks=sinks,
             )
         else:
             session = model.session(context, **options)
@@ -107,7 +110,8 @@ def _chat(
                     import readline  # noqa: F401  (line editing and history for input())
 
                     say(_BANNER)
-                exit_code = _loop(session, interactive=interactive, as_json=as_json, raw=raw)
+                exit_code = _loop(session, interactive=interactive, as_json=as_json, raw=raw,
+                                  save=save)
             finally:  # a second SIGTERM while saving ends at once; a hang-up never does
                 for sig, handler in previous.items():
                     signal.signal(sig, handler if insists(sig) else signal.SIG_IGN)
@@ -141,6 +145,45 @@ def _check_writable(path: str) -> None:
         raise UsageError(f"--save {path}: cannot write there; pick a file in a writable folder")
 
 
+#: Words at the prompt that are the chat's own, not questions (and so are /help, /save…).
+_WORDS = {"help": "/help", "exit": "/quit", "quit": "/quit"}
+_HELP = """Commands:
+  /help          this list (or: help)
+  /save [PATH]   save the conversation and variables now (PATH: --save's, if given)
+  /quit          end the chat (or: exit, quit, Ctrl-D)
+Anything else is a question about the context. Ctrl-C cancels the question in progress."""
+
+
+def _command(session: Session, line: str, save: str | None) -> bool:
+    """Do chat command ``line``; True when it ends the chat."""
+    name, _, argument = _WORDS.get(line, line).partition(" ")
+    if name == "/quit":
+        return True
+    if name == "/help":
+        say(_HELP)
+    elif name == "/save" and (argument.strip() or save):
+        target = argument.strip() or str(save)
+        try:
+            _check_writable(target)
+            skipped = session.save(target)
+        except RLMError as exc:
+            say(f"Error: {exc}")
+            return False
+        note = f" (not plain data, left out: {', '.join(skipped)})" if skipped else ""
+        say(f"session saved to {target}{note}")
+    elif name == "/save":
+        say("Error: /save needs a path (/save session.json), or start the chat with --save")
+    else:
+        say(f"Error: unknown command {name} (/help lists them)")
+    return False
+
+
+def _progress_printer() -> Any:
+    from rlm.cli._progress import ProgressPrinter  # rich: only at a prompt
+
+    return ProgressPrinter()
+
+
 class _Terminated(Exception):
     """SIGTERM or SIGHUP: end the chat as end of input does (the session is saved), exit 130."""
 
@@ -150,7 +193,8 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise _Terminated
 
 
-def _loop(session: Session, *, interactive: bool, as_json: bool, raw: bool = False) -> int:
+def _loop(session: Session, *, interactive: bool, as_json: bool, raw: bool = False,
+          save: str | None = None) -> int:
     """Answer questions until end of input; the exit code (4 when credentials were refused).
     SIGTERM or SIGHUP raises _Terminated out of it, the question in progress cancelled."""
     while True:
@@ -166,8 +210,10 @@ def _loop(session: Session, *, interactive: bool, as_json: bool, raw: bool = Fal
         query = line.strip()
         if not query:
             continue
-        if interactive and query in ("exit", "quit"):
-            return 0
+        if interactive and (query in _WORDS or query.startswith("/")):
+            if _command(session, query, save):
+                return 0
+            continue
         try:
             result = session.completion(query)
         except KeyboardInterrupt:

@@ -317,7 +317,9 @@ class _Builder:
         self.run.update(kind="volley", volley_id=e.get("volley_id"), tasks=e.get("tasks"),
                         context_chars=e.get("context_chars"), mode=e.get("mode"),
                         query=f"a volley of {e.get('tasks')} tasks ({e.get('mode')})",
-                        content="none", config=self.run.get("config") or {})
+                        # Traces before the field was written kept no task's prompt.
+                        content=e.get("trace_content", "none"),
+                        config=self.run.get("config") or {})
 
     def _on_task_finished(self, e: dict[str, Any]) -> None:
         call = self.calls.get(str(e.get("call_id")))
@@ -325,6 +327,7 @@ class _Builder:
             return
         call.record.update(t1=e["t"], status=e.get("status"), error=e.get("error"),
                            answer=self.texts.add(e.get("output")),
+                           query=self.texts.add(e.get("prompt")),
                            duration_s=e.get("duration_s"), iterations=1, task=e.get("index"))
         if call.steps and call.steps[-1].get("pending"):
             call.steps[-1].update(pending=False, t=e["t"], iteration=1,

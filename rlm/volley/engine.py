@@ -231,7 +231,8 @@ class Volley:
     async def run(self) -> VolleyResult:
         """Run every task not in ``earlier`` and return the whole volley's result."""
         events = EventBus(keep=False)
-        trace = TraceWriter(self._trace_path) if self._trace_path else None
+        trace = (TraceWriter(self._trace_path, content=self.config.trace_content)
+                 if self._trace_path else None)
         events.add_sink(self._tally)
         if trace is not None:
             events.add_sink(trace)
@@ -248,6 +249,7 @@ class Volley:
                     context_chars=self._layout.context_chars,
                     mode=self.options.mode,
                     cache_warm=self._warm(),
+                    trace_content=self.config.trace_content,
                 )
             )
             self._bus, early, self._early = events, self._early, []

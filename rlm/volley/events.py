@@ -30,6 +30,7 @@ class VolleyStarted(Event):
     context_chars: int
     mode: str
     cache_warm: bool
+    trace_content: str = "full"  # what the trace keeps (--trace-content)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,7 @@ class TaskFinished(Event):
     error: str | None
     output: str | None = None
     title: str = ""  # the prompt's first line (at most 80 characters): the task's label
+    prompt: str | None = None  # content: the task's whole prompt
 
 
 @dataclass(frozen=True, kw_only=True)

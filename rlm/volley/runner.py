@@ -262,6 +262,7 @@ class VolleyRunner:
                 error=result.error,
                 output=result.output,
                 title=prompt_title(result.prompt),
+                prompt=result.prompt,
             )
         )
         if self._on_result is not None:

@@ -62,9 +62,13 @@ def test_chat_at_a_terminal_prompt(tmp_path: Path) -> None:
         # Line editing (readline): a typo fixed with the arrow keys before Enter.
         subprocess.run(["tmux", "send-keys", "-t", name, "What is the magic numer?",
                         "Left", "Left", "Left", "b", "Enter"], check=True)
-        _wait_for(name, f"rlm> What is the magic number?\n{NEEDLE.answer}\n")
+        _wait_for(name, "rlm> What is the magic number?\n")
+        screen = _wait_for(name, f"\n{NEEDLE.answer}\nrlm>")
+        assert "root: step 1" in screen  # the question's progress shows while it runs
+        _send(name, "help")  # the chat's own word, not a question for the model
+        _wait_for(name, "/save [PATH]")
         _send(name, "How many chunks did you search?")
-        _wait_for(name, "\n16\n")
+        _wait_for(name, "\n16\nrlm>")
         # Ctrl-C while the query's code is running (a host tool that never returns):
         # the query is cancelled, the prompt comes back and the session goes on.  The
         # sandbox that was running the code is killed, so its variables are gone (the
@@ -73,8 +77,10 @@ def test_chat_at_a_terminal_prompt(tmp_path: Path) -> None:
         _wait_until(started.exists, "the tool never started")
         subprocess.run(["tmux", "send-keys", "-t", name, "C-c"], check=True)
         _wait_for(name, "(cancelled)")
+        _wait_for(name, "(cancelled)\n")
         _send(name, "Call lookup('abc')")
-        screen = _wait_for(name, "lookup('abc')\nABC\n")
+        screen = _wait_for(name, "\nABC\nrlm>")
+        assert "rlm> Call lookup('abc')" in screen  # the prompt came back after the stop
         assert "Traceback" not in screen
         subprocess.run(["tmux", "send-keys", "-t", name, "C-d"], check=True)
         _wait_for(name, "EXITED 0")  # the abandoned tool thread does not hold the exit

@@ -108,7 +108,8 @@ async def test_a_batch_none_of_whose_items_was_answered_is_not_called_answered()
     model = RLM(providers={"root": provider, "sub": provider}, sinks=[printer])
     await model.acompletion("q", "some context")
     shown = out.getvalue()
-    assert "llm_query_batched × 3 in 0.00s: all 3 failed" in shown, shown
+    # Real time: the duration printed is whatever it took (never asserted).
+    assert re.search(r"llm_query_batched × 3 in \d+\.\d\ds: all 3 failed", shown), shown
     assert "× 3 answered" not in shown
 
 

@@ -96,3 +96,14 @@ def test_the_readme_activates_before_bare_rlm_and_links_nothing_users_lack() -> 
     first_bare = readme.index("\nrlm ")
     assert ". .venv/bin/activate" in readme[:first_bare]
     assert "DESIGN.md" not in readme and "../shared" not in readme
+
+
+def test_the_suite_never_touches_the_users_state_or_config() -> None:
+    from platformdirs import user_state_dir
+
+    from rlm._profiles import user_config_file
+
+    state = os.environ["XDG_STATE_HOME"]
+    assert "rlm-tests-state-" in state
+    assert user_state_dir("rlm").startswith(state)
+    assert str(user_config_file()).startswith(state)

@@ -276,6 +276,31 @@ def test_a_volley_trace_shows_its_tasks_as_roots(run_dir: Path) -> None:
     assert model["run"]["kind"] == "volley" and model["notices"] == []
     assert model["run"]["status"] == next(e["status"] for e in trace
                                           if e["event"] == "volley_finished")
+    # Each task's query is its prompt (it said "not recorded in this trace").
+    queries = sorted(call["query"] for call in model["calls"])  # short texts are inline
+    assert queries == ["What is the magic number?", "What was the magic number?"]
+
+
+def test_a_plain_runs_page_shows_no_bench_comparison_and_a_bench_runs_does(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    page = rlm("view", str(run_dir / "t.jsonl"), "-o", str(tmp_path / "p.html"))
+    assert page.returncode == 0, page.stderr
+    data = page_data((tmp_path / "p.html").read_text())
+    assert data["time"]["bench"] == {}  # an η of 0.1 read as a failure to anyone not benching
+    bench_trace = tmp_path / "bench.jsonl"
+    lines = (run_dir / "t.jsonl").read_text().splitlines()
+    marked = []
+    for line in lines:  # as rlm bench's provider records each response's nominal latency
+        event = json.loads(line)
+        if event["event"] == "llm_response":
+            event["metadata"] = {**event.get("metadata", {}),
+                                 "nominal_latency_s": event["latency_s"]}
+        marked.append(json.dumps(event))
+    bench_trace.write_text("\n".join(marked) + "\n")
+    rlm("view", str(bench_trace), "-o", str(tmp_path / "b.html"))
+    bench = page_data((tmp_path / "b.html").read_text())["time"]["bench"]
+    assert bench["eta"] is not None and bench["t_star"] > 0
 
 
 def test_code_run_while_a_reply_streams_belongs_to_that_step(tmp_path: Path) -> None:

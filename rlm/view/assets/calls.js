@@ -39,6 +39,12 @@
     return chips;
   }
 
+  function volleyAnswers(summary) {
+    return num(summary.succeeded) + " of " + num(summary.total_tasks) + " tasks answered" +
+      (summary.failed ? ", " + num(summary.failed) + " failed" : "") +
+      ": each task's answer is under its call below";
+  }
+
   function renderOverview() {
     const status = run.status || "unfinished";
     document.getElementById("run-status").replaceWith(Object.assign(badge(status), {id: "run-status"}));
@@ -51,7 +57,10 @@
     section.append(
       el("div", {class: "qa"},
         el("div", {class: "k"}, "Query"), textView(run.query, {absent: "no run_started event"}),
-        el("div", {class: "k"}, "Answer"), textView(run.answer, {absent: run.content === "meta" ? ABSENT : "no answer"}),
+        el("div", {class: "k"}, run.kind === "volley" ? "Answers" : "Answer"),
+        run.kind === "volley"
+          ? el("div", {class: "muted"}, volleyAnswers(run.summary || {}))
+          : textView(run.answer, {absent: run.content === "meta" ? ABSENT : "no answer"}),
         run.error ? el("div", {class: "k"}, "Error") : null,
         run.error ? el("pre", {class: "err"}, run.error) : null,
         run.system_prompt ? el("div", {class: "k"}, "System prompt") : null,
@@ -118,7 +127,7 @@
       ["pacing wait (all attempts)", t.pace_wait_s, "summed: waiting for an rpm/tpm slot"],
       ["back-off (all retries)", t.backoff_s, "summed: back-off before retries"]);
     const right = el("div", {},
-      el("h3", {}, "Against the physical limit (as rlm bench reports)"),
+      el("h3", {}, bench.eta !== undefined ? "Against the physical limit (an rlm bench run)" : "Waits and retries"),
       bench.eta !== undefined && bench.eta !== null
         ? el("div", {class: "muted"}, "η = T*/T = " + bench.eta.toFixed(3) + " · " + num(bench.n_sub) + " sub-lane requests · " +
           num(t.retries) + " retries · " + num(t.rate_limited) + " × 429")
