@@ -276,8 +276,9 @@ class RLM:
         on_result: Callable[[TaskResult], None] | None = None,
     ) -> VolleyResult:
         """Run what is left of volley ``volley_id`` (or ``last``) in ``journal``: its
-        open tasks and, unless ``skip_failed``, its failed ones again; finished tasks
-        are never paid for again.  The volley runs with the settings it was stored
+        open tasks and, unless ``skip_failed``, its failed ones again; a task whose
+        result was committed is never paid for again (see docs/journal.md for what a
+        killed worker leaves uncommitted).  The volley runs with the settings it was stored
         with; this model gives the key, providers, tools and sandboxes.  Returns the
         whole volley.
         """

@@ -17,7 +17,12 @@
   one transaction, one fsync and one thread hand-off per group, and no task
   waits for an fsync before the next one starts (``accept`` is ``keep`` and
   wait, for callers that want to block); a group's rows are built in the
-  store's thread, off the event loop (:mod:`rlm.journal._verdicts`);
+  store's thread, off the event loop (:mod:`rlm.journal._verdicts`).  A
+  verdict kept while no commit is under way is committed at once; one kept
+  during a commit goes in the next, which starts when that one ends and no
+  sooner than ``group_interval`` after it began.  That is the whole window in
+  which a ``kill -9`` loses a verdict whose task was answered (and paid for):
+  the commit's own time, and at most ``group_interval`` more;
 - ``release`` gives a task back to ``open``.
 
 While :meth:`JournalWorker.running` is open (``keep`` needs it: its committer
@@ -130,7 +135,7 @@ class JournalWorker:
         on_recovered: Callable[[Recovered], None] | None = None,
         on_workers: Callable[[int], None] | None = None,
         on_lost: Callable[[list[int], float], None] | None = None,
-        group_interval: float = 0.1,
+        group_interval: float = 0.02,
         capacity: Callable[[], int] | None = None,
         alive: Alive = pid_alive,
     ) -> None:
@@ -444,10 +449,12 @@ class JournalWorker:
         """Commit whatever is queued, one group at a time, one transaction at a time."""
         while True:
             await self._queued.wait()
-            # Let the group grow: a commit costs SQLite nearly as much for a few verdicts
-            # as for hundreds (each group rewrites the pages its rows share, and fsyncs),
-            # so a fast volley commits every ``group_interval`` at most; no later once
-            # every task this worker holds has its verdict queued (nothing else is coming).
+            # Let the group grow while commits come back to back: a commit costs SQLite
+            # nearly as much for a few verdicts as for many (each group rewrites the pages
+            # its rows share, and fsyncs), so a fast volley commits every
+            # ``group_interval`` at most; no later once every task this worker holds has
+            # its verdict queued (nothing else is coming).  Short: a verdict not yet
+            # committed is one a kill -9 makes the resume pay for again.
             with trio.move_on_at(self._group_since + self._group_s):
                 await self._all_in.wait()
             await self._commit_queued()

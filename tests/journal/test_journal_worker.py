@@ -295,6 +295,50 @@ async def test_a_groups_verdicts_are_reported_only_once_its_commit_has_returned(
     assert len(commits) < 6  # in groups, not one transaction per verdict
 
 
+async def test_a_verdict_is_committed_within_a_commit_and_the_pacing_of_being_kept(
+    autojump_clock: trio.abc.Clock, store: JournalStore
+) -> None:
+    """What a kill -9 can lose of an answered task is its verdict before its commit: a
+    verdict kept while no commit is under way is committed at once; one kept during a
+    commit waits for that one, and the next starts when it ends (and no sooner than
+    group_interval after it began).  Commits here take 50 ms; the default pacing."""
+    _create(store, 6)
+    commit_s = 0.05
+    commits: list[float] = []  # when each began
+
+    async def slow_run_sync(fn, *args):  # type: ignore[no-untyped-def]
+        if fn.__name__ == "_finish_flat":
+            commits.append(trio.current_time())
+            await trio.sleep(commit_s)
+        return fn(*args)
+
+    worker = JournalWorker(store, "v", owner=Owner("h", 1, "a"), run_sync=slow_run_sync)
+    windows: dict[int, float] = {}
+
+    def keep(task: VolleyTask) -> None:
+        asked = trio.current_time()
+        worker.keep(_ok(task), lambda r: windows.__setitem__(r.index, trio.current_time() - asked))
+
+    async with worker.running():
+        claimed = [await worker.claim() for _ in range(6)]
+        tasks = [task for task in claimed if task is not None]
+        assert len(tasks) == 6
+        keep(tasks[0])  # alone: committed at once
+        await trio.sleep(1.0)
+        keep(tasks[1])  # starts a commit; the next two are kept while it runs
+        await trio.sleep(0.01)
+        keep(tasks[2])
+        keep(tasks[3])
+        await trio.sleep(1.0)
+        for task in tasks[4:]:
+            worker.keep(_ok(task), lambda r: None)
+    assert windows[1] == pytest.approx(commit_s)
+    assert windows[2] == pytest.approx(commit_s)
+    # Kept 10 ms into task 2's commit: its end (40 ms on), then their own commit.
+    assert windows[3] == windows[4] == pytest.approx(commit_s - 0.01 + commit_s)
+    assert len(commits) == 4  # 1 | 2 | 3 and 4 together | 5 and 6 (at the end)
+
+
 def test_a_flat_verdict_becomes_the_row_the_store_writes() -> None:
     """The loop sends TaskResult fields as they are; the row (status word, usage object,
     text that UTF-8 cannot encode cleaned) is built where the store runs."""
