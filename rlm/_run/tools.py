@@ -165,11 +165,12 @@ def make_tool(
     )
 
 
-def load_tool(spec: str) -> Callable[..., Any]:
-    """The function named by ``module:function`` (``--tools``); UsageError if absent."""
+def load_tool(spec: str, *, flag: str = "--tools") -> Callable[..., Any]:
+    """The function named by ``module:function`` (``--tools``, or the ``flag`` that names
+    it); UsageError if absent."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"--tools {spec!r}: expected module:function, e.g. mytools:lookup")
+        raise UsageError(f"{flag} {spec!r}: expected module:function, e.g. mytools:lookup")
     # The rlm console script's sys.path starts at its own bin folder, not where the
     # person runs it: a mytools.py next to them is found as `python -m` would find it
     # (appended, so it never shadows an installed module).
@@ -179,16 +180,16 @@ def load_tool(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(
-            f"--tools {spec!r}: cannot import {module_name!r}: {exc} (run rlm from the folder "
+            f"{flag} {spec!r}: cannot import {module_name!r}: {exc} (run rlm from the folder "
             "that holds it, or add that folder to PYTHONPATH)"
         ) from None
     except Exception as exc:  # the user's module failed while importing: its own error
         raise UsageError(
-            f"--tools {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+            f"{flag} {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
         ) from None
     function = getattr(module, attr, None)
     if not callable(function):
-        raise UsageError(f"--tools {spec!r}: {module_name} has no function {attr!r}")
+        raise UsageError(f"{flag} {spec!r}: {module_name} has no function {attr!r}")
     return function  # type: ignore[no-any-return]
 
 
