@@ -46,6 +46,7 @@ __all__ = [
     "PROVIDERS",
     "SETTINGS",
     "CacheMode",
+    "EvalOptions",
     "ProviderName",
     "RunConfig",
     "SessionOptions",
@@ -92,8 +93,9 @@ DEFAULT_STALE_TIMEOUT = 600.0
 _RUN = ("run", "chat")
 _VOLLEY = ("volley", "volley create")
 _WORK = ("volley work",)
-_SEND = (*_RUN, *_VOLLEY, *_WORK)  # where and how to send: every command that sends
-_VOLLEY_DEFAULT = ("volley", "volley create", "volley work")
+_EVAL = ("eval",)  # an eval is a volley: it takes a volley's flags where they apply
+_SEND = (*_RUN, *_VOLLEY, *_WORK, *_EVAL)  # where and how to send: every command that sends
+_VOLLEY_DEFAULT = ("volley", "volley create", "volley work", *_EVAL)
 
 
 def _duration(text: str) -> float:
@@ -111,6 +113,12 @@ def _layers(text: str) -> tuple[str, ...]:
     from rlm._sandbox.isolation import parse_layers  # the sandbox package: only when asked
 
     return parse_layers(text)
+
+
+def _tiers(text: str) -> tuple[int, ...]:
+    from rlm.eval.items import parse_tiers  # the eval package: only when asked
+
+    return parse_tiers(text)
 
 
 def _memory(name: str, value: Any) -> None:
@@ -206,6 +214,12 @@ class RunConfig:
         None, "Output tokens per request (sent to the provider).",
         commands=_SEND, metavar="N|none", check=whole(1, 10_000_000),
     )
+    context_window: int | None = setting(
+        None, "Tokens the model takes, prompt and answer together: a completion task "
+        "estimated longer (four characters a token) fails without being sent, never cut "
+        "(an eval's direct arm: default from the price table's context_window).",
+        commands=(*_VOLLEY, *_EVAL), metavar="N|none", check=whole(1, 100_000_000),
+    )
     request_timeout: float = setting(
         600.0, "Limit for one HTTP attempt, its whole response included.",
         commands=_SEND, parse=_duration, metavar="DURATION", check=positive("seconds", _DAY),
@@ -276,12 +290,12 @@ class RunConfig:
     )
     require_isolation: tuple[str, ...] = setting(
         (), "Refuse to run unless these sandbox layers are active ('all'; see `rlm doctor`).",
-        commands=(*_RUN, *_VOLLEY), parse=_layers, metavar="LAYER,...",
+        commands=(*_RUN, *_VOLLEY, *_EVAL), parse=_layers, metavar="LAYER,...",
     )
     cache_path: str | None = setting(
         None, "Replay answers to identical requests from this journal (a file, or a "
         "postgresql:// URL) and store new ones: a re-run sends nothing.",
-        commands=_RUN, flag="--cache", metavar="PATH",
+        commands=(*_RUN, *_EVAL), flag="--cache", metavar="PATH",
     )
     trace_content: TraceContent = setting(
         "full", "full: the trace keeps prompts, replies, code and outputs (`rlm view` shows "
@@ -289,18 +303,20 @@ class RunConfig:
     )
     cache_mode: CacheMode = setting(
         "read-write", "read-only: replay, never store; refresh: never replay, store what is "
-        "sent.", commands=_RUN,
+        "sent.", commands=(*_RUN, *_EVAL),
     )
     max_context_bytes: int = setting(
         DEFAULT_MAX_CONTEXT_BYTES, "The context's size, all files together (2GiB, 512MiB, "
         "bytes): a larger one is refused before it is read (from Python, its length in "
         "characters is held to it).",
-        commands=(*_RUN, *_VOLLEY), parse=_size, metavar="SIZE", check=whole(1, 1 << 40),
+        commands=(*_RUN, *_VOLLEY, *_EVAL), parse=_size, metavar="SIZE",
+        check=whole(1, 1 << 40),
         shown="512MiB",
     )
     sandbox_memory: int = setting(
         DEFAULT_SANDBOX_MEMORY, "Memory of one sandbox (2GiB, 512MiB, bytes).",
-        commands=(*_RUN, *_VOLLEY), parse=_size, metavar="SIZE", check=_memory, shown="2GiB",
+        commands=(*_RUN, *_VOLLEY, *_EVAL), parse=_size, metavar="SIZE", check=_memory,
+        shown="2GiB",
     )
 
     def __post_init__(self) -> None:
@@ -421,12 +437,13 @@ class VolleyOptions:
     journal: str | None = setting(
         None, "The journal: a SQLite file, or postgresql://... for workers on several "
         "machines (default: journal.sqlite3 in your state directory).",
-        commands=(*_VOLLEY, *_WORK, "volley list", "volley show"), env="RLM_JOURNAL",
+        commands=(*_VOLLEY, *_WORK, "volley list", "volley show", *_EVAL, "eval show",
+                  "eval compare"), env="RLM_JOURNAL",
         metavar="PATH|URL",
     )
     stale_timeout: float = setting(
         DEFAULT_STALE_TIMEOUT, "Reopen a task whose worker sent no heartbeat for this long "
-        "(90s, 10m, 2h; at least 1s).", commands=("volley", *_WORK), parse=_duration,
+        "(90s, 10m, 2h; at least 1s).", commands=("volley", *_WORK, *_EVAL), parse=_duration,
         metavar="DURATION", check=positive("seconds", 7 * _DAY),
     )
 
@@ -445,9 +462,52 @@ class VolleyOptions:
         return {k: v for k, v in asdict(self).items() if k != "journal"}
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """An eval's own settings (``rlm eval``): the dataset a generator makes, and scoring.
+
+    Its arms run as tasks of one volley, each bounded by the run settings.
+    """
+
+    SCOPE: ClassVar[str] = "eval"
+
+    tiers: tuple[int, ...] = setting(
+        (2_000, 20_000, 200_000), "Context sizes in characters (2k, 200k, 1M): a generated "
+        "dataset makes its items at each, and a report groups items by them.",
+        commands=_EVAL, parse=_tiers, metavar="SIZE,...", shown="2k,20k,200k",
+    )
+    per_tier: int = setting(
+        20, "Items a generated dataset makes at each tier.", commands=_EVAL,
+        check=whole(1, 100_000),
+    )
+    seed: int = setting(
+        1, "Seed of a generated dataset (the same seed, the same items).", commands=_EVAL,
+        check=whole(0, 2**31),
+    )
+    scorer: str = setting(
+        "exact", "How an output is scored when its item names no scorer: exact, contains, "
+        "numeric[:TOLERANCE], regex, set_f1, judge, or module:function (your own).",
+        commands=(*_EVAL, "eval show"), metavar="NAME",
+    )
+    judge_model: str | None = setting(
+        None, "The judge scorer's model (default: the eval's model); its verdicts are kept in "
+        "the journal, so a report read again pays for none.",
+        commands=(*_EVAL, "eval show"), metavar="NAME",
+    )
+    judge_prompt: str | None = setting(
+        None, "A file with the judge's prompt, {question}, {answer} and {expected} filled in "
+        "(default: rlm's).", commands=(*_EVAL, "eval show"), metavar="PATH",
+    )
+
+    def validate(self) -> EvalOptions:
+        check_fields(self)
+        return self
+
+
 #: The whole table, in the order docs and ``--help`` list it.
 SETTINGS: tuple[Setting, ...] = (
     *settings_of(RunConfig), *settings_of(SessionOptions), *settings_of(VolleyOptions),
+    *settings_of(EvalOptions),
 )
 
 #: Every setting at its default: what the CLI's flags and ``RLM(...)`` start from.

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlm._config import RunConfig, SessionOptions, VolleyOptions
+from rlm._config import EvalOptions, RunConfig, SessionOptions, VolleyOptions
 from rlm._settings import Setting, settings_of
 
 __all__ = ["settings_doc", "types_module"]
@@ -84,8 +84,10 @@ def settings_doc() -> str:
                 "and each task of a volley is bounded by them as one run is."),
         "session": ("Session settings", "`RLM(...).session(context, ...)` and `rlm chat`."),
         "volley": ("Volley settings", "`RLM(...).volley(tasks, ...)` and `rlm volley`."),
+        "eval": ("Eval settings", "`rlm eval` (see docs/eval.md); its arms' tasks are bounded "
+                 "by the run settings."),
     }
-    for cls, _ in _CLASSES:
+    for cls in (*(cls for cls, _ in _CLASSES), EvalOptions):
         rows = settings_of(cls)
         title, intro = titles[rows[0].scope]
         out += ["", f"## {title}", "", intro, "",

@@ -30,6 +30,7 @@ class RunSettings(TypedDict, total=False):
     max_output_chars: int
     max_reply_chars: int
     max_tokens: int | None
+    context_window: int | None
     request_timeout: float
     stream_idle_timeout: float
     max_response_bytes: int

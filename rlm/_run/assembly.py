@@ -8,7 +8,10 @@ way whatever started the run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+
+import trio
 
 from rlm import prompts
 from rlm._config import RunConfig
@@ -25,7 +28,10 @@ from rlm._traffic.retry import RetryPolicy
 from rlm.errors import BudgetExceeded, SettingError
 from rlm.providers.base import Lane, Provider
 
-__all__ = ["build_gate", "default_launcher", "load_prices", "make_budget", "root_system_prompt"]
+__all__ = [
+    "build_gate", "default_launcher", "load_prices", "make_budget", "open_cache",
+    "root_system_prompt",
+]
 
 
 def build_gate(
@@ -54,6 +60,24 @@ def build_gate(
         cache=cache,
         before_send=before_send,
     )
+
+
+@asynccontextmanager
+async def open_cache(config: RunConfig) -> AsyncIterator[CompletionCache | None]:
+    """The response cache ``cache_path`` names (None without one), open until the exit."""
+    path = config.cache_path
+    if path is None:
+        yield None
+        return
+    from rlm.journal import ResponseCache, parse_cache_mode  # only runs that cache
+    from rlm.journal.cache import open_cache_store
+
+    mode = parse_cache_mode(config.cache_mode)
+    store = await trio.to_thread.run_sync(open_cache_store, path, mode)
+    try:
+        yield ResponseCache(store, mode)
+    finally:
+        store.close()
 
 
 def load_prices(config: RunConfig) -> PriceTable:

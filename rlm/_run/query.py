@@ -17,14 +17,12 @@ import datetime
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
-
-import trio
+from typing import Any
 
 from rlm._config import RunConfig, shown_settings
 from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
-from rlm._run.assembly import load_prices, make_budget, root_system_prompt
+from rlm._run.assembly import load_prices, make_budget, open_cache, root_system_prompt
 from rlm._run.call import CallOutcome, SessionCarry
 from rlm._run.context import Context, context_chars
 from rlm._run.runtime import RunOutcome, Runtime
@@ -47,9 +45,6 @@ from rlm.errors import (
 from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureProvider, answered_by
 from rlm.providers.open import open_providers
-
-if TYPE_CHECKING:
-    from rlm.journal import ResponseCache
 
 __all__ = ["QueryRunner"]
 
@@ -152,7 +147,7 @@ class QueryRunner:
         runtime: Runtime | None = None
         try:
             events.emit(self._run_started(config, query, context, streams=stream is not None))
-            async with self._open_providers() as providers, _open_cache(config) as cache:
+            async with self._open_providers() as providers, open_cache(config) as cache:
                 runtime = Runtime.build(
                     config, providers=providers, events=events, prices=self.prices,
                     cache=cache, tools=self.tools, answer_schema=answer_schema, session=session,
@@ -216,23 +211,6 @@ class QueryRunner:
             return
         async with open_providers(self.config) as providers:
             yield providers
-
-
-@asynccontextmanager
-async def _open_cache(config: RunConfig) -> AsyncIterator[ResponseCache | None]:
-    path = config.cache_path
-    if path is None:
-        yield None
-        return
-    from rlm.journal import ResponseCache, parse_cache_mode  # only runs that cache
-    from rlm.journal.cache import open_cache_store
-
-    mode = parse_cache_mode(config.cache_mode)
-    store = await trio.to_thread.run_sync(open_cache_store, path, mode)
-    try:
-        yield ResponseCache(store, mode)
-    finally:
-        store.close()
 
 
 def _result(

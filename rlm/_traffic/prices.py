@@ -36,6 +36,9 @@ class ModelPrice:
     output: float
     cached_input: float
     cache_write_input: float | None = None
+    #: Tokens the model takes, prompt and answer together (``context_window`` in the
+    #: table; None where it does not say): an eval's direct arm is held to it.
+    context_window: int | None = None
 
     def cost(
         self,
@@ -145,9 +148,14 @@ def _parse(text: str, source: str) -> dict[str, ModelPrice]:
             )
         if "cached_input" not in entry:
             values["cached_input"] = values["input"]
+        window = entry.get("context_window")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                                   or window < 1):
+            raise UsageError(f"price table {source}, line {line}: 'context_window' of {model!r} "
+                             "must be a positive whole number of tokens")
         prices[model] = ModelPrice(
             values["input"], values["output"], values["cached_input"],
-            values["cache_write_input"] if "cache_write_input" in entry else None,
+            values["cache_write_input"] if "cache_write_input" in entry else None, window,
         )
     return prices
 

@@ -25,6 +25,7 @@ COMMANDS: Mapping[str, str] = {
     "chat": "rlm.cli.chat_cmd:chat",
     "config": "rlm.cli.config_cmd:config_group",
     "doctor": "rlm.cli.doctor_cmd:doctor",
+    "eval": "rlm.cli.eval_cmd:eval_group",
     "fixture": "rlm.cli.fixture_generators:fixture_group",
     "fixture-server": "rlm.cli.fixture_cmds:fixture_server",
     "run": "rlm.cli.run_cmd:run",

@@ -25,12 +25,12 @@ from rlm.journal import TaskRow
 from rlm.journal.volleys import StoredVolley
 from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import bills_cache_writes
-from rlm.volley.estimate import estimate
+from rlm.volley.estimate import Estimate, estimate
 from rlm.volley.layout import RequestLayout
 from rlm.volley.records import VolleyTask
 from rlm.volley.tasks import Items, TaskFile, TaskStream, parse_lines, parse_task_file
 
-__all__ = ["check_resume_flags", "confirmed", "read_volley", "still_to_run"]
+__all__ = ["check_resume_flags", "confirmed", "go_ahead", "read_volley", "still_to_run"]
 
 
 def read_volley(
@@ -90,6 +90,12 @@ def confirmed(tasks: Iterable[VolleyTask], context: list[str], config: RunConfig
     est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
                    rlm=options.mode == "rlm", latency=latency,
                    bills_cache_writes=bills_cache_writes(config))
+    return go_ahead(est, only=only, yes=yes)
+
+
+def go_ahead(est: Estimate, *, only: bool, yes: bool) -> bool:
+    """Print ``est`` when only it was asked for (then False), or on stderr when the work
+    is large, asking on a TTY unless ``yes``; exit 1 when it is declined."""
     if only:
         click.echo("\n".join(est.lines()))
         return False

@@ -16,7 +16,7 @@ from rlm.cli.volley_cmd import volley
 from rlm.cli.volley_pool import create_cmd, work_cmd
 from rlm.cli.volley_show import list_cmd, show_cmd
 
-__all__ = ["volley_group"]
+__all__ = ["DefaultCommandGroup", "volley_group"]
 
 _SUBCOMMANDS = """
 \b
@@ -29,7 +29,8 @@ Subcommands (the journal):
 
 
 class _DefaultContext(click.Context):
-    """The default command's context: its usage line names ``rlm volley``, not ``rlm volley run``.
+    """The default command's context: its usage line names ``rlm volley`` (``rlm eval``), not
+    ``rlm volley run``.
 
     ``run`` is only how the group dispatches; nobody types it.
     """
@@ -39,14 +40,16 @@ class _DefaultContext(click.Context):
         return self.parent.command_path if self.parent is not None else super().command_path
 
 
-class VolleyGroup(click.Group):
-    """A group whose first argument, unless it names a subcommand, belongs to ``default``."""
+class DefaultCommandGroup(click.Group):
+    """A group whose first argument, unless it names a subcommand, belongs to ``default``
+    (``rlm volley``, ``rlm eval``); ``listing`` names the subcommands in its help."""
 
-    def __init__(self, default: click.Command) -> None:
+    def __init__(self, default: click.Command, *, name: str = "volley",
+                 listing: str = _SUBCOMMANDS) -> None:
         # A docstring's indentation, cleaned before the flush-left subcommands are added.
-        help_text = inspect.cleandoc(default.help or "") + "\n" + _SUBCOMMANDS
+        help_text = inspect.cleandoc(default.help or "") + "\n" + listing
         super().__init__(
-            "volley",
+            name,
             help=help_text,
             short_help=default.short_help or "Run many independent tasks through one gate.",
             context_settings={"ignore_unknown_options": True},
@@ -64,6 +67,6 @@ class VolleyGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-volley_group = VolleyGroup(volley)
+volley_group = DefaultCommandGroup(volley)
 for _command in (create_cmd, work_cmd, list_cmd, show_cmd):
     volley_group.add_command(_command)

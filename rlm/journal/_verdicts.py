@@ -22,31 +22,40 @@ from rlm.journal.records import VerdictRow
 __all__ = ["FlatVerdict", "flat_verdict", "verdict_row", "verdict_rows"]
 
 #: index, status (``succeeded``/``failed``), output, duration (s), input, output and
-#: cached tokens, retries, cost, error: a TaskResult's journaled fields, in this order.
-FlatVerdict = tuple[int, str, str | None, float, int, int, int, int, float | None, str | None]
+#: cached tokens, retries, cost, error, requests sent, error kind, trace file: a
+#: TaskResult's journaled fields, in this order.
+FlatVerdict = tuple[int, str, str | None, float, int, int, int, int, float | None, str | None,
+                    int, str | None, str | None]
 
 #: A TaskResult's :data:`FlatVerdict` (one C call; read on the event loop).
 flat_verdict: Any = attrgetter(
     "index", "status", "output", "duration_sec", "tokens_input", "tokens_output",
-    "tokens_cached", "retries", "cost", "error",
+    "tokens_cached", "retries", "cost", "error", "calls", "error_kind", "trace",
 )
 
 
 def verdict_row(flat: FlatVerdict) -> VerdictRow:
     """The store's row for a flat verdict."""
-    index, status, output, duration, tokens_in, tokens_out, cached, retries, cost, error = flat
+    (index, status, output, duration, tokens_in, tokens_out, cached, retries, cost, error,
+     calls, kind, trace) = flat
+    usage: dict[str, Any] = {
+        "duration_sec": round(duration, 6),
+        "tokens_input": tokens_in,
+        "tokens_output": tokens_out,
+        "tokens_cached": cached,
+        "retries": retries,
+        "calls": calls,
+    }
+    if kind is not None:
+        usage["error_kind"] = kind
+    if trace is not None:
+        usage["trace"] = trace
     return (
         index,
         "done" if status == "succeeded" else "failed",
         # Any text may reach a verdict (model code's answers, errors): it must encode.
         None if output is None else clean_text(output),
-        {
-            "duration_sec": round(duration, 6),
-            "tokens_input": tokens_in,
-            "tokens_output": tokens_out,
-            "tokens_cached": cached,
-            "retries": retries,
-        },
+        usage,
         cost,
         None if error is None else clean_text(error),
     )

@@ -109,6 +109,9 @@ def result_from_row(row: TaskRow) -> TaskResult | None:
         retries=int(usage.get("retries", 0)),
         output=row.output,
         error=row.error,
+        calls=int(usage.get("calls", 0)),
+        error_kind=_text_or_none(usage.get("error_kind")),
+        trace=_text_or_none(usage.get("trace")),
     )
 
 
@@ -166,6 +169,10 @@ class StoredRows(Generic[_T]):
 
 def _task_of(row: TaskRow) -> VolleyTask:
     return VolleyTask.from_dict(row.spec)
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ exist so sessions, tools and schemas are exercised offline, end to end.
 - **A structured root answer** (``Answer schema: {...}`` in the first user
   message): step one's code also builds ``answer_data`` shaped by the schema
   from ``answer`` and ends with ``FINAL_VAR("answer_data")``.
+- **A judge** (the system prompt is ``rlm eval``'s judge's): ``CORRECT`` when the
+  ``Candidate answer:`` line equals the ``Expected answer:`` line once case,
+  punctuation and spacing are set aside, ``INCORRECT`` when it does not, and
+  ``UNSURE`` when the prompt has no such lines (a prompt of the user's own).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Any
 
 from rlm.providers.base import Message
 
-__all__ = ["ANSWER_SCHEMA_PREFIX", "extra_reply", "structured_tail"]
+__all__ = ["ANSWER_SCHEMA_PREFIX", "extra_reply", "is_judge_request", "judge_reply",
+           "structured_tail"]
 
 ANSWER_SCHEMA_PREFIX = "Answer schema: "
 _TOOL_QUERY = re.compile(r"^Call (\w+)\((.*)\)\s*$")
@@ -42,6 +47,28 @@ _NO_EARLIER = (
     "so there is nothing to answer from: ask the question itself again)"
 )
 _GIVEN_CODE = re.compile(r"^```repl\n(.*?\n)```", re.MULTILINE | re.DOTALL)
+
+
+_JUDGE_MARKER = "You grade answers to questions."  # prompts/rlm/prompts/judge.md
+_GRADED = re.compile(r"^(Expected|Candidate) answer:(.*)$", re.MULTILINE)
+
+
+def is_judge_request(messages: Sequence[Message]) -> bool:
+    """A judge's request carries the judge's system prompt."""
+    return any(m["role"] == "system" and _JUDGE_MARKER in m["content"] for m in messages)
+
+
+def judge_reply(messages: Sequence[Message]) -> str:
+    """The fixture judge's verdict on the last user message (see the module docstring)."""
+    prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    lines = {kind: _plain(text) for kind, text in _GRADED.findall(prompt)}
+    if len(lines) < 2:
+        return "UNSURE"
+    return "CORRECT" if lines["Expected"] == lines["Candidate"] else "INCORRECT"
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
 
 
 def _queries(messages: Sequence[Message]) -> list[int]:

@@ -14,6 +14,8 @@ offline.  Two roles, told apart by the conversation alone:
   sub-query; any other task gets a deterministic acknowledgement naming it.
   A :class:`PrefixCache` reports the shared prefix as cached input once a
   request with the same prefix has completed, as providers' prompt caches do.
+- **judge** (``rlm eval``'s judge prompt): grades a candidate answer against
+  the expected one (see ``_fixture_extras``).
 - **sub** (anything else): finds ``the <key> is <value>`` in the text it is
   given, where the key comes from a first line ``What is the <key>?``.
 
@@ -37,7 +39,13 @@ from typing import Any, Literal
 import trio
 
 from rlm.errors import ProviderConnectionError, ProviderStatusError, SettingError
-from rlm.providers._fixture_extras import code_literal, extra_reply, structured_tail
+from rlm.providers._fixture_extras import (
+    code_literal,
+    extra_reply,
+    is_judge_request,
+    judge_reply,
+    structured_tail,
+)
 from rlm.providers.base import Completion, CompletionRequest, Message, TextSink
 
 __all__ = [
@@ -359,6 +367,8 @@ def fixture_reply(
     parsed = parse_fixture_model(model, chunks)
     if is_root_request(messages):
         return root_reply(messages, parsed)
+    if is_judge_request(messages):
+        return judge_reply(messages)
     if schema is not None:  # the question is the first user message, before any repair
         first = next((m["content"] for m in messages if m["role"] == "user"), "")
         return structured_reply(first, schema, repairing=_is_repair(messages))

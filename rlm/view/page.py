@@ -21,20 +21,28 @@ from rlm.view.load import LoadedTrace
 from rlm.view.model import build_model
 from rlm.view.texts import TextStore
 
-__all__ = ["render_page", "write_page"]
+__all__ = ["assemble", "asset", "json_for_script", "render_page", "write_html", "write_page"]
 
 
 # In load order: helpers, overview and calls, timeline, then the part that draws it all.
 _SCRIPTS = ("base.js", "calls.js", "timeline.js", "main.js")
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
+    """An asset of the page (a template, a script, a style sheet) as text."""
     return resources.files("rlm.view").joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def _json_for_script(value: Any) -> str:
+def json_for_script(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element."""
     # "<" escaped so no "</script>" or "<!--" inside a text can end the element early.
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def assemble(template: str, parts: dict[str, str]) -> str:
+    """``template`` with each ``{{name}}`` replaced by ``parts[name]``, in one pass: a text
+    in the data that reads "{{script}}" stays text."""
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], template)
 
 
 def render_page(trace: LoadedTrace) -> str:
@@ -45,19 +53,23 @@ def render_page(trace: LoadedTrace) -> str:
     title = f"rlm {kind} · {model['run'].get('status', '')} · {Path(trace.source).name}"
     parts = {
         "title": html.escape(title),
-        "style": _asset("view.css"),
-        "data": _json_for_script(model),
-        "blobs": _json_for_script(texts.blobs),
-        "script": "\n".join(_asset(name) for name in _SCRIPTS),
+        "style": asset("view.css"),
+        "data": json_for_script(model),
+        "blobs": json_for_script(texts.blobs),
+        "script": "\n".join(asset(name) for name in _SCRIPTS),
     }
-    # One pass over the template: a text in the data that reads "{{script}}" stays text.
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _asset("page.html"))
+    return assemble(asset("page.html"), parts)
 
 
 def write_page(trace: LoadedTrace, out: str | os.PathLike[str]) -> Path:
     """Write the page for ``trace`` to ``out`` (atomically: a temporary file renamed)."""
+    return write_html(render_page(trace), out)
+
+
+def write_html(page: str, out: str | os.PathLike[str]) -> Path:
+    """Write ``page`` to ``out`` atomically (a temporary file renamed); UsageError if it
+    cannot be written, and no half page left behind either way."""
     path = Path(out)
-    page = render_page(trace)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
     try:
         tmp.write_bytes(page.encode("utf-8", errors="replace"))

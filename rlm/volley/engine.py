@@ -17,6 +17,11 @@ pass (a :class:`~rlm.volley.tasks.TaskStream`, a journal's
 journal) and ``keep_results=False``: its result then counts verdicts without
 holding them (``tasks`` is empty; a journal's reader gives them in task
 order).  The Python API keeps every result: it returns them.
+
+A task may carry its own documents, mode, run settings and group cap
+(:class:`~rlm.volley.records.VolleyTask`): an eval's volley mixes completion and
+rlm tasks, each over its item's documents.  With ``cache_path`` set, the response
+cache answers requests it has seen, before the gate sends them.
 """
 
 from __future__ import annotations
@@ -31,18 +36,20 @@ import trio
 
 from rlm._config import RunConfig, VolleyOptions, public_settings
 from rlm._events import Event, EventBus, StreamSink
-from rlm._run.assembly import build_gate, default_launcher, load_prices, make_budget
+from rlm._run.assembly import build_gate, default_launcher, load_prices, make_budget, open_cache
+from rlm._run.context import Context
 from rlm._run.runtime import Runtime
 from rlm._run.tools import ToolBox
 from rlm._sandbox.interface import Launcher, LauncherFactory
 from rlm._trace import TraceWriter
 from rlm._traffic.budget import Budget
-from rlm._traffic.gate import Gate, SendCheck
+from rlm._traffic.gate import CompletionCache, Gate, SendCheck
 from rlm._traffic.prices import PriceTable
+from rlm.errors import RLMError
 from rlm.providers.base import Lane, Provider
 from rlm.providers.open import open_providers
 from rlm.volley.events import VolleyFinished, VolleyStarted
-from rlm.volley.layout import RequestLayout
+from rlm.volley.layout import RequestLayout, check_window
 from rlm.volley.records import (
     TaskResult,
     VolleyResult,
@@ -116,7 +123,7 @@ class Volley:
         self._prices = prices if prices is not None else load_prices(config)
         # A task's own model without a price under max_cost is refused, as the run's is.
         # (Read only when max_cost needs them: a TaskStream's tasks are made again to read.)
-        models = [] if config.max_cost is None else [t.model for t in self.tasks if t.model]
+        models = [] if config.max_cost is None else _task_models(self.tasks)
         self._budget = make_budget(config, self._prices, models=models)
         self._sinks = list(sinks)
         self._trace_path = trace_path
@@ -135,7 +142,12 @@ class Volley:
         self._source: TaskSource = source
         self._sink: ResultSink = sink
         self._on_result = on_result
-        self._layout = RequestLayout(self.context, model=config.model, max_tokens=config.max_tokens)
+        # The shared context's prompt is laid out when a task first reads it: a volley whose
+        # tasks each name their own documents (an eval's) never copies them all into one.
+        self._shared: RequestLayout | None = None
+        self._rlm: RlmTaskExecutor | None = None  # rlm tasks (a volley of mode rlm)
+        self._contexts: dict[tuple[int, ...] | None, Context] = {}  # one object per context
+        self._groups = _Groups(self.tasks, earlier)
         self._tally = TaskTally()
         self._runner: VolleyRunner | None = None
         self._gate: Gate | None = None
@@ -246,7 +258,7 @@ class Volley:
                 VolleyStarted(
                     volley_id=self.volley_id,
                     tasks=self.total,
-                    context_chars=self._layout.context_chars,
+                    context_chars=sum(len(doc) for doc in self.context),
                     mode=self.options.mode,
                     cache_warm=self._warm(),
                     trace_content=self.config.trace_content,
@@ -255,7 +267,11 @@ class Volley:
             self._bus, early, self._early = events, self._early, []
             for event in early:
                 events.emit(event)
-            async with self._open() as providers, self._executor(providers, events) as execute:
+            async with (
+                self._open() as providers,
+                open_cache(self.config) as cache,
+                self._executor(providers, events, cache) as execute,
+            ):
                 self._runner = VolleyRunner(
                     source=self._source,
                     sink=self._sink,
@@ -266,6 +282,7 @@ class Volley:
                     warm_first=self._warm(),
                     timeout=self.config.timeout,
                     on_result=self._accepted,
+                    trace=self._trace_path,
                 )
                 if self._interrupted:
                     self._runner.interrupt()
@@ -292,11 +309,12 @@ class Volley:
 
     @asynccontextmanager
     async def _executor(
-        self, providers: Mapping[Lane, Provider], events: EventBus
+        self, providers: Mapping[Lane, Provider], events: EventBus,
+        cache: CompletionCache | None,
     ) -> AsyncIterator[TaskExecutor]:
         """The gate, and how a task runs: one completion, or (``rlm``) a root call
         whose sandbox comes from the volley's one launcher, serving until the end."""
-        gate = self._gate = self._make_gate(providers, events)
+        gate = self._gate = self._make_gate(providers, events, cache)
         if self._workers > 1:
             self.share_limits(self._workers)
         if self.options.mode != "rlm":
@@ -308,14 +326,35 @@ class Volley:
         launcher = self._launcher = make(self.config, events, **named)
         runtime = Runtime(self.config, gate=gate, budget=self._budget, events=events,
                           sandboxes=launcher, tools=self._tools)
+        self._rlm = RlmTaskExecutor(runtime, context=self._context_of)
         async with launcher.serving():
-            yield RlmTaskExecutor(runtime, context=shared_context(self.context))
+            yield self._task
+
+    async def _task(self, task: VolleyTask, call_id: str) -> str:
+        """A task of a volley of rlm tasks: a root call, or a completion when it says so;
+        neither starts once its group has spent what it may."""
+        if task.mode == "completion":
+            return await self._complete(task, call_id)
+        if task.group_max_cost is not None:
+            self._groups.check(task)
+        assert self._rlm is not None
+        return await self._rlm(task, call_id)
+
+    def _context_of(self, task: VolleyTask) -> Context:
+        """An rlm task's REPL context: the same object for every task over the same
+        documents, so the launcher writes a large one to shared memory once."""
+        found = self._contexts.get(task.context)
+        if found is None:
+            documents = self.context if task.context is None else (
+                tuple(self.context[i] for i in task.context))
+            found = self._contexts[task.context] = shared_context(documents)
+        return found
 
     def _warm(self) -> bool:
         return (
             self.options.cache_warm
             and self.options.mode == "completion"
-            and self._layout.cacheable
+            and self._layout().cacheable
             and self.total - self._earlier > 1
         )
 
@@ -327,21 +366,43 @@ class Volley:
             async with open_providers(self.config) as providers:
                 yield providers
 
-    def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus) -> Gate:
+    def _make_gate(self, providers: Mapping[Lane, Provider], events: EventBus,
+                   cache: CompletionCache | None) -> Gate:
         # A volley reserves no permits for root steps: its tasks are its roots.
         config = dataclasses.replace(self.config, root_permits=0)
         return build_gate(config, providers=providers, events=events, ledger=self._budget,
-                          before_send=self._before_send)
+                          cache=cache, before_send=self._before_send)
+
+    def _layout(self) -> RequestLayout:
+        """The shared context's request layout, made on first use."""
+        if self._shared is None:
+            self._shared = RequestLayout(self.context, model=self.config.model,
+                                         max_tokens=self.config.max_tokens)
+        return self._shared
 
     async def _complete(self, task: VolleyTask, call_id: str) -> str:
         assert self._gate is not None
-        completion = await self._gate.complete(self._layout.request(task, call_id))
+        if task.group_max_cost is not None:
+            self._groups.check(task)
+        if task.mode == "rlm":  # its sandbox would be the volley's, which has none
+            raise RLMError("an rlm task in a volley of completion tasks: make the volley with "
+                           "mode rlm (--rlm), where tasks may still be completions of their own")
+        layout = self._layout() if task.context is None else RequestLayout(
+            # Its own documents, laid out per task: only the tasks in flight hold theirs.
+            [self.context[i] for i in task.context], model=self.config.model,
+            max_tokens=self.config.max_tokens)
+        request = layout.request(task, call_id)
+        window = (task.settings or {}).get("context_window", self.config.context_window)
+        if window is not None:
+            check_window(request, window)
+        completion = await self._gate.complete(request)
         return completion.text
 
     def _accepted(self, result: TaskResult) -> None:
         if self._results is not None:
             self._results[result.index] = result
         self._verdicts[result.status] += 1
+        self._groups.spent(result)
         if self._on_result is not None:
             self._on_result(result)
 
@@ -405,3 +466,52 @@ class Volley:
         """The volley's settings as recorded (never the API key)."""
         return {**public_settings(self.config), **self.options.stored()}
 
+
+def _task_models(tasks: Collection[VolleyTask]) -> list[str]:
+    """The models tasks name for themselves (their own root and sub models)."""
+    models = [t.model for t in tasks if t.model]
+    models += [t.settings["sub_model"] for t in tasks if t.settings and t.settings.get("sub_model")]
+    return models
+
+
+class GroupSpent(RLMError):
+    """A task's group has spent its ``group_max_cost``: the task fails having sent nothing."""
+
+    failure_kind = "budget"
+
+
+class _Groups:
+    """What each group of tasks (an eval's arm) has spent: a task of a group past its
+    ``group_max_cost`` does not start.  Its finished tasks count (the earlier ones read
+    once, when the first capped task starts: a volley without caps never reads them);
+    tasks in flight count when they finish, so a group passes its cap by at most what
+    they spend."""
+
+    def __init__(self, tasks: Collection[VolleyTask], earlier: Collection[TaskResult]) -> None:
+        self._tasks, self._earlier = tasks, earlier
+        self._spent: dict[str, float] | None = None
+        self._running: dict[int, str] = {}  # capped tasks started here, by index
+
+    def check(self, task: VolleyTask) -> None:
+        if self._spent is None:
+            self._spent = self._spent_earlier()
+        group, cap = task.group or "", task.group_max_cost
+        spent = self._spent.get(group, 0.0)
+        if cap is not None and spent >= cap:
+            raise GroupSpent(f"{task.group}: its max cost ${cap:g} is spent (${spent:.4f} by its "
+                             "finished tasks); this task sent nothing")
+        self._running[task.index] = group
+
+    def spent(self, result: TaskResult) -> None:
+        group = self._running.pop(result.index, None)
+        if group is not None and self._spent is not None:
+            self._spent[group] = self._spent.get(group, 0.0) + (result.cost or 0.0)
+
+    def _spent_earlier(self) -> dict[str, float]:
+        groups = {t.index: t.group for t in self._tasks if t.group is not None}
+        spent: dict[str, float] = {}
+        for result in self._earlier:
+            group = groups.get(result.index)
+            if group is not None:
+                spent[group] = spent.get(group, 0.0) + (result.cost or 0.0)
+        return spent

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,14 @@ class JournaledVolley:
         options: VolleyOptions,
         *,
         fixture: FixtureOptions | None = None,
+        about: Mapping[str, Any] | None = None,
     ) -> str:
         """Record a volley (nothing is sent) and return its id; ``tasks`` are taken one at a
-        time (a :class:`~rlm.volley.tasks.TaskStream` is never held whole)."""
+        time (a :class:`~rlm.volley.tasks.TaskStream` is never held whole).  ``about`` is kept
+        with its settings for whoever made it (an eval keeps what it is there)."""
         volley_id = new_volley_id()
-        record_volley(self.store, volley_id,
-                      stored_settings(config, options.stored(), fixture), tasks, context)
+        settings = {**(about or {}), **stored_settings(config, options.stored(), fixture)}
+        record_volley(self.store, volley_id, settings, tasks, context)
         return volley_id
 
     def load(self, ref: str) -> StoredVolley:

@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rlm import prompts
+from rlm.errors import RLMError
 from rlm.providers.base import CompletionRequest, Lane, Message
 from rlm.volley.records import VolleyTask
 
-__all__ = ["CACHE_MIN_TOKENS", "RequestLayout", "context_block"]
+__all__ = ["CACHE_MIN_TOKENS", "ContextTooLong", "RequestLayout", "check_window",
+           "context_block"]
 
 #: Below this many prefix tokens providers do not cache (OpenAI and Anthropic: 1,024).
 CACHE_MIN_TOKENS = 1024
@@ -29,6 +31,28 @@ def context_block(documents: Sequence[str]) -> str:
     return "\n".join(
         f'<context document="{i}">\n{doc}\n</context>' for i, doc in enumerate(documents, 1)
     )
+
+
+class ContextTooLong(RLMError):
+    """A completion task's prompt is longer than its model takes (``context_window``): the
+    task fails having sent nothing, rather than be cut."""
+
+    failure_kind = "context_window"
+
+
+def check_window(request: CompletionRequest, window: int | None) -> None:
+    """Raise ContextTooLong when ``request`` (prompt at four characters a token, and its
+    ``max_tokens``) does not fit a model that takes ``window`` tokens."""
+    if window is None:
+        return
+    prompt = sum(len(m["content"]) for m in request.messages) // 4
+    needed = prompt + (request.max_tokens or 0)
+    if needed > window:
+        raise ContextTooLong(
+            f"the prompt is about {prompt:,} tokens and {request.model} takes {window:,} "
+            f"(context_window): one completion cannot read it, and it is never cut, so "
+            "nothing was sent"
+        )
 
 
 class RequestLayout:

@@ -8,18 +8,25 @@ the ``--output-format json`` shape.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from rlm._config import RunConfig, VolleyMode
+from rlm.errors import UsageError
+
 __all__ = [
     "EXIT_CODES",
+    "TASK_SETTINGS",
     "TaskResult",
     "TaskStatus",
     "VolleyResult",
     "VolleyStatus",
     "VolleySummary",
     "VolleyTask",
+    "check_task_settings",
     "new_volley_id",
     "prompt_title",
 ]
@@ -60,12 +67,29 @@ def new_volley_id() -> str:
     return "v" + uuid.uuid4().hex[:12]
 
 
+#: Run settings a task may set for itself (``VolleyTask.settings``): they shape its own
+#: call, not the volley's gate, endpoint or ledger, which every task shares.
+TASK_SETTINGS = frozenset({
+    "sub_model", "max_depth", "max_iterations", "exec_timeout", "max_output_chars",
+    "max_reply_chars", "max_llm_calls", "context_window",
+})
+_OWN = ("context", "mode", "settings", "group", "group_max_cost")  # kept only when given
+
+
 @dataclass(frozen=True)
 class VolleyTask:
     """One task: a prompt, run independently of every other task.
 
     ``index`` is 1-based and fixes the task's place in the output.
     ``timeout`` (seconds), ``model`` and ``max_tokens`` override the volley's.
+
+    A task may carry more of what it needs, so that any worker runs it as it was
+    made (an eval's item under one arm): ``context``, the positions of the volley's
+    documents that are its context (None: all of them, the shared context);
+    ``mode``, ``completion`` or ``rlm`` for it alone; ``settings``, run settings of
+    :data:`TASK_SETTINGS` for it alone; ``group``, a label it shares with other
+    tasks, and ``group_max_cost``, the USD their finished tasks may spend before
+    no more of them starts.
     """
 
     index: int
@@ -73,19 +97,52 @@ class VolleyTask:
     timeout: float | None = None
     model: str | None = None
     max_tokens: int | None = None
+    context: tuple[int, ...] | None = None
+    mode: VolleyMode | None = None
+    settings: dict[str, Any] | None = None
+    group: str | None = None
+    group_max_cost: float | None = None
 
     @property
     def title(self) -> str:
         """The prompt's first line, at most 80 characters: the task's label in streamed text."""
         return prompt_title(self.prompt)
 
+    def run_config(self, base: RunConfig) -> RunConfig:
+        """The run settings this task runs with: ``base`` (the volley's), its own on top."""
+        if self.model is None and self.max_tokens is None and not self.settings:
+            return base
+        return dataclasses.replace(base, model=self.model or base.model,
+                                   max_tokens=self.max_tokens or base.max_tokens,
+                                   **(self.settings or {}))
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data: dict[str, Any] = {"index": self.index, "prompt": self.prompt,
+                                "timeout": self.timeout, "model": self.model,
+                                "max_tokens": self.max_tokens}
+        for name in _OWN:  # a plain task's record stays as small as it always was
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = list(value) if isinstance(value, tuple) else value
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VolleyTask:
-        return cls(**{k: data.get(k) for k in ("timeout", "model", "max_tokens")},
+        own = {k: data[k] for k in _OWN if data.get(k) is not None}
+        if "context" in own:
+            own["context"] = tuple(int(i) for i in own["context"])
+        return cls(**{k: data.get(k) for k in ("timeout", "model", "max_tokens")}, **own,
                    index=int(data["index"]), prompt=str(data["prompt"]))
+
+
+def check_task_settings(settings: Mapping[str, Any], where: str) -> None:
+    """UsageError naming ``where`` for a setting a task cannot set for itself."""
+    foreign = sorted(set(settings) - TASK_SETTINGS)
+    if foreign:
+        raise UsageError(
+            f"{where}: {', '.join(foreign)} cannot differ between tasks (the volley's gate, "
+            f"endpoint and ledger are shared); a task may set {', '.join(sorted(TASK_SETTINGS))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -103,6 +160,13 @@ class TaskResult:
     retries: int = 0
     output: str | None = None
     error: str | None = None
+    #: Requests sent for it (retries included; none for answers from the response cache).
+    calls: int = 0
+    #: What kind of failure (``timeout``, ``budget``, ``provider``, ``sandbox``,
+    #: ``no_answer``, ``context_window``, ``error``), for a failed task.
+    error_kind: str | None = None
+    #: The trace file its events went to, when one was written.
+    trace: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

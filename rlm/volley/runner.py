@@ -34,17 +34,40 @@ import trio
 
 from rlm._durations import format_duration
 from rlm._events import EventBus
-from rlm.errors import AuthenticationError, BudgetExceeded, ClaimLost, LimitExceeded, RLMError
+from rlm.errors import (
+    AuthenticationError,
+    BudgetExceeded,
+    ClaimLost,
+    LimitExceeded,
+    ProviderError,
+    RLMError,
+    RunTimeout,
+    SandboxError,
+)
 from rlm.volley.events import TaskFinished, task_call_id
 from rlm.volley.records import TaskResult, TaskStatus, VolleyStatus, VolleyTask, prompt_title
 from rlm.volley.store import ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
 
-__all__ = ["Stop", "TaskExecutor", "VolleyRunner"]
+__all__ = ["Stop", "TaskExecutor", "VolleyRunner", "failure_kind"]
 
 #: Runs one task to its output text (raises an RLMError when it fails).
 #: The second argument is the task's call id, to stamp on its requests.
 TaskExecutor = Callable[[VolleyTask, str], Awaitable[str]]
+
+
+def failure_kind(exc: RLMError) -> str:
+    """The word a failed task's ``error_kind`` says for ``exc``: an error may name its own
+    (``failure_kind``: ``no_answer``, ``context_window``...), else its family's."""
+    own = getattr(exc, "failure_kind", None)
+    if isinstance(own, str):
+        return own
+    for family, kind in ((RunTimeout, "timeout"), (BudgetExceeded, "budget"),
+                         (LimitExceeded, "limit"), (ProviderError, "provider"),
+                         (SandboxError, "sandbox")):
+        if isinstance(exc, family):
+            return kind
+    return "error"
 
 
 @dataclass(frozen=True)
@@ -78,7 +101,9 @@ class VolleyRunner:
         warm_first: bool = False,
         timeout: float | None = None,
         on_result: Callable[[TaskResult], None] | None = None,
+        trace: str | None = None,
     ) -> None:
+        """``trace``: the trace file the volley's events go to, named in each result."""
         if window < 1:
             raise ValueError("the window must hold at least one task")
         self._source = source
@@ -90,6 +115,7 @@ class VolleyRunner:
         self._warm_first = warm_first
         self._timeout = timeout
         self._on_result = on_result
+        self._trace = trace
         self._running: dict[str, _Running] = {}
         self._claiming: set[trio.CancelScope] = set()  # claims under way (a stop ends them)
         self.stop: Stop | None = None
@@ -202,26 +228,28 @@ class VolleyRunner:
         status: TaskStatus = "succeeded"
         output: str | None = None
         error: str | None = None
+        kind: str | None = None
         try:
             with trio.fail_after(timeout) if timeout else nullcontext():
                 output = await self._execute(task, call_id)
         except trio.TooSlowError:
             status, error = "failed", f"timed out after {format_duration(timeout or 0)}"
+            kind = "timeout"
         except ClaimLost:
             return None  # another worker holds the task now: its verdict is that one's
         except BudgetExceeded as exc:
             self._stop(Stop("budget_exceeded", str(exc), hard=False))
             if not self._tally.sent(call_id):
                 return None  # refused before anything was sent: the task did not run
-            status, error = "failed", str(exc)
+            status, error, kind = "failed", str(exc), "budget"
         except RLMError as exc:
             if isinstance(exc, AuthenticationError):
                 self._stop(Stop("credentials_refused", str(exc), hard=True))
             elif exc.ends_run:
                 hard = not isinstance(exc, LimitExceeded)
                 self._stop(Stop("budget_exceeded", str(exc), hard=hard))
-            status, error = "failed", str(exc)
-        return self._result(task, call_id, started, status, output, error)
+            status, error, kind = "failed", str(exc), failure_kind(exc)
+        return self._result(task, call_id, started, status, output, error, kind)
 
     def _result(
         self,
@@ -231,6 +259,7 @@ class VolleyRunner:
         status: TaskStatus,
         output: str | None,
         error: str | None,
+        kind: str | None = None,
     ) -> TaskResult:
         usage = self._tally.pop(call_id)
         return TaskResult(
@@ -245,6 +274,9 @@ class VolleyRunner:
             retries=usage.retries,
             output=output,
             error=error,
+            calls=usage.sent,
+            error_kind=kind,
+            trace=self._trace,
         )
 
     def _report(self, result: TaskResult) -> None:

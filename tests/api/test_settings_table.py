@@ -25,7 +25,7 @@ from rlm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("run", "chat", "volley", "volley create", "volley work", "volley list",
-            "volley show")
+            "volley show", "eval", "eval show", "eval compare")
 RUN_ROWS = settings_of(RunConfig)
 
 

@@ -342,16 +342,18 @@ async def test_a_verdict_is_committed_within_a_commit_and_the_pacing_of_being_ke
 def test_a_flat_verdict_becomes_the_row_the_store_writes() -> None:
     """The loop sends TaskResult fields as they are; the row (status word, usage object,
     text that UTF-8 cannot encode cleaned) is built where the store runs."""
-    ok = TaskResult(3, "p", "succeeded", 1.23456789, 10, 5, 2, 0.5, 1, "a\ud800b")
-    failed = TaskResult(4, "p", "failed", cost=None, error="e\udfff")
+    ok = TaskResult(3, "p", "succeeded", 1.23456789, 10, 5, 2, 0.5, 1, "a\ud800b", calls=2,
+                    trace="/runs/t.jsonl")
+    failed = TaskResult(4, "p", "failed", cost=None, error="e\udfff", error_kind="provider")
     assert verdict_row(flat_verdict(ok)) == (
         3, "done", "a?b",
         {"duration_sec": 1.234568, "tokens_input": 10, "tokens_output": 5,
-         "tokens_cached": 2, "retries": 1},
+         "tokens_cached": 2, "retries": 1, "calls": 2, "trace": "/runs/t.jsonl"},
         0.5, None,
     )
     row = verdict_row(flat_verdict(failed))
     assert (row[0], row[1], row[2], row[4], row[5]) == (4, "failed", None, None, "e?")
+    assert row[3]["error_kind"] == "provider" and "trace" not in row[3]
 
 
 async def test_text_that_cannot_be_encoded_reaches_the_journal_cleaned(tmp_path: Path) -> None:
