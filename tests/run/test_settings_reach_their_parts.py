@@ -71,6 +71,7 @@ READ_AT_USE = {
     "max_context_bytes": "cli/test_context_input.py (what is read)",
     "max_response_bytes": "providers (what is read of one response)",
     "max_reply_chars": "run (what one reply adds to the conversation)",
+    "context_window": "volley/test_volley_own_tasks.py (a completion task is held to it)",
 }
 
 
