@@ -24,6 +24,7 @@ after the uid drop and Landlock the interpreter cannot read its own library.
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import importlib
 import os
@@ -73,8 +74,8 @@ def preload() -> None:
     for name in sorted(ALLOWED_MODULES):
         modules.import_module(name)  # build the proxies now: they are cached
     _ = worker.Repl  # imported above; named so the import is not "unused"
-    "".encode("idna")  # codec modules load lazily
-    "".encode("latin-1")
+    for encoding in modules.PRELOADED_CODECS:  # codec modules load lazily
+        codecs.lookup(encoding)
 
 
 def _libc() -> ctypes.CDLL:
@@ -179,6 +180,8 @@ def _parent_death_signal(libc: ctypes.CDLL, parent: int | None) -> str:
 
 
 def _read_only_paths() -> list[str]:
+    import zoneinfo
+
     import msgpack
     import RestrictedPython
 
@@ -192,6 +195,8 @@ def _read_only_paths() -> list[str]:
         os.path.dirname(msgpack.__file__ or ""),
         os.path.dirname(RestrictedPython.__file__ or ""),
         os.path.realpath(sys.executable),
+        # The time zone database ZoneInfo(key) reads (keys cannot leave it).
+        *(path for path in zoneinfo.TZPATH if os.path.isdir(path)),
     }
     return sorted(p for p in paths if p)
 

@@ -1,4 +1,4 @@
-"""Read-only proxies for the few standard modules model code may import.
+"""Read-only proxies for the standard modules model code may import.
 
 Model code never receives a real module object: a real module leads to its
 ``__dict__``, to other modules (``json.codecs``, ``datetime.sys``) and from
@@ -12,6 +12,13 @@ plain ``getattr``/``setattr`` (``string.Formatter``, ``functools.update_wrapper`
 (``dataclasses.make_dataclass``).  A few callables are replaced by guarded
 equivalents that the policy registers (:func:`replace_attributes`):
 ``operator.attrgetter``/``methodcaller`` and ``dataclasses.dataclass``.
+
+The data modules (csv, io, xml.etree.ElementTree, gzip, codecs ...) expose only
+what reads and transforms data in memory: their file, process and host doors
+are withheld (``io.open``, ``gzip.open``, ``uuid.getnode`` ...) or replaced by
+the vetted stand-ins of ``facades.py`` (ElementTree's ``parse``/``write``).  A
+refused import or a withheld name says what to use instead where there is an
+obvious substitute (:data:`SUBSTITUTES`, :data:`ATTRIBUTE_HINTS`).
 
 ``from X import Y`` resolves ``Y`` with plain ``getattr`` (the RestrictedPython
 guard is not involved), so the proxy is safe under plain attribute access on
@@ -29,35 +36,101 @@ import sys
 import types
 from collections.abc import Mapping
 
+from rlm_sandbox.facades import EXPAT_LIMITS_AMPLIFICATION, STAND_INS
+
 __all__ = [
     "ALLOWED_MODULES",
+    "IMPORTABLE",
+    "PRELOADED_CODECS",
     "ModuleProxy",
     "guarded_import",
     "import_module",
     "is_forbidden_value",
     "is_metaclass",
     "plain_str",
+    "refusal",
     "replace_attributes",
 ]
 
-#: Modules model code may import (and the one submodule, ``collections.abc``).
+#: The data modules of the standard library whose doors (files, processes, the
+#: host's identity) are withheld or replaced (``facades.py``).
+_DATA_MODULES = frozenset({
+    "base64", "binascii", "calendar", "codecs", "contextlib", "csv", "fnmatch", "gzip",
+    "hashlib", "html", "html.parser", "io", "pprint", "shlex", "struct", "urllib",
+    "urllib.parse", "uuid", "zlib", "zoneinfo",
+})
+#: ElementTree only where libexpat bounds entity expansion itself.
+_XML_MODULES = frozenset({"xml", "xml.etree", "xml.etree.ElementTree"})
+
+#: Modules model code may import (and their submodules listed here).
 ALLOWED_MODULES = frozenset({
     "bisect", "collections", "collections.abc", "copy", "dataclasses", "datetime", "decimal",
     "difflib", "enum", "fractions", "functools", "heapq", "itertools", "json", "math",
     "operator", "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata",
     # datetime.strftime imports time from C through the sandbox's __import__.
     "time",
-})
+}) | _DATA_MODULES | (_XML_MODULES if EXPAT_LIMITS_AMPLIFICATION else frozenset())
+
+#: The encodings model code decodes and encodes with most.  Their modules are imported
+#: at first use, which a hardened sandbox may no longer do (the dropped uid may
+#: not read the interpreter's directory), so the sandbox imports them first.
+PRELOADED_CODECS = (
+    "ascii", "utf-8", "idna", "latin-1", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be",
+    "utf-32", "cp1252", "iso8859-15", "unicode-escape",
+    # bytes to bytes, for codecs.decode/encode
+    "hex", "base64", "zlib", "rot13",
+)
+
+#: Packages imported only for a submodule (``import urllib.parse``); not listed to the model.
+_PACKAGES_ONLY = frozenset({"urllib", "xml", "xml.etree"})
+
+#: The allowed modules as model code names them, for messages and the docs.
+IMPORTABLE = tuple(sorted(ALLOWED_MODULES - _PACKAGES_ONLY))
 
 #: Submodules reachable as attributes of their parent's proxy (``collections.abc``).
-_SUBMODULES: dict[str, tuple[str, ...]] = {"collections": ("abc",)}
+_SUBMODULES: dict[str, tuple[str, ...]] = {
+    "collections": ("abc",), "html": ("parser",), "urllib": ("parse",), "xml": ("etree",),
+    "xml.etree": ("ElementTree",),
+}
 
 #: For these modules only the listed names are exposed.
 ONLY_ATTRIBUTES: dict[str, frozenset[str]] = {
     # copy.dispatch_table is copyreg's: a reducer registered there makes
     # copy() call setattr(any object, any name, any value).
     "copy": frozenset({"copy", "deepcopy", "Error", "error"}),
+    # open, open_code and FileIO open files; the buffered and text wrappers
+    # take raw file objects; memory files are all model code needs.
+    "io": frozenset({"StringIO", "BytesIO", "SEEK_SET", "SEEK_CUR", "SEEK_END",
+                     "UnsupportedOperation"}),
+    # GzipFile(name) and open() open files; its instances lead to the class.
+    "gzip": frozenset({"compress", "decompress", "BadGzipFile"}),
+    # A shlex lexer opens the file named after its `source` keyword.
+    "shlex": frozenset({"split", "join", "quote"}),
+    # getnode() runs ip/ifconfig or asks libuuid for the host's address.
+    "uuid": frozenset({
+        "UUID", "SafeUUID", "uuid1", "uuid3", "uuid4", "uuid5", "NAMESPACE_DNS",
+        "NAMESPACE_OID", "NAMESPACE_URL", "NAMESPACE_X500", "RESERVED_FUTURE",
+        "RESERVED_MICROSOFT", "RESERVED_NCS", "RFC_4122",
+    }),
+    # Decoding and encoding in memory: not open/EncodedFile (files), nor
+    # register/register_error, which change how the whole process decodes, nor
+    # the stream classes (facades.py says why).
+    "codecs": frozenset({
+        "decode", "encode", "lookup", "lookup_error", "getdecoder", "getencoder",
+        "getincrementaldecoder", "getincrementalencoder", "iterdecode", "iterencode",
+        "CodecInfo", "Codec", "IncrementalDecoder", "IncrementalEncoder", "BOM", "BOM_BE",
+        "BOM_LE", "BOM_UTF8", "BOM_UTF16", "BOM_UTF16_BE", "BOM_UTF16_LE", "BOM_UTF32",
+        "BOM_UTF32_BE", "BOM_UTF32_LE", "strict_errors", "ignore_errors", "replace_errors",
+        "backslashreplace_errors", "xmlcharrefreplace_errors", "namereplace_errors",
+    }),
 }
+
+#: For these modules only the names of their ``__all__`` are exposed (less any
+#: excluded below): not their command-line ``main``, deprecated helpers or imports.
+_PUBLIC_API_ONLY = frozenset({
+    "base64", "calendar", "contextlib", "csv", "fnmatch", "hashlib", "html", "html.parser",
+    "pprint", "urllib.parse", "xml.etree.ElementTree", "zoneinfo",
+})
 
 #: Public attributes withheld even though their values are not modules.
 EXCLUDED_ATTRIBUTES: dict[str, frozenset[str]] = {
@@ -87,10 +160,71 @@ EXCLUDED_ATTRIBUTES: dict[str, frozenset[str]] = {
         "global_enum", "global_enum_repr", "global_flag_repr", "global_str",
         "pickle_by_enum_name", "pickle_by_global_name",
     }),
+    # chdir changes the working directory; ExitStack.push hands its callbacks the
+    # traceback (a class statement's __exit__ never gets one); the async ones
+    # need an event loop the sandbox does not run.
+    "contextlib": frozenset({
+        "chdir", "ExitStack", "AsyncExitStack", "asynccontextmanager", "aclosing",
+        "AbstractAsyncContextManager",
+    }),
+    # The Locale* calendars switch the process's locale, which reads locale files.
+    "calendar": frozenset({"LocaleTextCalendar", "LocaleHTMLCalendar"}),
+    # reset_tzpath points ZoneInfo at any directory (keys are read only below
+    # TZPATH); available_timezones opens every file there, through importlib.
+    "zoneinfo": frozenset({"reset_tzpath", "available_timezones"}),
 }
 
-#: Guarded stand-ins the policy registers before any proxy is built.
-_REPLACEMENTS: dict[str, dict[str, object]] = {}
+#: What to use instead of a withheld attribute, added to its AttributeError.
+ATTRIBUTE_HINTS: dict[tuple[str, str], str] = {
+    **{("io", name): "use io.StringIO(text) or io.BytesIO(data): the sandbox has no files"
+       for name in ("open", "open_code", "FileIO", "TextIOWrapper", "BufferedReader")},
+    ("gzip", "open"): "use gzip.decompress(data): the sandbox has no files",
+    ("gzip", "GzipFile"): "use gzip.decompress(data) or gzip.compress(data)",
+    **{("codecs", name): "use codecs.decode(data, encoding) or codecs.iterdecode(chunks, "
+                         "encoding)" for name in ("open", "getreader", "StreamReader")},
+    ("shlex", "shlex"): "use shlex.split(text)",
+    ("uuid", "getnode"): "the host's address stays outside; uuid1() uses a random node",
+    ("contextlib", "ExitStack"): "use nested with statements",
+    ("contextlib", "chdir"): "the sandbox has no files",
+    **{("zoneinfo", name): "ZoneInfo(key) takes an IANA key such as 'Europe/Paris'"
+       for name in ("reset_tzpath", "available_timezones")},
+}
+
+#: Guarded stand-ins: ``facades.py``'s, and those the policy registers before any
+#: proxy is built.
+_REPLACEMENTS: dict[str, dict[str, object]] = {
+    name: dict(values) for name, values in STAND_INS.items()}
+
+_NO_FILES = "there are no files here: the input is `context`, print() writes the output"
+_NO_NETWORK = "there is no network here; ask a sub-model with llm_query"
+_NOT_INSTALLED = "third-party packages are not installed"
+
+#: What to use instead of a refused module, by its full or top-level name.
+SUBSTITUTES: dict[str, str] = {
+    **dict.fromkeys(("os", "pathlib", "shutil", "glob", "tempfile", "fileinput", "sys"),
+                    _NO_FILES),
+    **dict.fromkeys(("subprocess", "multiprocessing", "threading", "concurrent", "asyncio",
+                     "signal"), "no processes or threads run here; run sub-queries in "
+                                "parallel with llm_query_batched"),
+    **dict.fromkeys(("socket", "ssl", "http", "urllib.request", "urllib.error", "ftplib",
+                     "smtplib", "requests", "httpx", "aiohttp"), _NO_NETWORK),
+    **dict.fromkeys(("pickle", "shelve", "marshal"), "use json"),
+    **dict.fromkeys(("numpy", "pandas", "scipy", "polars"),
+                    f"{_NOT_INSTALLED}; use statistics, math, collections and csv"),
+    **dict.fromkeys(("bs4", "lxml", "html5lib"),
+                    f"{_NOT_INSTALLED}; use html.parser or xml.etree.ElementTree"),
+    **dict.fromkeys(("xml.dom", "xml.sax", "xml.parsers", "xml.etree.cElementTree"),
+                    "use xml.etree.ElementTree"),
+    **dict.fromkeys(("dateutil", "pytz", "arrow"), f"{_NOT_INSTALLED}; use datetime and zoneinfo"),
+    "html.entities": "use html.unescape",
+    **dict.fromkeys(("bz2", "lzma", "zipfile", "tarfile"), "use zlib or gzip, in memory"),
+    "regex": f"{_NOT_INSTALLED}; use re",
+    "secrets": "use random, uuid.uuid4() or hashlib",
+    "logging": "use print()",
+    **dict.fromkeys(("StringIO", "cStringIO"), "use io.StringIO"),
+    **({} if EXPAT_LIMITS_AMPLIFICATION else {"xml.etree.ElementTree": (
+        "this Python's libexpat is older than 2.4.0, which bounds entity expansion")}),
+}
 
 #: Interpreter plumbing: constructors of functions, methods and descriptors,
 #: and GenericAlias, which forwards attribute reads to any object it wraps.
@@ -168,7 +302,8 @@ class ModuleProxy:
             # "re (sandbox).enum" key exists in sys.modules, so the fallback
             # lookup fails and the ImportError names the module.
             return f"{label} (sandbox)"
-        raise AttributeError(f"module {label!r} has no attribute {name!r} in the sandbox")
+        raise AttributeError(f"module {label!r} has no attribute {name!r} in the sandbox"
+                             f"{_hint(ATTRIBUTE_HINTS.get((label, name)))}")
 
     def __setattr__(self, name: str, value: object) -> None:
         raise TypeError("sandbox modules are read-only")
@@ -197,9 +332,15 @@ def replace_attributes(module: str, values: Mapping[str, object]) -> None:
     _REPLACEMENTS.setdefault(module, {}).update(values)
 
 
+def _hint(text: str | None) -> str:
+    return f"; {text}" if text else ""
+
+
 def _exposed_names(name: str, module: types.ModuleType) -> dict[str, object]:
     excluded = EXCLUDED_ATTRIBUTES.get(name, frozenset())
     only = ONLY_ATTRIBUTES.get(name)
+    if name in _PUBLIC_API_ONLY:
+        only = frozenset(module.__all__)
     replaced = _REPLACEMENTS.get(name, {})
     exposed: dict[str, object] = {}
     for attr in dir(module):
@@ -219,12 +360,30 @@ def import_module(name: str) -> ModuleProxy:
     if proxy is not None:
         return proxy
     if name not in ALLOWED_MODULES:
-        allowed = ", ".join(sorted(ALLOWED_MODULES))
-        raise ImportError(f"import of {name!r} is not allowed in the sandbox; allowed: {allowed}")
+        raise ImportError(refusal(name))
     module = importlib.import_module(name)
     proxy = ModuleProxy(name, _exposed_names(name, module))
     _PROXIES[name] = proxy
     return proxy
+
+
+def refusal(name: str) -> str:
+    """Why ``name`` cannot be imported: what to use instead, and what can be."""
+    hint = SUBSTITUTES.get(name) or SUBSTITUTES.get(name.partition(".")[0])
+    if hint is None and name.partition(".")[0] not in sys.stdlib_module_names:
+        hint = _NOT_INSTALLED
+    return (f"import of {name!r} is not allowed in the sandbox{_hint(hint)}. "
+            f"Allowed: {', '.join(IMPORTABLE)}")
+
+
+def _check_fromlist(name: str, proxy: ModuleProxy, fromlist: tuple[str, ...] | list[str]) -> None:
+    """``from X import Y`` of a withheld Y: CPython would turn the proxy's
+    AttributeError into a bare "cannot import name"; this keeps the hint."""
+    names: Mapping[str, object] = object.__getattribute__(proxy, "_proxy_names")
+    for attr in fromlist:
+        if attr != "*" and type(attr) is str and attr not in names:
+            raise ImportError(f"cannot import name {attr!r} from {name!r} in the sandbox"
+                              f"{_hint(ATTRIBUTE_HINTS.get((name, attr)))}")
 
 
 def guarded_import(
@@ -254,7 +413,10 @@ def guarded_import(
     if "." in name and not fromlist:
         import_module(name)  # refuses what is not allowed
         return import_module(name.partition(".")[0])
-    return import_module(name)
+    proxy = import_module(name)
+    if fromlist:
+        _check_fromlist(name, proxy, fromlist)
+    return proxy
 
 
 #: Modules that C code in allowed modules imports at call time.  They are

@@ -29,14 +29,17 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import contextlib
 import copy
 import decimal
 import importlib
 import operator
 import re
 import string
+import sys
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import xml.etree.ElementTree
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from RestrictedPython.compile import compile_restricted_exec
@@ -430,6 +433,7 @@ _WRITABLE_TYPES = frozenset({
     list, dict, set, bytearray, collections.deque, collections.ChainMap,
     collections.UserDict, collections.UserList,
     decimal.Context,  # ctx.prec = 5 inside decimal.localcontext()
+    xml.etree.ElementTree.Element,  # el.text = "x" (a C type: tag, text, tail, attrib only)
 })
 
 
@@ -441,8 +445,8 @@ def write_guard(obj: object) -> object:
         return obj
     raise TypeError(
         f"cannot modify a {type(obj).__name__} object in the sandbox; only lists, dicts, "
-        "sets, bytearrays, deques, decimal contexts and objects of classes defined in your "
-        "code are writable"
+        "sets, bytearrays, deques, decimal contexts, XML elements and objects of classes "
+        "defined in your code are writable"
     )
 
 
@@ -602,6 +606,7 @@ class PrintSink:
         self.total_chars = 0
         self._parts: list[str] = []
         self._stored = 0
+        self._is_stdout = False
 
     def reset(self) -> None:
         """Forget everything printed so far (called before each exec)."""
@@ -618,6 +623,24 @@ class PrintSink:
             self._parts.append(part)
             self._stored += len(part)
 
+    def flush(self) -> None:
+        """Nothing to flush (stdlib code that writes to ``sys.stdout`` may ask)."""
+
+    @contextlib.contextmanager
+    def as_stdout(self) -> Iterator[None]:
+        """Be ``sys.stdout`` while model code runs: what the stdlib writes there
+        (``pprint.pprint``, ``calendar.prmonth``, ``ET.dump``) is printed output too,
+        and ``print()`` follows ``contextlib.redirect_stdout`` as in plain Python.
+        Both streams are put back after, whatever model code redirected."""
+        saved = sys.stdout, sys.stderr
+        sys.stdout = self  # it writes text, as a stream does
+        self._is_stdout = True
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
+            self._is_stdout = False
+
     def text(self) -> str:
         """What was printed, cut at ``max_chars``."""
         return "".join(self._parts)
@@ -633,7 +656,14 @@ class PrintSink:
         end = "\n" if end is None else end
         if not isinstance(sep, str) or not isinstance(end, str):
             raise TypeError("print() sep and end must be str or None")
-        self.write(str.join(sep, [str(item) for item in objects]) + end)
+        text = str.join(sep, [str(item) for item in objects]) + end
+        stream: Any = sys.stdout
+        if not self._is_stdout or stream is self:
+            self.write(text)
+        elif stream is not None:  # model code redirected it (contextlib.redirect_stdout)
+            stream.write(text)
+            if flush:
+                stream.flush()
 
 
 _BUILTIN_NAMES = (

@@ -186,7 +186,8 @@ class Repl:
         else:
             self._remember_source(code, source)
             try:
-                exec(code, self.namespace)
+                with self.sink.as_stdout():
+                    exec(code, self.namespace)
             except BaseException as exc:  # model code may raise anything, SystemExit included
                 error = self._format_error(exc)
         finally:

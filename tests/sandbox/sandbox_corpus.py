@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from tests.sandbox.corpus_ordinary_classes import ORDINARY_CLASSES
 from tests.sandbox.corpus_ordinary_data import ORDINARY_DATA
-from tests.sandbox.corpus_probes import PROBES
+from tests.sandbox.corpus_probes import PROBES as LANGUAGE_PROBES
+from tests.sandbox.corpus_probes_stdlib import STDLIB_PROBES
 
 __all__ = ["CONTEXT", "ORDINARY", "PROBES"]
 
@@ -26,3 +27,6 @@ CONTEXT = """\
 
 #: Every ordinary snippet, in the order the corpus lists them.
 ORDINARY: dict[str, str] = {**ORDINARY_DATA, **ORDINARY_CLASSES}
+
+#: Every probe, by route.
+PROBES: dict[str, list[str]] = {**LANGUAGE_PROBES, **STDLIB_PROBES}

@@ -7,6 +7,8 @@ bring back nothing of the host's.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +17,7 @@ import trio
 
 from rlm._events import EventBus
 from rlm._sandbox.launcher import Sandbox, SandboxLauncher
+from tests.sandbox.corpus_ordinary_stdlib import ORDINARY_STDLIB
 from tests.sandbox.sandbox_corpus import CONTEXT, ORDINARY, PROBES
 from tests.sandbox.security_harness import OWNER, assert_no_canary, echo_bridge, open_sandbox
 
@@ -37,6 +40,28 @@ async def test_every_ordinary_snippet_runs() -> None:
                 failures[name] = result.error
         assert await box.ok("print('still serving')") == "still serving\n"
     assert failures == {}, "\n\n".join(f"{name}:\n{error}" for name, error in failures.items())
+
+
+def _plain_python(code: str) -> str:
+    """What ``code`` prints when plain Python runs it (the same ``context``)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "<plain>", "exec"), {"context": CONTEXT, "__name__": "__main__"})
+    return out.getvalue()
+
+
+async def test_stdlib_snippets_print_what_plain_python_prints() -> None:
+    differences: dict[str, str] = {}
+    async with open_sandbox(CONTEXT, max_output_chars=50_000) as box:
+        for name, code in ORDINARY_STDLIB.items():
+            code = code.strip("\n")
+            expected = _plain_python(code)
+            result = await box.run(code)
+            if not result.ok:
+                differences[name] = f"failed: {result.error}"
+            elif result.output != expected:
+                differences[name] = f"printed:\n{result.output}\nplain Python:\n{expected}"
+    assert differences == {}, "\n\n".join(f"{name}: {why}" for name, why in differences.items())
 
 
 @asynccontextmanager

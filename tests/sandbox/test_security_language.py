@@ -80,7 +80,7 @@ async def test_format_string_traversal_is_refused(code: str) -> None:
 
 IMPORTS = [
     "import os", "import sys", "import subprocess", "import socket", "import ctypes",
-    "import pickle", "import marshal", "import importlib", "import builtins", "import io",
+    "import pickle", "import marshal", "import importlib", "import builtins", "import io; io.open",
     "import threading", "import multiprocessing", "import signal", "import posix",
     "import gc", "import inspect", "import types", "import code", "import _thread",
     "import collections.abc; collections.abc.sys", "from json import decoder",
