@@ -25,6 +25,7 @@ after the uid drop and Landlock the interpreter cannot read its own library.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import importlib
 import os
@@ -74,8 +75,9 @@ def preload() -> None:
     for name in sorted(ALLOWED_MODULES):
         modules.import_module(name)  # build the proxies now: they are cached
     _ = worker.Repl  # imported above; named so the import is not "unused"
-    for encoding in modules.PRELOADED_CODECS:  # codec modules load lazily
-        codecs.lookup(encoding)
+    for encoding in modules.standard_codecs():  # codec modules load lazily
+        with contextlib.suppress(LookupError):  # aliases, and mbcs and oem off Windows
+            codecs.lookup(encoding)
 
 
 def _libc() -> ctypes.CDLL:

@@ -31,7 +31,9 @@ the real name would hand out the real submodule (``collections.abc``).
 
 from __future__ import annotations
 
+import encodings
 import importlib
+import pkgutil
 import sys
 import types
 from collections.abc import Mapping
@@ -41,7 +43,6 @@ from rlm_sandbox.facades import EXPAT_LIMITS_AMPLIFICATION, STAND_INS
 __all__ = [
     "ALLOWED_MODULES",
     "IMPORTABLE",
-    "PRELOADED_CODECS",
     "ModuleProxy",
     "guarded_import",
     "import_module",
@@ -50,6 +51,7 @@ __all__ = [
     "plain_str",
     "refusal",
     "replace_attributes",
+    "standard_codecs",
 ]
 
 #: The data modules of the standard library whose doors (files, processes, the
@@ -71,15 +73,14 @@ ALLOWED_MODULES = frozenset({
     "time",
 }) | _DATA_MODULES | (_XML_MODULES if EXPAT_LIMITS_AMPLIFICATION else frozenset())
 
-#: The encodings model code decodes and encodes with most.  Their modules are imported
-#: at first use, which a hardened sandbox may no longer do (the dropped uid may
-#: not read the interpreter's directory), so the sandbox imports them first.
-PRELOADED_CODECS = (
-    "ascii", "utf-8", "idna", "latin-1", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be",
-    "utf-32", "cp1252", "iso8859-15", "unicode-escape",
-    # bytes to bytes, for codecs.decode/encode
-    "hex", "base64", "zlib", "rot13",
-)
+def standard_codecs() -> list[str]:
+    """The modules of the standard library's ``encodings`` package: every codec Python
+    ships (shift_jis, cp1251, koi8_r, bz2 ...), and a few modules that are not codecs
+    here (``aliases``; ``mbcs`` and ``oem`` off Windows).  A codec's module is imported
+    at its first use, which a hardened sandbox may no longer do (the dropped uid may not
+    read the interpreter's directory), so the sandbox looks each up first."""
+    return sorted(info.name for info in pkgutil.iter_modules(encodings.__path__))
+
 
 #: Packages imported only for a submodule (``import urllib.parse``); not listed to the model.
 _PACKAGES_ONLY = frozenset({"urllib", "xml", "xml.etree"})

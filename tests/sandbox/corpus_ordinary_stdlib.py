@@ -220,6 +220,25 @@ print(parts, "".join(codecs.iterdecode([b"a\\xc3", b"\\xa9b"], "utf-8")))
 print(codecs.decode(codecs.encode(b"zz" * 50, "zlib"), "zlib")[:6])
 print(codecs.decode(b"YWJj\\n", "base64"))
 """,
+    "every codec Python ships, for legacy exports": """
+import codecs
+samples = {
+    "cp1251": "\\u041f\\u0440\\u0438\\u0432\\u0435\\u0442", "koi8_r": "\\u043c\\u0438\\u0440",
+    "shift_jis": "\\u6771\\u4eac", "euc-jp": "\\u5927\\u962a", "gbk": "\\u5317\\u4eac",
+    "gb18030": "\\u4e0a\\u6d77", "big5": "\\u53f0\\u5317", "euc_kr": "\\uc11c\\uc6b8",
+    "iso2022_jp": "\\u65e5\\u672c", "cp437": "\\u2502\\u00e9", "mac_roman": "caf\\u00e9",
+    "iso8859_7": "\\u03b1\\u03b2", "cp1256": "\\u0633\\u0644\\u0627\\u0645", "utf-7": "a+b",
+    "punycode": "m\\u00fcnchen", "tis_620": "\\u0e44\\u0e17\\u0e22",
+}
+for name, text in samples.items():
+    data = text.encode(name)
+    print(name, data, data.decode(name) == text, codecs.lookup(name).name)
+print(b"\\xcf\\xf0\\xe8".decode("cp1251"), b"\\x81".decode("shift_jis", "replace"))
+for name in ("bz2", "quopri", "uu"):
+    packed = codecs.encode(b"tab\\tseparated=values\\n" * 3, name)
+    print(name, codecs.decode(packed, name) == b"tab\\tseparated=values\\n" * 3)
+print(codecs.encode(b"a=b \\xe9", "quopri"))
+""",
     # --- printing and dates ---------------------------------------------------------------
     "pprint nested results": """
 import pprint

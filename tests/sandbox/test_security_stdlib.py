@@ -9,6 +9,7 @@ host's hardware address and other processes' files stay out of reach.
 from __future__ import annotations
 
 import base64
+import bz2
 import uuid
 import zlib
 
@@ -72,6 +73,7 @@ INFLATE_ROUTES = {
     "zlib.decompressobj": "x = zlib.decompressobj().decompress(data)",
     "gzip.decompress": "x = gzip.decompress(gz)",
     "codecs zlib": "x = codecs.decode(data, 'zlib')",
+    "codecs bz2": "x = codecs.decode(bz, 'bz2')",
     "a streaming loop": "d = zlib.decompressobj(31)\nparts = []\n"
                         "for i in range(0, len(gz), 4096):\n"
                         "    parts.append(d.decompress(gz[i:i + 4096]))",
@@ -79,11 +81,13 @@ INFLATE_ROUTES = {
 
 
 async def test_decompression_bombs_end_in_memory_error_within_the_memory_cap() -> None:
-    bombs = {"zlib": deflate_bomb(1024, 15), "gzip": deflate_bomb(1024, 31)}
+    # bz2 reads concatenated streams as one: 512 MiB of zeros in about 1.5 KB.
+    bombs = {"zlib": deflate_bomb(1024, 15), "gzip": deflate_bomb(1024, 31),
+             "bz2": bz2.compress(bytes(16 << 20)) * 32}
     context = "\n".join(base64.b64encode(bomb).decode() for bomb in bombs.values())
     async with open_sandbox(context, memory_bytes=256 << 20) as box:
         await box.ok("import base64, codecs, gzip, zlib\n"
-                     "data, gz = [base64.b64decode(line) for line in context.splitlines()]")
+                     "data, gz, bz = [base64.b64decode(line) for line in context.splitlines()]")
         for route, code in INFLATE_ROUTES.items():
             result = await box.run(code, limit=30)
             assert not result.ok, route
