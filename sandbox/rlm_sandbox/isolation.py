@@ -75,6 +75,9 @@ def preload() -> None:
     for name in sorted(ALLOWED_MODULES):
         modules.import_module(name)  # build the proxies now: they are cached
     _ = worker.Repl  # imported above; named so the import is not "unused"
+    # ZoneInfo(key) of a key the system's database lacks looks in the tzdata package
+    # through importlib.resources: ZoneInfoNotFoundError, not an ImportError.
+    importlib.import_module("importlib.resources")
     for encoding in modules.standard_codecs():  # codec modules load lazily
         with contextlib.suppress(LookupError):  # aliases, and mbcs and oem off Windows
             codecs.lookup(encoding)

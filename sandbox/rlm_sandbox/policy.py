@@ -650,20 +650,33 @@ class PrintSink:
 
     def _call_print(self, *objects: object, sep: str | None = " ", end: str | None = "\n",
                     file: object = None, flush: bool = False) -> None:
-        if file is not None:
-            raise TypeError("print(file=...) is not supported in the sandbox; just print()")
         sep = " " if sep is None else sep
         end = "\n" if end is None else end
         if not isinstance(sep, str) or not isinstance(end, str):
             raise TypeError("print() sep and end must be str or None")
-        text = str.join(sep, [str(item) for item in objects]) + end
-        stream: Any = sys.stdout
-        if not self._is_stdout or stream is self:
-            self.write(text)
-        elif stream is not None:  # model code redirected it (contextlib.redirect_stdout)
-            stream.write(text)
-            if flush:
-                stream.flush()
+        stream: object = file
+        if stream is None:
+            stream = sys.stdout if self._is_stdout else self
+        if stream is self:
+            self.write(str.join(sep, [str(item) for item in objects]) + end)
+        elif stream is not None:
+            _print_to(stream, objects, sep, end, flush)
+
+
+def _print_to(stream: object, objects: tuple[object, ...], sep: str, end: str,
+              flush: bool) -> None:
+    """``print`` to the model's own stream (``print(file=buf)``, or ``sys.stdout`` under
+    ``contextlib.redirect_stdout``), write by write as plain Python does, its methods
+    read as if model code called ``stream.write(text)`` itself."""
+    write: Any = guarded_getattr(stream, "write")
+    for index, item in enumerate(objects):
+        if index:
+            write(sep)
+        write(str(item))
+    write(end)
+    if flush:
+        stream_flush: Any = guarded_getattr(stream, "flush")
+        stream_flush()
 
 
 _BUILTIN_NAMES = (

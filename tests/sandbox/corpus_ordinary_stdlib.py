@@ -69,6 +69,27 @@ b.write(b"\\x00\\x01abc")
 b.seek(2)
 print(b.read(), b.getvalue(), len(b.getbuffer()))
 """,
+    "print into a memory file": """
+import io
+report = io.StringIO()
+print("user", "count", sep="\\t", file=report)
+for user, count in [("alice", 3), ("bob", 1)]:
+    print(user, count, sep="\\t", file=report, flush=True)
+print(report.getvalue(), end="")
+print("to stdout", file=None)
+class Lines:
+    def __init__(self):
+        self.lines = []
+    def write(self, text):
+        self.lines.append(text)
+sink = Lines()
+print("a", 1, file=sink)
+print(sink.lines)
+try:
+    print("x", file=42)
+except AttributeError as exc:
+    print("AttributeError:", exc)
+""",
     # --- html and xml ---------------------------------------------------------------------
     "html.parser link and text extractor": """
 from html.parser import HTMLParser
@@ -283,6 +304,10 @@ logged = datetime.fromisoformat("2024-07-01T12:00:00+00:00")
 print(logged.astimezone(ZoneInfo("Australia/Sydney")).strftime("%Y-%m-%d %H:%M %Z"))
 new_year = datetime(2024, 1, 1, tzinfo=timezone.utc)
 print(str(paris), repr(ZoneInfo("UTC")), new_year.astimezone(paris).hour)
+try:
+    ZoneInfo("Europe/Pariss")
+except Exception as exc:
+    print(type(exc).__name__, exc)
 """,
     "uuid": """
 import uuid

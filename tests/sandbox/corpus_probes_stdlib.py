@@ -100,6 +100,10 @@ STDLIB_PROBES: dict[str, list[str]] = {
         "import sys",
         "import importlib",
         "from importlib import import_module",
+        # preloaded for zoneinfo, never handed out
+        "import importlib.resources",
+        "from importlib import resources",
+        "import importlib.resources as r\nprint(r.files)",
         "import ctypes",
         "import builtins",
         "import io\nprint(io.sys)",
@@ -142,6 +146,14 @@ STDLIB_PROBES: dict[str, list[str]] = {
         "import contextlib\nclass C(contextlib.AbstractContextManager):\n"
         "    def __exit__(self, t, e, tb):\n        print(tb.tb_frame)\n"
         "with C():\n    1 / 0",
+    ],
+    "print to a stream": [
+        # print(file=) reads the stream's methods through the guard: host objects
+        # have no write of theirs to hand out
+        "import io\nprint('x', file=io)",
+        "import contextlib\nprint('x', file=contextlib.redirect_stdout(None))",
+        "print('x', file=print)",
+        "print('x', file=llm_query)",
     ],
     "pprint and csv internals": [
         "import pprint\nprint(pprint.PrettyPrinter._dispatch)",
