@@ -48,6 +48,7 @@ __all__ = [
     "StreamDiscarded",
     "StreamSink",
     "TextDelta",
+    "TraceStarted",
 ]
 
 
@@ -109,6 +110,19 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceStarted(Event):
+    """The first line of every trace file: the schema its events follow.
+
+    Written by the trace writer, not emitted on the bus: a trace without it is
+    of schema version 1 (rlm before the schema was published).
+    """
+
+    kind: ClassVar[str] = "trace_started"
+    schema_version: int
+    rlm_version: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,10 @@
 """The JSONL trace: one event per line, written as the run goes.
 
+The first line is a ``trace_started`` record naming the trace schema's version
+(:data:`TRACE_SCHEMA_VERSION`); a trace without it is of version 1, written by an
+rlm from before the schema was published (docs/compatibility.md).  The schema
+itself is ``rlm/data/trace-schema.json`` (:mod:`rlm._trace_schema`).
+
 The file is written under a temporary name beside the target and renamed into
 place when the run ends (for any reason), so a reader never sees a file that
 some other run is still writing, and a failed open leaves nothing behind.
@@ -13,10 +18,35 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from rlm._events import Event, TextDelta
+from rlm import __version__
+from rlm._events import Event, TextDelta, TraceStarted
 from rlm.errors import UsageError
 
-__all__ = ["CONTENT_FIELDS", "TraceWriter", "check_trace_path", "half_written", "part_path"]
+__all__ = [
+    "CONTENT_FIELDS",
+    "TRACE_SCHEMA_VERSION",
+    "TraceWriter",
+    "check_trace_path",
+    "half_written",
+    "part_path",
+    "schema_version_of",
+]
+
+#: The version of the trace schema this rlm writes.  Adding an event kind, or a field
+#: with a default, keeps it; removing, renaming or retyping a field, or giving one a new
+#: meaning, moves it on (``python -m rlm._trace_schema`` refuses such a change otherwise).
+TRACE_SCHEMA_VERSION = 2
+
+
+def schema_version_of(first: Any) -> int:
+    """The schema version of a trace whose first record is ``first``: what its
+    ``trace_started`` header says, or 1 for a trace without one (or with a header
+    that names no usable version)."""
+    if isinstance(first, dict) and first.get("event") == TraceStarted.kind:
+        version = first.get("schema_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version >= 1:
+            return version
+    return 1
 
 
 def check_trace_path(path: str | os.PathLike[str]) -> Path:
@@ -99,6 +129,8 @@ class TraceWriter:
             )
         except OSError as exc:
             raise UsageError(f"cannot write trace file {self.path}: {exc.strerror}") from exc
+        self._write(TraceStarted(schema_version=TRACE_SCHEMA_VERSION,
+                                 rlm_version=__version__).trace_record())
 
     def __call__(self, event: Event) -> None:
         # Streamed text stays out of the trace: it would repeat every reply in pieces.
@@ -109,8 +141,12 @@ class TraceWriter:
                            if record.get(n) is not None]
                 if blanked:
                     record = {**record, **dict.fromkeys(blanked)}
-            self._file.write(json.dumps(record, default=_jsonable, ensure_ascii=False))
-            self._file.write("\n")
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        assert self._file is not None
+        self._file.write(json.dumps(record, default=_jsonable, ensure_ascii=False))
+        self._file.write("\n")
 
     def close(self) -> None:
         """Flush and move the trace into place.  Safe to call twice."""

@@ -30,7 +30,13 @@ _TESTS = Path(__file__).resolve().parent
 
 # One PostgreSQL server for the whole session: imported into each test module instead,
 # its session-scoped fixture was a separate definition per module, one server each.
-pytest_plugins = ("tests.journal_fixtures", "tests.journal_store_fixtures")
+pytest_plugins = (
+    "tests.journal_fixtures",
+    "tests.journal_store_fixtures",
+    # Every trace the suite writes is checked against the published trace schema.
+    "tests.trace_schema_check",
+    "pytester",  # tests/api/test_trace_schema.py shows that check failing a test
+)
 
 _STATE = tempfile.mkdtemp(prefix="rlm-tests-state-")
 os.environ["XDG_STATE_HOME"] = _STATE

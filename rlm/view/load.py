@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import rlm.volley.events  # noqa: F401  (defines the volley's event kinds: they are known too)
-from rlm._events import Event
+from rlm._events import Event, TraceStarted
+from rlm._trace import TRACE_SCHEMA_VERSION, schema_version_of
 from rlm.errors import UsageError
 
 __all__ = ["KNOWN_KINDS", "LoadedTrace", "load_trace", "parse_trace"]
@@ -42,10 +43,13 @@ class LoadedTrace:
     ``truncated`` is true when the last line was cut (a killed run);
     ``bad_lines`` counts other lines that were not JSON objects (line numbers
     in ``bad_line_numbers``, at most ten); ``unknown_kinds`` counts events of
-    kinds this version does not know (kept, not shown).
+    kinds this version does not know (kept, not shown).  ``schema_version`` is what
+    the trace's first line says (1 for a trace from before the header existed); the
+    header itself is not among ``events``.
     """
 
     source: str
+    schema_version: int = 1
     events: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False
     bad_lines: int = 0
@@ -59,6 +63,10 @@ class LoadedTrace:
     def notices(self) -> list[str]:
         """Sentences for the page and the terminal about what could not be shown."""
         notes = []
+        if self.schema_version > TRACE_SCHEMA_VERSION:
+            notes.append(f"The trace follows schema version {self.schema_version}; this rlm "
+                         f"reads up to version {TRACE_SCHEMA_VERSION}: showing what it "
+                         "understands; upgrade rlm to see the rest.")
         if self.truncated:
             notes.append("The trace's last line was cut (the run was probably killed): "
                          "showing everything before it.")
@@ -108,6 +116,10 @@ def parse_trace(text: str, *, source: str = "<trace>") -> LoadedTrace:
                 trace.bad_lines += 1
                 if len(trace.bad_line_numbers) < 10:
                     trace.bad_line_numbers.append(number)
+            continue
+        if event["event"] == TraceStarted.kind:  # the header: not an event to show
+            if not trace.events:
+                trace.schema_version = schema_version_of(event)
             continue
         if event["event"] not in KNOWN_KINDS:
             trace.unknown_kinds[event["event"]] += 1

@@ -33,6 +33,7 @@ class CountedEvent(Event):
         return super().to_dict()
 
 
+@pytest.mark.foreign_traces  # "counted" is this test's own kind, in no schema
 async def test_the_trace_stream_json_and_result_convert_an_event_once(tmp_path: Path) -> None:
     bus = EventBus()
     writer = TraceWriter(tmp_path / "t.jsonl")
@@ -45,7 +46,9 @@ async def test_the_trace_stream_json_and_result_convert_an_event_once(tmp_path: 
     writer.close()
     assert len(CountedEvent.conversions) == 1
     assert trace == (stamped.to_dict(),)
-    assert json.loads((tmp_path / "t.jsonl").read_text()) == json.loads(out.getvalue())
+    header, line = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert json.loads(header)["event"] == "trace_started"  # the file's, not the bus's
+    assert json.loads(line) == json.loads(out.getvalue())
     assert json.loads(out.getvalue())["items"] == [1, 2]
 
 
@@ -82,7 +85,8 @@ async def test_a_runs_trace_file_json_lines_and_result_trace_are_unchanged(
     assert list(result.trace) == fresh
     roundtrip = json.loads(json.dumps(fresh, default=list))
     assert [json.loads(line) for line in out.getvalue().splitlines()] == roundtrip
-    written = [json.loads(line) for line in trace.read_text().splitlines()]
+    header, *written = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert header["event"] == "trace_started"
     if content == "meta":  # blanked in the file only, never in the result's trace
         for record in roundtrip:
             for name in CONTENT_FIELDS.get(record["event"], ()):

@@ -81,7 +81,8 @@ def test_chat_trace_writes_one_trace_per_question_and_a_bad_path_stops_before_as
     for number, question in enumerate(questions, 1):
         events = [json.loads(line)
                   for line in (tmp_path / f"chat.{number}.jsonl").read_text().splitlines()]
-        assert events[0]["event"] == "run_started" and events[0]["query"] == question
+        assert events[0]["event"] == "trace_started"
+        assert events[1]["event"] == "run_started" and events[1]["query"] == question
         assert events[-1]["event"] == "run_finished"
     assert not (tmp_path / "chat.jsonl").exists()
     refused = subprocess.run(

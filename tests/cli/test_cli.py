@@ -76,7 +76,8 @@ async def test_needle_over_http_json_and_trace(
     assert out["usage"]["input_tokens"] > 100_000 // 4
     assert out["trace"] == str(trace) and out["answered_by"] == ["fixture"]
     events = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
+    assert [e["event"] for e in events[:2]] == ["trace_started", "run_started"]
+    assert events[-1]["event"] == "run_finished"
     assert all({"t", "call_id", "parent_id", "depth"} <= set(e) for e in events)
     kinds = {e["event"] for e in events}
     assert {

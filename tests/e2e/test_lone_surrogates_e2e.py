@@ -102,5 +102,5 @@ def test_a_trace_writes_a_lone_surrogate_from_any_source_and_reads_it_back(
     writer(CodeExecuted(iteration=1, block=1, ok=True, output="a \ud800 \\\udfff b",
                         output_chars=9, error=None, final=False, duration_s=0.0))
     writer.close()
-    (record,) = [json.loads(line) for line in trace.read_text("utf-8").splitlines()]
+    _header, record = [json.loads(line) for line in trace.read_text("utf-8").splitlines()]
     assert record["output"] == "a \ud800 \\\udfff b"

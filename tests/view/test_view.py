@@ -131,6 +131,7 @@ def test_a_cut_trace_shows_what_is_there_and_says_it_was_cut(run_dir: Path,
     assert ends == [data["timeline"]["end"]]
 
 
+@pytest.mark.foreign_traces  # an event kind from a newer rlm
 def test_events_from_a_newer_rlm_are_named_and_the_rest_is_shown(run_dir: Path,
                                                                  tmp_path: Path) -> None:
     newer = tmp_path / "newer.jsonl"
