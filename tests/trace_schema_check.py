@@ -94,5 +94,9 @@ def _traces_match_the_schema(request: pytest.FixtureRequest,
         return
     problems = trace_checker.problems()
     if problems:
-        pytest.fail("a trace written here does not match rlm/data/trace-schema.json:\n"
-                    + "\n".join(problems), pytrace=False)
+        pytest.fail(
+            "a trace written here does not match rlm/data/trace-schema.json. If an event "
+            "changed on purpose, run `python -m rlm._trace_schema` (an event kind in a new "
+            "module: import it in rlm._trace_schema.event_classes); if the test writes a "
+            "foreign trace on purpose, mark it @pytest.mark.foreign_traces.\n"
+            + "\n".join(problems), pytrace=False)
