@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm._trace import TRACE_SCHEMA_VERSION
 from rlm.fixtures import generate_needle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +46,7 @@ from importlib import resources
 import rlm, rlm_sandbox, rlm.fixtures, rlm.prompts, rlm.view
 from rlm._sandbox.early import child_env, zygote_argv
 from rlm._traffic.prices import PriceTable
+from rlm._trace_schema import load_schema
 direct = subprocess.run([sys.executable, "-m", "rlm_sandbox", "--help"], env=child_env(),
                         cwd="/", capture_output=True, text=True)
 print(json.dumps({
@@ -54,6 +56,7 @@ print(json.dumps({
     "samples": sorted(p.name for p in resources.files(rlm.fixtures).joinpath("samples").iterdir()),
     "assets": sorted(p.name for p in resources.files(rlm.view).joinpath("assets").iterdir()),
     "priced": PriceTable.default().lookup("gpt-4.1") is not None,
+    "trace_schema": load_schema()["x-rlm-schema-version"],
     "zygote_flags": zygote_argv(3)[1:2],
     "direct_child": [direct.returncode, direct.stdout.split("[")[0]],
 }))
@@ -144,6 +147,7 @@ def _check_installed(python: Path, rlm_home: Path, work: Path) -> None:
     assert found["samples"] == sorted(p.name for p in (fixtures / "samples").iterdir())
     assert found["assets"] == sorted(p.name for p in (ROOT / "rlm/view/assets").iterdir())
     assert found["priced"]
+    assert found["trace_schema"] == TRACE_SCHEMA_VERSION  # the published schema ships
     # The zygote starts without site, given rlm_sandbox's folder; a direct sandbox with the
     # scrubbed environment finds it through site (an editable install's finder included).
     assert found["zygote_flags"] == ["-S"]
