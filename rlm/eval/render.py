@@ -38,6 +38,10 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -51,7 +55,8 @@ def report_text(report: Report) -> str:
     items = arms[0]["items"] if arms else 0
     status = "complete" if report.complete else "incomplete: " + ", ".join(
         f"{arm['name']} {arm['pending']} pending" for arm in arms if arm["pending"])
-    lines = [f"eval {head['eval_id']} · {head['dataset']} · {items} items × {len(arms)} arms · "
+    lines = [f"eval {head['eval_id']} · {head['dataset']} · {_count(items, 'item')} × "
+             f"{_count(len(arms), 'arm')} · "
              f"{head.get('provider')} {head.get('model')} · {status}", ""]
     rows = [["arm", "accuracy", "95% CI", "cost/item", "cost", "tokens", "calls/item",
              "p50", "p95", "failures"]]

@@ -15,9 +15,11 @@ A scorer is named by a spec (``--scorer``, or an item's own ``scorer``):
   as a dict (``id``, ``question``, ``answer``, ``answers``, ``tier``...), returning
   True/False or a number from 0 to 1.
 
-An item accepts several answers: its score is the best against any of them.
-A scorer that fails on an item (a bad pattern, your function raising or
-returning something else) marks that item with the error; the run goes on.
+An item accepts several answers: its score is the best against any of them (an
+answer the scorer cannot read, ``twelve`` for ``numeric``, is passed over when
+another one scores).  A scorer that fails on an item (a bad pattern, your
+function raising or returning something else) marks that item with the error;
+the run goes on.
 """
 
 from __future__ import annotations
@@ -188,13 +190,27 @@ def score_output(scorer: Scorer, output: str, answers: tuple[Answer, ...],
                  item: Mapping[str, Any]) -> Score:
     """``output``'s score under ``scorer`` (not a judge): the best over ``answers``, or the
     scorer's error."""
-    try:
-        if scorer.own is not None:
+    if scorer.own is not None:
+        try:
             return Score(_own_value(scorer.own(output, dict(item))))
-        assert scorer.check is not None
-        return Score(max(scorer.check(output, answer) for answer in answers))
-    except Exception as exc:  # a scorer error marks this item, never the run
-        return Score(None, f"scorer {scorer.spec} failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # a scorer error marks this item, never the run
+            return _failed(scorer, exc)
+    assert scorer.check is not None
+    values: list[float] = []
+    error: Exception | None = None
+    for answer in answers:
+        try:
+            values.append(scorer.check(output, answer))
+        except Exception as exc:  # an answer this scorer cannot read ("twelve" for numeric)
+            error = error or exc
+    # One accepted answer the scorer cannot read does not spoil another it can.
+    if values:
+        return Score(max(values))
+    return _failed(scorer, error or ValueError("the item has no accepted answer"))
+
+
+def _failed(scorer: Scorer, exc: Exception) -> Score:
+    return Score(None, f"scorer {scorer.spec} failed: {type(exc).__name__}: {exc}")
 
 
 def _own_value(value: Any) -> float:

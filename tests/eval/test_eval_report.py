@@ -78,3 +78,12 @@ def test_text_and_json_lines_show_the_same_report() -> None:
     assert "accuracy by context size" in text
     lines = list(report_lines(report))
     assert lines[0].startswith('{"type": "eval"') and len(lines) == 1 + 8 + 2
+
+
+def test_the_heading_counts_one_arm_and_one_item_in_the_singular() -> None:
+    one = EvalRecord("vE", 0.0, "data.jsonl", [Arm("rlm", "rlm")],
+                     [{"id": "i0", "question": "Q?", "answers": ["0"], "tier": "2k",
+                       "tasks": [1]}], {"seed": 1}, {1: ok(1, "0")}, {})
+    text = report_text(build_report(one, outcomes(one, scorer="exact"),
+                                    scoring={"scorer": "exact"}))
+    assert "data.jsonl · 1 item × 1 arm ·" in text.splitlines()[0]

@@ -58,6 +58,12 @@ def test_a_scorer_error_marks_the_item_not_the_run() -> None:
     assert numeric.value is None and "holds no number" in (numeric.error or "")
 
 
+def test_an_answer_the_scorer_cannot_read_does_not_spoil_one_it_can() -> None:
+    assert score("numeric", "12", "twelve", "12") == 1.0
+    assert score("numeric", "13", "twelve", "12") == 0.0
+    assert score("regex", "BC0417", "([unclosed", r"BC\d{4}") == 1.0
+
+
 def test_unknown_scorers_are_usage_errors_before_anything_runs() -> None:
     for spec in ("exactly", "exact:x", "numeric:lots", "judge:x"):
         with pytest.raises(UsageError):
