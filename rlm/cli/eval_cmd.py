@@ -20,6 +20,7 @@ from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import command_settings, current_profile, settings_options
+from rlm.cli._terminal import say
 from rlm.cli._volley_input import go_ahead
 from rlm.cli._volley_run import (
     drive,
@@ -219,7 +220,10 @@ def _work(journal: JournaledVolley, plan: dict[str, Any], keeper: RunKeeper, qui
         journal.work, stored, config, plan["options"], main=main, sinks=sinks,
         trace_path=trace_path, providers=fixture_providers(config, plan["fixture"]),
     ))
-    if result.error and result.status not in ("succeeded", "failed"):
+    if result.status == "interrupted":  # what the person did, not an error
+        say(f"interrupted: the report counts what finished; `rlm eval --resume "
+            f"{record.eval_id}` runs the rest (nothing finished is paid for again)")
+    elif result.error and result.status not in ("succeeded", "failed"):
         click.echo(f"Error: {result.error}", err=True)
     return result
 

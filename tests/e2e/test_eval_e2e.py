@@ -169,3 +169,41 @@ async def test_a_users_scorer_and_the_judge_against_a_loopback_server(tmp_path: 
     shown = json.loads(again.stdout)
     assert shown["scoring"]["judge"]["calls"] == 0 and shown["scoring"]["judge"]["cached"] == 2
     assert {i["item"]: i["score"] for i in shown["items"]} == scores
+
+
+async def read_all(stream: Any, into: list[bytes]) -> None:
+    while chunk := await stream.receive_some():
+        into.append(chunk)
+
+
+async def test_ctrl_c_reports_what_finished_and_says_how_to_resume(tmp_path: Path) -> None:
+    journal = tmp_path / "j.sqlite3"
+    server = HoldingServer(answer_first=2)
+    async with serving(server) as url:
+        proc = await trio.lowlevel.open_process(
+            [*RLM, "eval", "needle", "--tiers", "2k", "--per-tier", "4", "--arm", "direct",
+             *flags(url, journal)], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            with trio.fail_after(120):
+                await server.holding.wait()
+                while len(finished(journal) if journal.exists() else {}) < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+                proc.send_signal(signal.SIGINT)
+                outs: list[bytes] = []
+                errs: list[bytes] = []
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_all, proc.stdout, outs)
+                    nursery.start_soon(read_all, proc.stderr, errs)
+                out, said = b"".join(outs), b"".join(errs)
+                code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    report = json.loads(out)
+    assert code == 130, said
+    assert report["status"] == "incomplete" and report["arms"][0]["finished"] == 2
+    text = said.decode()
+    assert f"interrupted: the report counts what finished; `rlm eval --resume " \
+           f"{report['eval_id']}` runs the rest" in text, text
+    assert "Error:" not in text and "Traceback" not in text
