@@ -128,6 +128,16 @@ def _memory(name: str, value: Any) -> None:
         raise SettingError(f"<{name}> must be at most 1 TiB, got {value:,} bytes")
 
 
+def _otel_installed(name: str, value: Any) -> None:
+    if not value:
+        return
+    from rlm._otel import otel_missing  # found, not imported: the SDK loads only to export
+
+    if (missing := otel_missing()) is not None:
+        raise SettingError(f"<{name}> needs the OpenTelemetry SDK and its OTLP exporter "
+                           f"({missing} is not installed): pip install 'rlm[otel]'")
+
+
 _MIN_SANDBOX_MEMORY = 256 << 20  # below this a sandbox cannot even import its own package
 _DAY = 86_400.0
 _TOKENS = 10**13
@@ -300,6 +310,13 @@ class RunConfig:
     trace_content: TraceContent = setting(
         "full", "full: the trace keeps prompts, replies, code and outputs (`rlm view` shows "
         "them); meta: sizes and timings only, for sensitive inputs.", commands=_SEND,
+    )
+    otel: bool = setting(
+        False, "Export each run, volley or chat session as one OpenTelemetry trace over "
+        "OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318; the SDK's "
+        "other OTEL_* variables apply); prompts and replies are in it only with "
+        "--trace-content full. Needs pip install 'rlm[otel]' (docs/otel.md).",
+        commands=_SEND, env="RLM_OTEL", off_flag="--no-otel", check=_otel_installed,
     )
     cache_mode: CacheMode = setting(
         "read-write", "read-only: replay, never store; refresh: never replay, store what is "

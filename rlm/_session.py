@@ -27,6 +27,7 @@ import math
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +37,9 @@ from typing import TYPE_CHECKING, Any, Unpack
 import trio
 
 from rlm._config import RunConfig, SessionOptions, public_settings
-from rlm._events import EventBus
+from rlm._events import Event, EventBus
 from rlm._result import RunResult
-from rlm._run.assembly import default_launcher
+from rlm._run.assembly import default_launcher, open_telemetry
 from rlm._run.call import SessionCarry
 from rlm._run.context import Context
 from rlm._sandbox.process import ExecResult, SandboxIdentity
@@ -97,6 +98,7 @@ class AsyncSession:
         self._stack: AsyncExitStack | None = None
         self._lock = trio.Lock()
         self._launcher: Any = None
+        self._spans: Callable[[Event], None] | None = None  # with otel: one trace for all
         #: What the session's queries have spent so far (a restored session's included).
         self.total_llm_calls = restore.spent_llm_calls if restore is not None else 0
         self.total_cost = restore.spent_cost if restore is not None else 0.0
@@ -110,6 +112,11 @@ class AsyncSession:
                      "a thread: `await asyncio.to_thread(chat.completion, query)`")
         stack = AsyncExitStack()
         try:
+            # First in, so closed last: every question's spans are in before it is sent.
+            telemetry = open_telemetry(self._runs.config, session=True)
+            if telemetry is not None:
+                stack.push_async_callback(telemetry.aclose)
+                self._spans = telemetry.spans
             nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)
             runs = self._runs
@@ -169,7 +176,7 @@ class AsyncSession:
                 result = await self._runs.run(
                     query, self._context, carry=carry, sandboxes=self._launcher, config=config,
                     schema=schema, trace_path=trace and query_trace_path(trace, self._asked),
-                    session=totals,
+                    session=totals, spans=self._spans,
                 )
             except RLMError as exc:
                 if exc.result is not None:

@@ -50,6 +50,7 @@ class RunSettings(TypedDict, total=False):
     require_isolation: tuple[str, ...]
     cache_path: str | None
     trace_content: TraceContent
+    otel: bool
     cache_mode: CacheMode
     max_context_bytes: int
     sandbox_memory: int

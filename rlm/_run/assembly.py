@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,8 +29,12 @@ from rlm._traffic.retry import RetryPolicy
 from rlm.errors import BudgetExceeded, SettingError
 from rlm.providers.base import Lane, Provider
 
+if TYPE_CHECKING:
+    from rlm._otel.export import Telemetry
+
 __all__ = [
     "build_gate", "default_launcher", "load_prices", "make_budget", "open_cache",
+    "open_telemetry",
     "root_system_prompt",
 ]
 
@@ -156,3 +161,13 @@ def default_launcher(
         pool_on_demand=config.max_depth <= 1,
         pool_refills=config.max_depth <= 1,
     )
+
+
+def open_telemetry(config: RunConfig, *, session: bool = False) -> Telemetry | None:
+    """The OpenTelemetry export of a run, a volley or (``session``) a session when
+    ``otel`` is on, else None; its caller closes it when that ends."""
+    if not config.otel:
+        return None
+    from rlm._otel.export import Telemetry  # the SDK is an extra: loaded only to export
+
+    return Telemetry(content=config.trace_content == "full", session=session)

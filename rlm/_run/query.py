@@ -22,7 +22,13 @@ from typing import Any
 from rlm._config import RunConfig, shown_settings
 from rlm._events import Event, EventBus, LLMCached, LLMResponse, RunFinished, RunStarted, StreamSink
 from rlm._result import RunResult
-from rlm._run.assembly import load_prices, make_budget, open_cache, root_system_prompt
+from rlm._run.assembly import (
+    load_prices,
+    make_budget,
+    open_cache,
+    open_telemetry,
+    root_system_prompt,
+)
 from rlm._run.call import CallOutcome, SessionCarry
 from rlm._run.context import Context, context_chars
 from rlm._run.runtime import RunOutcome, Runtime
@@ -117,10 +123,13 @@ class QueryRunner:
         config: RunConfig | None = None,
         trace_path: str | None = None,
         session: SessionTotals | None = None,
+        spans: Callable[[Event], None] | None = None,
     ) -> RunResult:
         """One run.  ``carry`` and ``sandboxes`` make it a session's query (its root goes
         on in the session's sandbox), ``config`` and ``trace_path`` replace the model's
-        for this run, ``session`` names the session's totals that bound it.
+        for this run, ``session`` names the session's totals that bound it, ``spans`` is
+        the session's OpenTelemetry span builder (without it, ``config.otel`` makes the
+        run one trace of its own).
 
         Limits end it with their status; a failure raises, its ``result`` set."""
         config = config or self.config
@@ -141,6 +150,11 @@ class QueryRunner:
         trace = TraceWriter(trace_path, content=config.trace_content) if trace_path else None
         if trace is not None:
             events.add_sink(trace)
+        telemetry = open_telemetry(config) if spans is None else None
+        if telemetry is not None:
+            spans = telemetry.spans
+        if spans is not None:
+            events.add_sink(spans)
         for sink in self.sinks:
             events.add_sink(sink)
         result: RunResult | None = None
@@ -169,6 +183,8 @@ class QueryRunner:
                 _emit_finished(events, runtime, None, "interrupted", "the run was cancelled")
             if trace is not None:
                 trace.close()
+            if telemetry is not None:
+                await telemetry.aclose()
         error = outcome.error
         if error is not None and not isinstance(error, LimitExceeded | Interrupted):
             error.result = result

@@ -36,7 +36,14 @@ import trio
 
 from rlm._config import RunConfig, VolleyOptions, public_settings
 from rlm._events import Event, EventBus, StreamSink
-from rlm._run.assembly import build_gate, default_launcher, load_prices, make_budget, open_cache
+from rlm._run.assembly import (
+    build_gate,
+    default_launcher,
+    load_prices,
+    make_budget,
+    open_cache,
+    open_telemetry,
+)
 from rlm._run.context import Context
 from rlm._run.runtime import Runtime
 from rlm._run.tools import ToolBox
@@ -248,6 +255,9 @@ class Volley:
         events.add_sink(self._tally)
         if trace is not None:
             events.add_sink(trace)
+        telemetry = open_telemetry(self.config)
+        if telemetry is not None:
+            events.add_sink(telemetry.spans)
         for sink in self._sinks:
             events.add_sink(sink)
         if self._stream is not None:
@@ -300,6 +310,8 @@ class Volley:
         finally:
             if trace is not None:
                 trace.close()
+            if telemetry is not None:
+                await telemetry.aclose()
 
     def _window(self) -> int:
         if self.options.window:

@@ -142,7 +142,8 @@ def test_each_run_setting_reaches_the_config_from_python_a_flag_a_file_and_the_e
     (tmp_path / "rlm.toml").unlink()
     # Its environment variable, where it has one.
     if row.spec.env:
-        monkeypatch.setenv(row.spec.env, _text(row, value)[-1])
+        text = str(value).lower() if isinstance(value, bool) else _text(row, value)[-1]
+        monkeypatch.setenv(row.spec.env, text)
         assert _resolved("run", [], ("run",))[row.name] == value
 
 

@@ -68,6 +68,7 @@ READ_AT_USE = {
     "cache_path": "e2e/test_cache_cli.py (the response cache)",
     "cache_mode": "journal/test_journal_cache.py",
     "trace_content": "api/test_event_conversion.py (what the trace keeps)",
+    "otel": "otel/test_otlp_loopback.py (a run, a volley and a chat exported)",
     "max_context_bytes": "cli/test_context_input.py (what is read)",
     "max_response_bytes": "providers (what is read of one response)",
     "max_reply_chars": "run (what one reply adds to the conversation)",
