@@ -391,7 +391,10 @@ class SpanBuilder:
         return {"rlm.call_id": e["call_id"], "rlm.depth": e["depth"], "rlm.task": task}
 
     def _llm(self, e: Mapping[str, Any]) -> dict[str, Any]:
+        # gen_ai.system is the conventions' older name of gen_ai.provider.name: backends
+        # read one or the other, so both are set.
         return {**self._ids(e), "gen_ai.operation.name": "chat", "gen_ai.system": e["provider"],
+                "gen_ai.provider.name": e["provider"],
                 "gen_ai.request.model": e["model"], "rlm.lane": e["lane"],
                 "rlm.request_id": e["request_id"]}
 

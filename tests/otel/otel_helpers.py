@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed: "
-                    "pip install -e '.[test]' brings it (CI runs these tests)")
+                    "pip install -e '.[test,otel]' (CI runs these tests)")
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

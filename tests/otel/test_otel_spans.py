@@ -53,6 +53,7 @@ def test_a_depth_two_run_is_one_trace_nested_as_its_call_tree() -> None:
     assert len(attempts) == sum(1 for e in events if e["event"] == "llm_request") == 8
     for span in attempts:
         assert span.attributes["gen_ai.system"] == "fixture"
+        assert span.attributes["gen_ai.provider.name"] == "fixture"
         assert span.attributes["gen_ai.request.model"] == "fixture:2"
         assert span.attributes["gen_ai.usage.input_tokens"] > 0
         assert span.attributes["gen_ai.usage.output_tokens"] > 0
