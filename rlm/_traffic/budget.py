@@ -153,24 +153,30 @@ class Budget:
 
     # -- reserve / settle ------------------------------------------------------
 
-    def reserve(self, request: CompletionRequest, *, cache_writes: bool = False) -> Ticket:
+    def reserve(
+        self, request: CompletionRequest, *, cache_writes: bool = False, sent: bool = False
+    ) -> Ticket:
         """Reserve one attempt of ``request`` or raise BudgetExceeded naming the limit.
 
         ``cache_writes``: the provider bills writing the request's cacheable prefix
         (``cache_prefix``, or the whole conversation with ``cache_end``: at most all
         of it is written) at its cache-write rate (Anthropic: 1.25 times input), so
         the prefix is reserved at that rate; at the plain rate, requests in flight
-        could pass ``--max-cost`` by a quarter of their prefixes' price.
+        could pass ``--max-cost`` by a quarter of their prefixes' price.  ``sent``: the
+        attempt went out already (a provider batch submitted before a stop): it is
+        reserved whatever the limits say, so that it counts against what is sent next.
         """
         limits = self.limits
         input_est, output_est = estimate_io(request)
         price = self.prices.lookup(request.model)
-        if limits.max_cost is not None and price is None:
-            self.check_priced(request.model)
         written_est = prefix_tokens(request) if cache_writes else 0
         cost_est = (
             price.cost(input_est, output_est, 0, written_est) if price is not None else 0.0
         )
+        if sent:
+            return self._hold(request, input_est, output_est, cost_est)
+        if limits.max_cost is not None and price is None:
+            self.check_priced(request.model)
         left = self.calls_left()
         if left is not None and left < 1:
             if self.session.max_total_llm_calls is not None:
@@ -202,6 +208,10 @@ class Budget:
                     f"spent or reserved; this request would add about ${cost_est:.4f}; raise "
                     f"{setting('max_cost')} to go further)"
                 )
+        return self._hold(request, input_est, output_est, cost_est)
+
+    def _hold(self, request: CompletionRequest, input_est: int, output_est: int,
+              cost_est: float) -> Ticket:
         ticket = Ticket(request.model, request.lane, request.depth, input_est, output_est, cost_est)
         self._move(self.reserved, ticket, +1)
         return ticket
@@ -233,6 +243,11 @@ class Budget:
             entry.cost += cost
             entry.unpriced_calls += 0 if priced else 1
         return cost if priced else None
+
+    def release(self, ticket: Ticket) -> None:
+        """Give back a reservation whose request was never sent (a task a provider batch
+        did not take after all): unlike :meth:`settle`, no call is counted."""
+        self._move(self.reserved, ticket, -1)
 
     def preload(self, calls: int, input_tokens: int, output_tokens: int, cost: float) -> None:
         """Count what earlier attempts of the same work spent (a resumed volley's journal),

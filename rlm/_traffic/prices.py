@@ -6,6 +6,11 @@ with any ``provider/`` prefix removed (``openai/gpt-4.1``).  Models with no
 match are *unpriced*: their tokens are counted, their cost is unknown, and a
 ``--max-cost`` budget refuses to spend on them rather than treat them as free.
 A provider-reported cost (OpenRouter's ``usage.cost``) wins over the table.
+
+A model's entry may also give its rates through the provider's batch service
+(``batch_input``, ``batch_output``, ``batch_cached_input``, ``batch_cache_write_input``:
+about half the live ones); :meth:`PriceTable.batch` is the table of those, in which a
+model without batch rates is unpriced.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlm.errors import UsageError
 
@@ -69,8 +75,11 @@ _FOUND_MAX = 256  # model names remembered per table (a run uses one or two)
 class PriceTable:
     """Prices by model name."""
 
-    def __init__(self, prices: dict[str, ModelPrice]) -> None:
+    def __init__(
+        self, prices: dict[str, ModelPrice], batch: dict[str, ModelPrice] | None = None
+    ) -> None:
         self._prices = dict(prices)
+        self._batch = dict(batch or {})
         # Every request is priced twice (reserve, settle); a model the table does not
         # name exactly costs a scan of every entry each time (~15 us here).
         self._found: dict[str, ModelPrice | None] = {}
@@ -78,7 +87,8 @@ class PriceTable:
     @classmethod
     def default(cls) -> PriceTable:
         """The table shipped in ``rlm/data/prices.json``."""
-        return cls(_shipped_prices())
+        live, batch = _shipped_prices()
+        return cls(live, batch)
 
     @classmethod
     def load(cls, path: str | Path, *, base: PriceTable | None = None) -> PriceTable:
@@ -88,8 +98,18 @@ class PriceTable:
         except OSError as exc:
             raise UsageError(f"cannot read price table {path}: {exc.strerror}") from exc
         prices = dict(base._prices) if base is not None else {}
-        prices.update(_parse(text, str(path)))
-        return cls(prices)
+        batch = dict(base._batch) if base is not None else {}
+        live, batch_rates = _parse(text, str(path))
+        for model in live:  # an entry in the file replaces the base's, batch rates and all
+            batch.pop(model, None)
+        prices.update(live)
+        batch.update(batch_rates)
+        return cls(prices, batch)
+
+    def batch(self) -> PriceTable:
+        """The rates of the providers' batch services: a model whose entry gives none is
+        unpriced here (its cost unknown, refused under ``max_cost``), never live-priced."""
+        return PriceTable(self._batch)
 
     def lookup(self, model: str) -> ModelPrice | None:
         if model in self._found:
@@ -109,7 +129,7 @@ class PriceTable:
 
 
 @functools.cache
-def _shipped_prices() -> dict[str, ModelPrice]:
+def _shipped_prices() -> tuple[dict[str, ModelPrice], dict[str, ModelPrice]]:
     """Read and parsed once per process; PriceTable copies it, so it is never mutated."""
     # Read beside the package, as rlm.prompts reads its texts: importlib.resources cost
     # ~3 ms of every run's start to import, for one file that is always on disk.
@@ -117,7 +137,11 @@ def _shipped_prices() -> dict[str, ModelPrice]:
     return _parse(text, "rlm/data/prices.json")
 
 
-def _parse(text: str, source: str) -> dict[str, ModelPrice]:
+_KEYS = ("input", "output", "cached_input", "cache_write_input")
+
+
+def _parse(text: str, source: str) -> tuple[dict[str, ModelPrice], dict[str, ModelPrice]]:
+    """The live prices and the batch prices (of the entries that give them) in ``text``."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -128,36 +152,45 @@ def _parse(text: str, source: str) -> dict[str, ModelPrice]:
     if not isinstance(raw, dict):
         raise UsageError(f"price table {source} must be a JSON object of model → prices")
     prices: dict[str, ModelPrice] = {}
+    batch: dict[str, ModelPrice] = {}
     for model, entry in raw.items():
         if model.startswith("_"):
             continue  # comments
         line = _line_of(text, model)
         if not isinstance(entry, dict):
             raise UsageError(f"price table {source}, line {line}: {model!r} must map to an object")
-        try:
-            keys = ("input", "output", "cached_input", "cache_write_input")
-            values = {k: float(entry.get(k, 0.0)) for k in keys}
-        except (TypeError, ValueError) as exc:
-            raise UsageError(
-                f"price table {source}, line {line}: prices for {model!r} must be numbers"
-            ) from exc
-        if "input" not in entry or "output" not in entry or min(values.values()) < 0:
-            raise UsageError(
-                f"price table {source}, line {line}: {model!r} needs non-negative "
-                "'input' and 'output' prices (USD per token)"
-            )
-        if "cached_input" not in entry:
-            values["cached_input"] = values["input"]
+        where = f"price table {source}, line {line}"
         window = entry.get("context_window")
         if window is not None and (isinstance(window, bool) or not isinstance(window, int)
                                    or window < 1):
-            raise UsageError(f"price table {source}, line {line}: 'context_window' of {model!r} "
-                             "must be a positive whole number of tokens")
-        prices[model] = ModelPrice(
-            values["input"], values["output"], values["cached_input"],
-            values["cache_write_input"] if "cache_write_input" in entry else None, window,
+            raise UsageError(f"{where}: 'context_window' of {model!r} must be a positive "
+                             "whole number of tokens")
+        prices[model] = _price(entry, "", model, where, window)
+        if any(f"batch_{key}" in entry for key in _KEYS):
+            batch[model] = _price(entry, "batch_", model, where, window)
+    return prices, batch
+
+
+def _price(
+    entry: dict[str, Any], prefix: str, model: str, where: str, window: int | None
+) -> ModelPrice:
+    """The rates ``prefix`` names in ``entry`` (``""``: live; ``batch_``: batch); the
+    model's ``context_window`` is the same either way."""
+    keys = [prefix + key for key in _KEYS]
+    try:
+        values = {k: float(entry.get(k, 0.0)) for k in keys}
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: prices for {model!r} must be numbers") from exc
+    if keys[0] not in entry or keys[1] not in entry or min(values.values()) < 0:
+        raise UsageError(
+            f"{where}: {model!r} needs non-negative '{keys[0]}' and '{keys[1]}' prices (USD "
+            "per token)"
         )
-    return prices
+    cached = values[keys[2]] if keys[2] in entry else values[keys[0]]
+    return ModelPrice(
+        values[keys[0]], values[keys[1]], cached,
+        values[keys[3]] if keys[3] in entry else None, window,
+    )
 
 
 def _line_of(text: str, key: str) -> int:

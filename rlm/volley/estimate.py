@@ -10,6 +10,11 @@ set, else an assumed ``ASSUMED_OUTPUT`` tokens.  Time assumes every task takes
 ``latency`` seconds and the volley runs at the configured concurrency and
 rates.  ``--rlm`` tasks are estimated as two root steps each plus one pass of
 sub-queries over the shared context (a floor: models may do more).
+
+A completion volley's cost is also priced at the rates of the provider's batch
+service (``--batch-api``: about half), with no prompt-cache reads counted (a batch
+has no warm-up; a provider caches inside one at best effort).  A volley sent as
+provider batches shows that price first and takes up to the batch window (24 h).
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ class Estimate:
     seconds: float
     latency: float
     written_tokens: int = 0  # the part of input_tokens expected to be written to a cache
+    #: What the tasks cost through the provider's batch service (None: unpriced there);
+    #: ``batch_api``: the volley is sent that way.
+    batch_cost: float | None = None
+    batch_api: bool = False
+    batch_priced: bool = False  # batch_cost was worked out (completion tasks only)
 
     @property
     def total_tokens(self) -> int:
@@ -59,14 +69,26 @@ class Estimate:
             rates.append(f"{self.written_tokens:,} at the cache-write rate")
         cached = f" ({', '.join(rates)})" if rates else ""
         assumed = f" (assuming {ASSUMED_OUTPUT} per task)" if self.output_assumed else ""
-        cost = "unpriced" if self.cost is None else f"${self.cost:.4f}"
+        live = _dollars(self.cost)
+        if self.batch_api:
+            cost = f"{_dollars(self.batch_cost)} at batch prices (live: {live})"
+            time = "up to 24 h (the provider's batch window; often much sooner)"
+        else:
+            cost = live
+            if self.batch_priced:
+                cost += f" (through the batch API, --batch-api: {_dollars(self.batch_cost)})"
+            time = f"~{format_duration(self.seconds)} (assuming {self.latency:g}s per request)"
         return [
             f"estimate: {self.tasks:,} task{'' if self.tasks == 1 else 's'}",
             f"  tokens: ~{self.input_tokens:,} input{cached}, ~{self.output_tokens:,} "
             f"output{assumed}",
             f"  cost:   {cost}",
-            f"  time:   ~{format_duration(self.seconds)} (assuming {self.latency:g}s per request)",
+            f"  time:   {time}",
         ]
+
+
+def _dollars(cost: float | None) -> str:
+    return "unpriced" if cost is None else f"${cost:.4f}"
 
 
 def estimate(
@@ -79,21 +101,27 @@ def estimate(
     rlm: bool = False,
     latency: float = 2.0,
     bills_cache_writes: bool = False,
+    batch_prices: PriceTable | None = None,
+    batch_api: bool = False,
 ) -> Estimate:
     """The estimate for running ``tasks`` (one pass over them) over ``layout``'s shared
     prefix under ``config``.
 
     ``bills_cache_writes``: the provider bills writing a request's cacheable prefix
-    (:func:`rlm.providers.open.bills_cache_writes`).
+    (:func:`rlm.providers.open.bills_cache_writes`).  ``batch_prices``: the batch
+    service's rates (``PriceTable.batch``), to price the tasks at them too; ``batch_api``:
+    the volley goes through the batch service (no warm-up, no cache reads counted).
     """
     per_task_prefix = layout.prefix_chars // 4
     if rlm:
         system = len(prompts.load("system")) // 4
         per_task_prefix = 2 * system + layout.context_chars // 4
-    caching = cache_warm and layout.cacheable and not rlm
+    caching = cache_warm and layout.cacheable and not rlm and not batch_api
     writing = bills_cache_writes and layout.cacheable and not rlm
     count = input_tokens = cached = written = output = 0
     cost: float | None = 0.0
+    batch_cost: float | None = 0.0
+    batched = batch_prices is not None and not rlm
     assumed = False
     for count, task in enumerate(tasks, 1):
         task_in = per_task_prefix + len(task.prompt) // 4
@@ -112,6 +140,13 @@ def estimate(
             cost = None
         else:
             cost += price.cost(task_in, task_out, task_cached, task_written)
+        if batched and batch_prices is not None:
+            batch_price = batch_prices.lookup(task.model or config.model)
+            if batch_price is None or batch_cost is None:
+                batch_cost = None
+            else:  # no cache reads counted: a batch has no warm-up
+                batch_written = layout.prefix_chars // 4 if writing else 0
+                batch_cost += batch_price.cost(task_in, task_out, 0, batch_written)
     requests = count * (2 if rlm else 1)
     waves = math.ceil(requests / config.max_concurrent) * latency
     seconds = max(
@@ -120,5 +155,6 @@ def estimate(
         (input_tokens + output) * 60 / config.tpm if config.tpm else 0.0,
     )
     return Estimate(
-        count, input_tokens, cached, output, assumed, cost, seconds, latency, written
+        count, input_tokens, cached, output, assumed, cost, seconds, latency, written,
+        batch_cost=batch_cost if batched else None, batch_api=batch_api, batch_priced=batched,
     )
