@@ -14,11 +14,14 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "TABLES"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: The tables an rlm journal has; a database holding other tables but not
 #: ``meta`` is somebody else's and is refused.
-TABLES = ("meta", "volleys", "tasks", "responses", "journal_log", "workers", "volley_context")
+TABLES = (
+    "meta", "volleys", "tasks", "responses", "journal_log", "workers", "volley_context",
+    "batches",
+)
 
 SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -125,5 +128,32 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     6: (
         "CREATE INDEX claimed_tasks ON tasks (volley_id, claimed_worker) "
         "WHERE status = 'in_progress'",
+    ),
+    # A volley sent through a provider's batch service (``--batch-api``): one row per
+    # provider batch, written before each step at the provider, so a resume after any
+    # stop finds what the provider has (rlm.journal.batches).  ``label`` names the batch
+    # at the provider (the upload's file name); ``tasks`` is a JSON list of the task
+    # numbers it holds, which are in progress under its claim meanwhile.
+    7: (
+        """CREATE TABLE batches (
+            volley_id TEXT NOT NULL REFERENCES volleys (volley_id),
+            number INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            stage TEXT NOT NULL CHECK (stage IN
+                ('planned', 'uploaded', 'creating', 'submitted', 'ended', 'collected')),
+            tasks TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            file_id TEXT,
+            batch_id TEXT,
+            provider_status TEXT,
+            counts TEXT,
+            output TEXT,
+            error TEXT,
+            created_at DOUBLE PRECISION NOT NULL,
+            creating_at DOUBLE PRECISION,
+            updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (volley_id, number)
+        )""",
     ),
 }

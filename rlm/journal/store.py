@@ -148,6 +148,15 @@ class JournalStore:
                     tx.run(statement)
                 tx.run("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(step),))
 
+    def write(self, work: Callable[[Tx], _T]) -> _T:
+        """``work`` in one write transaction: for the modules of the journal's other tables
+        (:mod:`rlm.journal.batches`), which keep their statements beside their records."""
+        return self._tx(work)
+
+    def read(self, work: Callable[[Tx], _T]) -> _T:
+        """``work`` in one transaction that only reads (takes no write lock)."""
+        return self._read(work)
+
     def _tx(self, work: Callable[[Tx], _T]) -> _T:
         with self._lock, self.backend.transaction() as tx:
             return work(tx)

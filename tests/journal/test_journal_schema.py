@@ -17,6 +17,7 @@ from rlm.errors import JournalError
 from rlm.journal._backends import Backend, PostgresBackend, SQLiteBackend, Tx
 from rlm.journal._open import open_store
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from rlm.journal.batches import batches, plan_batch
 from rlm.journal.records import Owner, Verdict, local_host, pid_alive
 from rlm.journal.store import JournalStore
 from tests.journal_store_fixtures import A, B, FakeClock, RecordingSQLite, task_specs
@@ -224,7 +225,7 @@ def test_a_version_5_journal_is_upgraded_in_place_and_finds_claims_by_holder(
     )
     store = open_store(journal_spec, clock=clock)
     try:
-        assert _schema_version(journal_spec) == str(SCHEMA_VERSION) == "6"
+        assert _schema_version(journal_spec) == str(SCHEMA_VERSION)
         assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
         assert store.heartbeat(dead, "v") == [2, 3]
         assert store.held_elsewhere("v", other) == 2
@@ -243,6 +244,35 @@ def test_a_version_5_journal_is_upgraded_in_place_and_finds_claims_by_holder(
     reopened = open_store(journal_spec, clock=clock)  # upgraded once: opens as it is
     reopened.close()
     assert _task_indexes(journal_spec) == {"open_tasks", "claimed_tasks"}
+
+
+def test_a_version_6_journal_gains_the_batches_table_and_keeps_its_volley(
+    journal_spec: str, clock: FakeClock
+) -> None:
+    """Schema version 7 adds the table of provider batches (``--batch-api``): a journal of
+    version 6 with a volley half run is upgraded when opened, on either back end, and the
+    volley's open tasks can then go into a batch while its done ones stay done."""
+    _journal_at(journal_spec, 6)
+
+    def half_run(tx: Tx) -> None:
+        tx.run("INSERT INTO volleys (volley_id, created_at, settings) VALUES ('v', 1, '{}')")
+        tx.many(
+            "INSERT INTO tasks (volley_id, idx, spec, status, output) VALUES ('v', ?, ?, ?, ?)",
+            [(1, '{"index": 1}', "done", "one"), (2, '{"index": 2}', "open", None),
+             (3, '{"index": 3}', "open", None)],
+        )
+
+    _in_journal(journal_spec, half_run)
+    store = open_store(journal_spec, clock=clock)
+    try:
+        assert _schema_version(journal_spec) == str(SCHEMA_VERSION) == "7"
+        assert batches(store, "v") == []
+        row = plan_batch(store, "v", "openai", [1, 2, 3], size=10)
+        assert row is not None and row.tasks == (2, 3)
+        assert [t.status for t in store.tasks("v")] == ["done", "in_progress", "in_progress"]
+        assert store.tasks("v")[0].output == "one"
+    finally:
+        store.close()
 
 
 def test_every_lookup_of_claims_reads_the_claimed_tasks_index(tmp_path: Path) -> None:
