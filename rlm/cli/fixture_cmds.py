@@ -146,6 +146,21 @@ def _only_interrupts(exc: BaseException) -> bool:
     show_default=True,
     help="Cut the first N streamed replies half-way (fault injection).",
 )
+@click.option(
+    "--batch-delay",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds a batch (OpenAI's /v1/batches, Anthropic's /v1/messages/batches) takes "
+    "to end; its requests are done evenly over them.",
+)
+@click.option(
+    "--batch-error-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Part of a batch's requests that fail (seeded by --seed: the same ones each time).",
+)
 def fixture_server(
     port: int,
     host: str,
@@ -164,6 +179,8 @@ def fixture_server(
     chunk_chars: int,
     chunk_delay: float,
     cut_streams: int,
+    batch_delay: float,
+    batch_error_rate: float,
 ) -> None:
     """Serve the fixture model over an OpenAI-compatible HTTP API.
 
@@ -171,8 +188,9 @@ def fixture_server(
     that chunks the context and asks a sub-model about each chunk; the
     sub-model finds "the <key> is <value>" sentences.  Model names:
     fixture (batched), fixture-sequential, with an optional :N chunk count.
-    Requests with "stream": true are answered with Server-Sent Events.
-    Runs until Ctrl-C.
+    Requests with "stream": true are answered with Server-Sent Events.  Both
+    batch services are served too (OpenAI's Batch API, Anthropic's Message
+    Batches), for `rlm volley --batch-api`.  Runs until Ctrl-C.
 
     \b
     Example:
@@ -184,6 +202,7 @@ def fixture_server(
     import trio
 
     from rlm.bench.timer import precise_sleep
+    from rlm.testing.batch_service import BatchServiceOptions
     from rlm.testing.server import FixtureServer, FixtureServerOptions
 
     api_key: str | None = None
@@ -208,6 +227,7 @@ def fixture_server(
         chunk_chars=chunk_chars,
         chunk_delay=chunk_delay,
         cut_streams=cut_streams,
+        batch=BatchServiceOptions(delay=batch_delay, error_rate=batch_error_rate, seed=seed),
     )
     # A shell without job control starts background commands with SIGINT ignored,
     # and Python then installs no KeyboardInterrupt handler: a script's

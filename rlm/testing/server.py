@@ -10,7 +10,10 @@ by ``cache_control`` breakpoints included (billed in ``cache_read_input_tokens``
 ``cache_creation_input_tokens``).  Volley tasks report cached prompt tokens
 (``usage.prompt_tokens_details.cached_tokens``) from a simulated prefix cache.
 ``GET /v1/models`` lists the fixture names; ``GET /stats`` reports what the
-server saw (and is not counted).
+server saw (and is not counted).  OpenAI's Batch API (``/v1/files``,
+``/v1/batches``) and Anthropic's Message Batches (``/v1/messages/batches``) are
+served by :mod:`rlm.testing.batch_service`, answering each request as this
+server would.
 
 HTTP/1.1 keep-alive is served by h11, one task per connection inside
 ``trio.serve_listeners``; a client that disconnects or speaks garbage only
@@ -46,6 +49,7 @@ from rlm.testing.anthropic_dialect import (
     cache_blocks,
     parse_anthropic,
 )
+from rlm.testing.batch_service import BatchService, BatchServiceOptions
 from rlm.testing.stream_reply import StreamReply, anthropic_stream_reply, stream_reply
 
 __all__ = ["FixtureServer", "FixtureServerOptions", "FixtureServerStats", "RequestHead"]
@@ -112,6 +116,8 @@ class FixtureServerOptions:
     retry_after: float = 1.0
     latency_sigma: float = 0.0
     announce_rpm: bool = False
+    #: The batch services' completion delay, failures, expiry (rlm.testing.batch_service).
+    batch: BatchServiceOptions = field(default_factory=BatchServiceOptions)
 
     def __post_init__(self) -> None:
         rates = (self.rate_429, self.fail_500, self.fail_529, self.drop)
@@ -247,6 +253,23 @@ def _parse_chat(body: bytes, path: bytes) -> _Chat:
     return _Chat(messages, model, payload.get("stream") is True, usage, schema=schema)
 
 
+def _chat_completion(
+    model: str, text: str, usage: dict[str, int], cached: int, reply_id: str
+) -> dict[str, Any]:
+    """A chat completion's body (``cached``: prompt tokens read from the prefix cache)."""
+    return {
+        "id": reply_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": scripted.FIXTURE_FINGERPRINT,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
+        if cached else usage,
+    }
+
+
 class FixtureServer:
     """An OpenAI-compatible server for the fixture model.  See the module docstring."""
 
@@ -266,6 +289,7 @@ class FixtureServer:
         self._cache = scripted.PrefixCache()
         self._prompt_cache = PromptCache()  # the Anthropic dialect's, by breakpoints
         self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
+        self.batches = BatchService(self.options.batch, answer=self.answer)
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -406,6 +430,12 @@ class FixtureServer:
     async def _route(
         self, head: RequestHead, path: bytes, body: bytes
     ) -> _Reply | StreamReply | None:
+        if self.batches.serves(path):
+            if not self._authorized(head):
+                return _error(401, "Incorrect API key provided.", "invalid_request_error",
+                              "invalid_api_key")
+            status, payload, kind = await self.batches.handle(head, path, body)
+            return _Reply(status, payload, content_type=kind)
         if path not in _CHAT_PATHS and path not in _MODEL_PATHS and path not in MESSAGES_PATHS:
             return _error(404, f"no such endpoint: {path.decode(errors='replace')}",
                           "invalid_request_error", "not_found")
@@ -560,17 +590,27 @@ class FixtureServer:
         reply_id = f"chatcmpl-fixture-{chat.number}"
         if self.options.latency_sigma > 0:  # drawn: named, for the client's trace
             reply_id += f"-{latency:.6f}s"
-        return _json_reply(200, {
-            "id": reply_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": chat.model,
-            "system_fingerprint": scripted.FIXTURE_FINGERPRINT,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
-            "usage": {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
-            if cached else usage,
-        }, headers=self._announced())
+        return _json_reply(200, _chat_completion(chat.model, text, usage, cached, reply_id),
+                           headers=self._announced())
+
+    def answer(self, path: bytes, body: bytes, reply_id: str) -> tuple[int, dict[str, Any]]:
+        """One chat request (``path``: its endpoint, ``body``: its JSON) answered at once,
+        with no latency and no fault: a batch request's answer (the batch service's).
+
+        A request the endpoint would refuse gets its 400 body."""
+        try:
+            chat = _parse_chat(body, path)
+        except _BadRequest as exc:
+            return 400, {"error": {"message": str(exc), "type": "invalid_request_error",
+                                   "param": None, "code": None}}
+        cached = self._cache.lookup(chat.messages)
+        text = scripted.fixture_reply(chat.messages, chat.model, self.options.chunks, chat.schema)
+        usage = self._usage(chat.messages, text)
+        self._cache.write(chat.messages)
+        if chat.dialect == "anthropic":
+            return 200, anthropic_message(text, model=chat.model, reply_id=reply_id,
+                                          structured=chat.schema is not None, usage=usage)
+        return 200, _chat_completion(chat.model, text, usage, cached, reply_id)
 
     def _announced(self) -> list[tuple[bytes, bytes]]:
         """The rate limit a reply announces (``announce_rpm``), as providers' headers say it."""
