@@ -65,8 +65,10 @@ __all__ = [
     "parse_retry_after",
     "post_json",
     "read_body",
+    "send_once",
     "status_error",
     "too_large",
+    "translated_errors",
     "unreachable_error",
 ]
 
@@ -218,15 +220,40 @@ async def post_json(
     name) and read the answer whole, through ``limits``' cap; network failures become
     ProviderConnectionError, error statuses ProviderStatusError subclasses that name
     ``url``, a body past the cap ProviderResponseError."""
+    return await send_once(client, "POST", url, headers, limits=limits, target=target,
+                           json=body)
+
+
+async def send_once(
+    client: httpx2.AsyncClient,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    *,
+    limits: ResponseLimits | None = None,
+    target: httpx2.URL | None = None,
+    **content: Any,
+) -> httpx2.Response:
+    """:func:`post_json` for any ``method`` and request ``content`` (httpx2's ``json``,
+    ``content``, ``data``, ``files``, ``params``): one attempt, read whole."""
     limits = limits or ResponseLimits()
+    with translated_errors(url), finished_within(url, limits.request_timeout):
+        async with client.stream(method, target or url, headers=headers, **content) as streamed:
+            failed = streamed.status_code >= 400
+            cap = ERROR_BODY_BYTES if failed else limits.max_response_bytes
+            response = await read_body(streamed, url, cap, keep_head=failed)
+    if response.status_code >= 400:
+        raise status_error(url, response, key_sent=key_sent(headers))
+    return response
+
+
+@contextmanager
+def translated_errors(url: str) -> Iterator[None]:
+    """httpx2's exceptions raised in the block, as :mod:`rlm.errors` types naming ``url``:
+    timeouts and network failures ProviderConnectionError, a body that cannot be
+    decoded ProviderResponseError."""
     try:
-        with finished_within(url, limits.request_timeout):
-            async with client.stream(
-                "POST", target or url, json=body, headers=headers
-            ) as streamed:
-                failed = streamed.status_code >= 400
-                cap = ERROR_BODY_BYTES if failed else limits.max_response_bytes
-                response = await read_body(streamed, url, cap, keep_head=failed)
+        yield
     except httpx2.TimeoutException as exc:
         raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
     except httpx2.TransportError as exc:
@@ -239,9 +266,6 @@ async def post_json(
         raise ProviderResponseError(
             f"{url} sent a body that cannot be decoded: {reason(exc)}", url=url
         ) from exc
-    if response.status_code >= 400:
-        raise status_error(url, response, key_sent=key_sent(headers))
-    return response
 
 
 async def read_body(

@@ -14,7 +14,9 @@ from rlm.providers.fixture import FixtureProvider
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["bills_cache_writes", "open_providers"]
+    from rlm.providers.batch import BatchService
+
+__all__ = ["bills_cache_writes", "check_batch_service", "open_batch_service", "open_providers"]
 
 
 def bills_cache_writes(config: RunConfig) -> bool:
@@ -73,3 +75,45 @@ async def open_providers(
             client, sub_url, config.api_key, limits=limits
         )
         yield {"root": root, "sub": sub}
+
+
+def check_batch_service(config: RunConfig) -> None:
+    """Raise SettingError when ``config``'s provider has no batch service (the built-in
+    fixture model): said before a volley is recorded, not once it should be sent."""
+    if config.provider == "fixture":
+        raise SettingError(
+            "the built-in fixture model has no batch service; run `rlm fixture-server`, "
+            "which serves both batch APIs, and send to it with <provider=openai> "
+            "<base_url=http://127.0.0.1:8765/v1> (or <provider=anthropic>)"
+        )
+
+
+@asynccontextmanager
+async def open_batch_service(
+    config: RunConfig,
+    *,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> AsyncIterator[BatchService]:
+    """The batch service of ``config``'s provider at the volley's endpoint (the sub-query
+    one, where a live volley's tasks go), over an HTTP client that closes on exit.
+
+    The fixture model has none: its server (``rlm fixture-server``) serves both
+    services, so a fixture batch volley names it as an ``openai`` or ``anthropic``
+    endpoint.
+    """
+    check_batch_service(config)
+    from rlm.providers._http import ResponseLimits, make_http_client
+    from rlm.providers.batch_anthropic import AnthropicBatches
+    from rlm.providers.batch_openai import OpenAIBatches
+    from rlm.providers.keys import default_base_url, missing_key_message
+
+    problem = missing_key_message(config)
+    if problem is not None:
+        raise SettingError(problem)
+    base_url = config.base_url or default_base_url(config.provider) or ""
+    kind = AnthropicBatches if config.provider == "anthropic" else OpenAIBatches
+    async with make_http_client(
+        max_connections=4, request_timeout=config.request_timeout, transport=transport
+    ) as client:
+        yield kind(client, config.sub_base_url or base_url, config.api_key,
+                   limits=ResponseLimits.of(config))

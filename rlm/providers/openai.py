@@ -76,6 +76,14 @@ class OpenAIProvider(StreamingJSONProvider):
             }
         return body
 
+    def request_body(self, request: CompletionRequest) -> dict[str, Any]:
+        """The JSON body this provider posts for ``request`` (a batch sends the same)."""
+        return self._body(request)
+
+    def parse_reply(self, response: httpx2.Response) -> Completion:
+        """The completion in a reply to :meth:`request_body`'s body (a batch's result too)."""
+        return self._parse(response)
+
     async def complete(self, request: CompletionRequest) -> Completion:
         completion = self._parse(await self.post(self._body(request)))
         if request.response_schema is None:
