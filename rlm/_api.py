@@ -250,7 +250,10 @@ class RLM:
         offered the model's host tools; all share one gate and budget), ``cache_warm``,
         and ``journal`` (a SQLite path or a postgresql:// URL) makes the volley durable:
         recorded before it runs, each result committed before it is reported, resumable
-        with :meth:`resume_volley`.  Beside them: ``timeout`` (each task's limit) and
+        with :meth:`resume_volley`; ``batch_api=True`` sends the tasks through the
+        provider's batch service (about half the price, within 24 h; in the default
+        journal when none is given; ``retry_live`` runs what it failed again live).
+        Beside them: ``timeout`` (each task's limit) and
         ``on_result`` (called with each TaskResult once it is kept).  Returns the
         VolleyResult, tasks in task order; it never raises for failed tasks.
         """

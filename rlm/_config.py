@@ -162,7 +162,7 @@ class RunConfig:
     base_url: str | None = setting(
         None, "Endpoint (default: OpenAI's or Anthropic's, by provider); user:password@ in "
         "it is sent as HTTP Basic auth and shown nowhere.",
-        commands=_SEND, env="RLM_BASE_URL", metavar="URL",
+        commands=(*_SEND, "volley cancel"), env="RLM_BASE_URL", metavar="URL",
     )
     sub_model: str | None = setting(
         None, "Model for sub-queries and child calls (default: the root's model).",
@@ -454,8 +454,8 @@ class VolleyOptions:
     journal: str | None = setting(
         None, "The journal: a SQLite file, or postgresql://... for workers on several "
         "machines (default: journal.sqlite3 in your state directory).",
-        commands=(*_VOLLEY, *_WORK, "volley list", "volley show", *_EVAL, "eval show",
-                  "eval compare"), env="RLM_JOURNAL",
+        commands=(*_VOLLEY, *_WORK, "volley list", "volley show", "volley cancel", *_EVAL,
+                  "eval show", "eval compare"), env="RLM_JOURNAL",
         metavar="PATH|URL",
     )
     stale_timeout: float = setting(
@@ -464,8 +464,37 @@ class VolleyOptions:
         metavar="DURATION", check=positive("seconds", 7 * _DAY),
     )
 
+    batch_api: bool = setting(
+        False, "Send the tasks through the provider's batch service (OpenAI's Batch API, "
+        "Anthropic's Message Batches): about half the price, answered within 24 h; "
+        "--resume collects them after any stop. Not for --rlm tasks.",
+        commands=_VOLLEY, flag="--batch-api", off_flag="--no-batch-api",
+    )
+    retry_live: bool = setting(
+        False, "With --batch-api: once the batches have ended, run the tasks they failed "
+        "(errored, expired, cancelled) again as live requests.",
+        commands=("volley", *_WORK), flag="--retry-live", off_flag="--no-retry-live",
+    )
+    batch_poll: float = setting(
+        30.0, "With --batch-api: the first wait between two looks at a batch's status; each "
+        "wait is half as long again as the last, up to 12 times this (a Retry-After wins).",
+        commands=(*_VOLLEY, *_WORK), parse=_duration, metavar="DURATION",
+        check=positive("seconds", _DAY),
+    )
+    batch_size: int | None = setting(
+        None, "With --batch-api: the most tasks in one provider batch (default: the "
+        "provider's limit, 50,000 for OpenAI, 100,000 for Anthropic); a larger volley is "
+        "split.", commands=_VOLLEY, metavar="N|none", check=whole(1, 100_000),
+    )
+
     def validate(self) -> VolleyOptions:
         check_fields(self)
+        if self.batch_api and self.mode == "rlm":
+            raise SettingError(
+                "<batch_api> cannot send RLM tasks (<mode>): each is many requests, each "
+                "waiting on the one before, which a provider batch cannot hold; run them "
+                "live (without <batch_api>)"
+            )
         if self.stale_timeout < 1.0:
             raise SettingError(
                 f"<stale_timeout> must be at least 1s, got {self.stale_timeout:g} s: workers "

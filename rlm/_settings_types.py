@@ -72,3 +72,7 @@ class VolleySettings(TypedDict, total=False):
     window: int | None
     journal: str | None
     stale_timeout: float
+    batch_api: bool
+    retry_live: bool
+    batch_poll: float
+    batch_size: int | None

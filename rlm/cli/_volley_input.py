@@ -87,9 +87,11 @@ def confirmed(tasks: Iterable[VolleyTask], context: list[str], config: RunConfig
     layout = RequestLayout(context, model=config.model, max_tokens=config.max_tokens)
     latency = fixture.sub_latency if config.provider == "fixture" else 2.0
     warm = options.cache_warm and options.mode == "completion"
-    est = estimate(tasks, layout, config, load_prices(config), cache_warm=warm,
+    prices = load_prices(config)
+    est = estimate(tasks, layout, config, prices, cache_warm=warm,
                    rlm=options.mode == "rlm", latency=latency,
-                   bills_cache_writes=bills_cache_writes(config))
+                   bills_cache_writes=bills_cache_writes(config), batch_prices=prices.batch(),
+                   batch_api=options.batch_api)
     return go_ahead(est, only=only, yes=yes)
 
 

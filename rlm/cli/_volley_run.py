@@ -37,7 +37,7 @@ from rlm.volley.records import VolleyResult
 if TYPE_CHECKING:
     from rlm._events import Event
     from rlm._run.tools import ToolBox
-    from rlm.volley.engine import Volley
+    from rlm.volley.engine import VolleyRun
 
 __all__ = [
     "Plan",
@@ -89,6 +89,10 @@ def open_volleys(command: str, console: Console, *, existing: bool) -> Journaled
         recovered=recovered,
         lost=lambda volley_id, tasks, late: show(lost_line(volley_id, tasks, late)),
         waiting=lambda message: click.echo(f"note: {message}", err=True),
+        retrying_live=lambda volley_id, count: show(
+            f"volley {volley_id}: the provider batches failed {count} task(s); running them "
+            "again as live requests (--retry-live)"
+        ),
     )
     return JournaledVolley(options.journal, existing=existing,
                            stale_timeout=options.stale_timeout, hooks=hooks)
@@ -156,12 +160,18 @@ def host_tools(specs: tuple[str, ...], options: VolleyOptions) -> ToolBox | None
     return ToolBox(load_tool(spec) for spec in specs)
 
 
-def require_key(config: RunConfig) -> None:
+def require_key(config: RunConfig, options: VolleyOptions | None = None) -> None:
     """A hosted API and no key: stop before anything is sent (exit 4), as `rlm run` does.
+    (With ``options`` sending through a batch service, a provider that has none is
+    refused too, a usage error.)
 
     Without it every task would send its request and fail on its own (a 401, or
     no network), instead of one line naming the variables to set.
     """
+    if options is not None and options.batch_api:
+        from rlm.providers.open import check_batch_service
+
+        check_batch_service(config)
     if config.api_key or config.provider == "fixture":
         return
     from rlm.providers.keys import missing_key_message  # httpx: not for fixture volleys
@@ -172,15 +182,17 @@ def require_key(config: RunConfig) -> None:
         sys.exit(4)
 
 
-async def drive(run: Volley, *, console: Console, live: bool,
+async def drive(run: VolleyRun, *, console: Console, live: bool,
                 merger: StreamMerger | None = None,
                 on_event: Callable[[Event], None] | None = None) -> VolleyResult:
     """Run ``run`` at a terminal: Ctrl-C and SIGTERM stop it (a second one exits at
-    once), a live status line when ``live``, and with ``merger`` every streamed event
-    handed to ``on_event`` as it comes."""
+    once), a live status line when ``live`` (a live volley's), and with ``merger`` every
+    streamed event handed to ``on_event`` as it comes."""
+    from rlm.volley.engine import Volley
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, run)
-        if live:
+        if live and isinstance(run, Volley):
             nursery.start_soon(live_status, run, console)
         try:
             if merger is None:
@@ -195,7 +207,7 @@ async def drive(run: Volley, *, console: Console, live: bool,
             nursery.cancel_scope.cancel()
 
 
-async def _watch_signals(run: Volley) -> None:
+async def _watch_signals(run: VolleyRun) -> None:
     """First Ctrl-C/SIGTERM/SIGHUP: stop, give unfinished claims back, print what completed;
     a second Ctrl-C or SIGTERM exits at once (see rlm.cli._signals)."""
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:

@@ -43,7 +43,7 @@ from rlm.providers.fixture import FixtureOptions
 from rlm.streaming import StreamMerger
 from rlm.volley.journaled import JournaledVolley
 from rlm.volley.output import OrderedWriter
-from rlm.volley.progress import ProgressLines
+from rlm.volley.progress import BatchLines, ProgressLines
 from rlm.volley.records import TaskResult, VolleyResult
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def _created(journal: JournaledVolley, read: tuple[tuple[str, ...], str | None, 
     toolbox = host_tools(tools, options)  # a bad --tools before anything is stored
     if not ask(task_list, context, config, options, fixture=fixture):
         return None
-    require_key(config)  # before the volley is stored: nothing to resume
+    require_key(config, options)  # before the volley is stored: nothing to resume
     volley_id = journal.create(task_list, context, config, options, fixture=fixture)
     return Plan(journal.load(volley_id), config, options, fixture, toolbox)
 
@@ -202,7 +202,7 @@ def _resumed(journal: JournaledVolley, ref: str, skip_failed: bool,
     if not ask(still_to_run(stored, skip_failed), stored.context, config, options,
                fixture=fixture or FixtureOptions()):
         return None
-    require_key(config)
+    require_key(config, options)
     if not skip_failed:
         stored = journal.reopen_failed(stored)
     return Plan(stored, config, options, fixture, toolbox)
@@ -225,7 +225,8 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
     for done in stored.earlier:
         writer.add(done)
     quiet_progress = out.quiet or out.show_text
-    sinks = ([] if quiet_progress else
+    batch = plan.options.batch_api
+    sinks = ([] if quiet_progress else [BatchLines(out.console)] if batch else
              [ProgressLines(total, out.console, done=len(stored.earlier))])
     merger = StreamMerger() if out.show_text else None
     first = [t.prompt for t in itertools.islice(stored.tasks, 4)]
@@ -237,16 +238,18 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
     on_result = writer.add if merger is None else partial(
         _after_streamed, merger, on_event, writer.add)
     main = partial(drive, console=out.console, merger=merger, on_event=on_event,
-                   live=not quiet_progress and out.console.is_terminal)
+                   live=not quiet_progress and not batch and out.console.is_terminal)
     result = trio.run(partial(
         journal.work, stored, plan.config, plan.options, main=main, sinks=sinks,
         trace_path=trace_path, on_result=on_result, stream=merger, keep_results=False,
         **plan.engine(),
     ))
-    assert journal.volley is not None
-    cut_short.update(journal.volley.cut_short)
+    worked = journal.volley or journal.batch  # the live part, when a batch volley had one
+    assert worked is not None
+    if journal.volley is not None:
+        cut_short.update(journal.volley.cut_short)
     writer.finish(result)  # the rest of the volley, read back from its journal
-    return result, journal.volley.ledger.spent.calls
+    return result, worked.ledger.spent.calls
 
 
 def _running_title(journal: JournaledVolley, index: int) -> str | None:
@@ -269,7 +272,9 @@ def _after_streamed(merger: StreamMerger, on_event: Callable[[Event], None],
 def _report(result: VolleyResult, running: int, quiet: bool) -> None:
     """What stderr says at the end; ``running``: tasks cancelled after they sent something."""
     s = result.summary
-    if result.status == "interrupted":
+    if result.status == "interrupted" and result.batches and result.error:  # left running
+        click.echo(f"Error: {result.error}", err=True)
+    elif result.status == "interrupted":
         click.echo(
             f"interrupted: {s.succeeded + s.failed} completed, {running} in progress "
             f"(cancelled), {s.cancelled - running} not started",

@@ -1,7 +1,7 @@
 """``rlm volley``: run a volley, or manage volleys in the journal.
 
 ``rlm volley [TASK ...] [flags]`` runs a volley (create + work + show in one
-process).  ``rlm volley create|work|list|show`` are the journal's
+process).  ``rlm volley create|work|list|show|cancel`` are the journal's
 subcommands; any other first argument goes to the plain command, so a task
 that is literally one of those words needs ``rlm volley -- list``.
 """
@@ -12,6 +12,7 @@ import inspect
 
 import click
 
+from rlm.cli.volley_cancel import cancel_cmd
 from rlm.cli.volley_cmd import volley
 from rlm.cli.volley_pool import create_cmd, work_cmd
 from rlm.cli.volley_show import list_cmd, show_cmd
@@ -25,6 +26,7 @@ Subcommands (the journal):
   rlm volley work ID [--pool N] run workers on it (any number, any machine)
   rlm volley list              the journal's volleys: done/failed/open, cost
   rlm volley show ID|last      a volley's results in task order
+  rlm volley cancel ID|last    cancel its provider batches (--batch-api)
 """
 
 
@@ -68,5 +70,5 @@ class DefaultCommandGroup(click.Group):
 
 
 volley_group = DefaultCommandGroup(volley)
-for _command in (create_cmd, work_cmd, list_cmd, show_cmd):
+for _command in (create_cmd, work_cmd, list_cmd, show_cmd, cancel_cmd):
     volley_group.add_command(_command)

@@ -38,8 +38,9 @@ from rlm.cli._volley_run import (
 )
 from rlm.errors import RLMError, UsageError
 from rlm.providers.fixture import FixtureOptions
+from rlm.providers.open import check_batch_service
 from rlm.volley.journaled import JournaledVolley
-from rlm.volley.progress import ProgressLines
+from rlm.volley.progress import BatchLines, ProgressLines
 from rlm.volley.records import VolleyResult
 
 __all__ = ["create_cmd", "work_cmd"]
@@ -72,6 +73,8 @@ def _create(**values: Any) -> None:
             values.pop("from_stdin"), values.pop("contexts"), values.pop("context_files"),
             values.pop("encoding"),
         )
+        if options.batch_api:
+            check_batch_service(config)
         with open_volleys("volley create", stderr_console(), existing=False) as journal:
             volley_id = journal.create(tasks, context, config, options, fixture=fixture)
     except RLMError as exc:
@@ -120,12 +123,15 @@ def _work(
             # A sibling works on the pool's volley, whatever ``last`` names by now.
             stored = journal.load(volley_ref if parent is None else parent.volley_id)
             config, options = volley_settings("volley work", stored=stored.settings)
-            require_key(config)
+            if options.batch_api and pool > 1:
+                raise UsageError("a volley sent as provider batches (--batch-api) has one "
+                                 "worker at a time: leave out --pool")
+            require_key(config, options)
             plan = Plan(stored, config, options, resumed_fixture(stored.settings,
                                                                   fixture_latency),
                         host_tools(tools, options))
-            sinks = [] if quiet else [ProgressLines(len(stored.tasks), err,
-                                                    done=len(stored.earlier))]
+            sinks: list[Any] = [] if quiet else [BatchLines(err)] if options.batch_api else [
+                ProgressLines(len(stored.tasks), err, done=len(stored.earlier))]
             siblings = pool_argv(sys.argv[1:]) if pool > 1 else ([], {})
             result = trio.run(partial(
                 _work_pool, journal, plan, siblings, pool - 1, parent,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
@@ -235,6 +235,20 @@ class BatchHTTP(JSONProvider):
         _, shown = self.where(path)
         return ProviderError(f"{shown} answered with something that is not {shape}: "
                              f"{str(what)[:200]!r}", url=shown)
+
+    async def outcomes(self, path: str, parse: Callable[[bytes, str], BatchOutcome],
+                       accept: Accept, chunk: int, *, absolute: bool = False) -> None:
+        """Hand the outcomes ``parse`` reads from the lines of ``path`` to ``accept``,
+        ``chunk`` at a time (the last chunk may be shorter)."""
+        outcomes: list[BatchOutcome] = []
+        async with aclosing(self.lines(path, absolute=absolute)) as lines:
+            async for line in lines:
+                outcomes.append(parse(line, path))
+                if len(outcomes) >= chunk:
+                    await accept(outcomes)
+                    outcomes = []
+        if outcomes:
+            await accept(outcomes)
 
     @asynccontextmanager
     async def _opened(self, target: httpx2.URL, shown: str) -> AsyncIterator[httpx2.Response]:

@@ -103,15 +103,7 @@ class AnthropicBatches:
                 f"the batch's results URL {url} is not on the base URL's host: the key is "
                 "not sent there; check the base URL", url=url)
         where, absolute = (url, True) if url else (f"{self._path}/{state.id}/results", False)
-        outcomes: list[BatchOutcome] = []
-        async with aclosing(self._http.lines(where, absolute=absolute)) as lines:
-            async for line in lines:
-                outcomes.append(self._outcome(line, where))
-                if len(outcomes) >= chunk:
-                    await accept(outcomes)
-                    outcomes = []
-        if outcomes:
-            await accept(outcomes)
+        await self._http.outcomes(where, self._outcome, accept, chunk, absolute=absolute)
 
     def _state(self, batch: Any) -> BatchState:
         try:

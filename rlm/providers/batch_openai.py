@@ -108,16 +108,7 @@ class OpenAIBatches:
             file_id = state.output.get(key)
             if not file_id:
                 continue
-            outcomes: list[BatchOutcome] = []
-            path = f"/files/{file_id}/content"
-            async with aclosing(self._http.lines(path)) as lines:
-                async for line in lines:
-                    outcomes.append(self._outcome(line, path))
-                    if len(outcomes) >= chunk:
-                        await accept(outcomes)
-                        outcomes = []
-            if outcomes:
-                await accept(outcomes)
+            await self._http.outcomes(f"/files/{file_id}/content", self._outcome, accept, chunk)
 
     # -- reading answers --------------------------------------------------------------
 

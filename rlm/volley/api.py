@@ -14,7 +14,7 @@ import functools
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, Unpack, cast
+from typing import Any, Unpack, cast
 
 import trio
 
@@ -24,7 +24,8 @@ from rlm._settings import settings_of
 from rlm._settings_types import VolleySettings
 from rlm.errors import UsageError
 from rlm.journal.volleys import StoredVolley, stored_layer
-from rlm.volley.engine import Volley
+from rlm.providers.open import check_batch_service
+from rlm.volley.engine import Volley, VolleyRun
 from rlm.volley.journaled import JournaledVolley
 from rlm.volley.records import TaskResult, VolleyResult, VolleyTask
 from rlm.volley.tasks import TaskInput, number_tasks
@@ -42,16 +43,6 @@ class VolleyArguments(VolleySettings, total=False):
 
     timeout: float | None
     on_result: Callable[[TaskResult], None] | None
-
-
-class VolleyRun(Protocol):
-    """A volley ``RLM`` drives: run it, stop it, kill its sandboxes."""
-
-    async def run(self) -> VolleyResult: ...
-
-    def interrupt(self) -> None: ...
-
-    def kill_sandboxes(self) -> None: ...
 
 
 def make_volley(
@@ -76,7 +67,7 @@ def make_volley(
     task_list = number_tasks(tasks, none="no tasks: give a list of at least one prompt that "
                                          "is not blank (or task mappings with a 'prompt')")
     engine = {**engine, "on_result": on_result}
-    if options.journal is not None:
+    if options.journal is not None or options.batch_api:  # a batch volley: the default one
         return JournaledRun(options, engine, tasks=task_list, context=documents)
     return Volley(tasks=task_list, context=documents, options=options, **engine)
 
@@ -112,6 +103,8 @@ class JournaledRun:
             config = self._engine.pop("config")
             if self._ref is None:
                 assert self._tasks is not None and self._context is not None
+                if options.batch_api:
+                    check_batch_service(config)  # before the volley is recorded
                 volley_id = journal.create(self._tasks, self._context, config, options)
                 stored = journal.load(volley_id)
             else:
@@ -125,7 +118,7 @@ class JournaledRun:
             return await journal.work(stored, config, options, main=self._main,
                                       **self._engine)
 
-    async def _main(self, volley: Volley) -> VolleyResult:
+    async def _main(self, volley: VolleyRun) -> VolleyResult:
         if self._stopped:  # interrupted while the journal was opened
             volley.interrupt()
         return await volley.run()

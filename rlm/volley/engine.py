@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -70,7 +70,18 @@ from rlm.volley.runner import TaskExecutor, VolleyRunner
 from rlm.volley.store import MemoryStore, ResultSink, TaskSource
 from rlm.volley.tally import TaskTally
 
-__all__ = ["Volley", "VolleyOptions", "VolleyProgress"]
+__all__ = ["Volley", "VolleyOptions", "VolleyProgress", "VolleyRun"]
+
+
+class VolleyRun(Protocol):
+    """A volley that can be driven: run it, stop it, kill its sandboxes (a
+    :class:`Volley`, or one sent through a batch service: ``rlm.volley.batch``)."""
+
+    async def run(self) -> VolleyResult: ...
+
+    def interrupt(self) -> None: ...
+
+    def kill_sandboxes(self) -> None: ...
 
 @dataclass(frozen=True)
 class VolleyProgress:

@@ -14,7 +14,15 @@ from typing import Any, ClassVar
 
 from rlm._events import Event
 
-__all__ = ["StaleRecovery", "TaskFinished", "VolleyFinished", "VolleyStarted", "task_call_id"]
+__all__ = [
+    "BatchStatus",
+    "BatchSubmitted",
+    "StaleRecovery",
+    "TaskFinished",
+    "VolleyFinished",
+    "VolleyStarted",
+    "task_call_id",
+]
 
 
 def task_call_id(index: int) -> str:
@@ -69,3 +77,32 @@ class StaleRecovery(Event):
     owner: str | None
     idle_s: float
     reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchSubmitted(Event):
+    """A provider batch of the volley's tasks was created at the provider (``--batch-api``)."""
+
+    kind: ClassVar[str] = "batch_submitted"
+    volley_id: str
+    number: int
+    batch_id: str
+    provider: str
+    tasks: int
+    bytes: int
+    found: bool  # found at the provider after a stop, not created by this process
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchStatus(Event):
+    """What the provider says of a batch, each time its status or counts change."""
+
+    kind: ClassVar[str] = "batch_status"
+    volley_id: str
+    number: int
+    batch_id: str
+    status: str
+    ended: bool
+    total: int
+    succeeded: int
+    failed: int

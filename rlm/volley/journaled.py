@@ -26,8 +26,10 @@ from typing import Any
 import trio
 
 from rlm._config import DEFAULT_STALE_TIMEOUT, RunConfig, VolleyOptions
-from rlm.errors import JournalError, UnknownVolleyError
+from rlm._trace import TraceWriter
+from rlm.errors import JournalError, UnknownVolleyError, UsageError
 from rlm.journal import JournalStore, Recovered, Spend, default_journal_path, open_store
+from rlm.journal.batches import batches
 from rlm.journal.volleys import (
     StoredVolley,
     load_volley,
@@ -37,9 +39,10 @@ from rlm.journal.volleys import (
 )
 from rlm.journal.worker import JournalWorker
 from rlm.providers.fixture import FixtureOptions
-from rlm.volley.engine import Volley
+from rlm.volley.batch import BatchVolley
+from rlm.volley.engine import Volley, VolleyRun
 from rlm.volley.events import StaleRecovery, task_call_id
-from rlm.volley.readback import with_other_workers
+from rlm.volley.readback import stored_result, with_other_workers
 from rlm.volley.records import VolleyResult, VolleyTask, new_volley_id
 
 __all__ = ["JournalHooks", "JournaledVolley", "open_journal", "stale_recovery_event"]
@@ -63,6 +66,9 @@ class JournalHooks:
     recovered: Callable[[list[Recovered]], None] = _ignore
     lost: Callable[[str, list[int], float], None] = _ignore
     waiting: Callable[[str], None] = _ignore
+    #: ``--retry-live``: the volley id, and how many tasks the batches failed that now run
+    #: again as live requests.
+    retrying_live: Callable[[str, int], None] = _ignore
 
 
 def open_journal(
@@ -101,6 +107,7 @@ class JournaledVolley:
         self.stale_timeout = stale_timeout
         self.store = open_journal(journal, existing=existing, on_wait=self.hooks.waiting)
         self.volley: Volley | None = None  # the one this process works on, while it does
+        self.batch: BatchVolley | None = None  # the same, sent through a batch service
         self.worker: JournalWorker | None = None
         self._recoveries: list[Recovered] = []  # not yet told (see _tell_recoveries)
 
@@ -166,7 +173,7 @@ class JournaledVolley:
         config: RunConfig,
         options: VolleyOptions,
         *,
-        main: Callable[[Volley], Awaitable[VolleyResult]] | None = None,
+        main: Callable[[VolleyRun], Awaitable[VolleyResult]] | None = None,
         **engine: Any,
     ) -> VolleyResult:
         """Work on ``stored`` with ``config`` until no task is left, or a stop, beside any
@@ -174,10 +181,70 @@ class JournaledVolley:
 
         ``engine`` are :class:`~rlm.volley.engine.Volley`'s own keyword arguments
         (providers, sinks, trace path, on_result, stream, tools, sandboxes).  ``main``
-        runs the wired volley (default ``Volley.run``): the command line runs it beside
+        runs the wired volley (default: its ``run``): the command line runs it beside
         its signal handling and displays.  Its ledger starts with what earlier workers
         spent; the journal records what this one spends.
+
+        A volley sent through the provider's batch service (``batch_api``, or batches
+        of it not collected yet) is worked by :class:`~rlm.volley.batch.BatchVolley`
+        (``batch_service`` in ``engine`` replaces the service ``config`` names); with
+        ``retry_live``, the tasks its batches failed then run here as live requests.
         """
+        if options.batch_api or await trio.to_thread.run_sync(
+            _batches_left, self.store, stored.volley_id
+        ):
+            return await self._work_batches(stored, config, options, main, engine)
+        return await self._work_live(stored, config, options, main, engine)
+
+    async def _work_batches(
+        self,
+        stored: StoredVolley,
+        config: RunConfig,
+        options: VolleyOptions,
+        main: Callable[[VolleyRun], Awaitable[VolleyResult]] | None,
+        engine: dict[str, Any],
+    ) -> VolleyResult:
+        """The volley through its provider batches, then (``retry_live``) live what they
+        failed.  Both parts write one trace."""
+        engine = dict(engine)
+        trace_path = engine.pop("trace_path", None)
+        trace = TraceWriter(trace_path, content=config.trace_content) if trace_path else None
+        sinks = [*engine.pop("sinks", ()), *([trace] if trace is not None else [])]
+        try:
+            run = self.batch = BatchVolley(
+                self.store, stored, config, options, sinks=sinks,
+                on_result=engine.get("on_result"), report_failed=not options.retry_live,
+                service=engine.pop("batch_service", None),
+            )
+            result = await (main or _run)(run)
+            failed = result.summary.failed
+            if not options.retry_live or result.status not in ("succeeded", "failed") or \
+                    not failed:
+                return result
+            again = self.reopen_failed(self.load(stored.volley_id))
+            self.hooks.retrying_live(stored.volley_id, failed)
+            live = dataclasses.replace(options, batch_api=False, retry_live=False)
+            retried = await self._work_live(again, config, live, main,
+                                            {**engine, "sinks": sinks})
+            # The whole volley's: its batches, and the time both parts took.
+            read = await trio.to_thread.run_sync(stored_result, self.store, stored.volley_id)
+            summary = dataclasses.replace(
+                retried.summary, batch_tasks=read.summary.batch_tasks,
+                duration_sec=result.summary.duration_sec + retried.summary.duration_sec,
+            )
+            return dataclasses.replace(retried, summary=summary, batches=read.batches)
+        finally:
+            if trace is not None:
+                trace.close()
+
+    async def _work_live(
+        self,
+        stored: StoredVolley,
+        config: RunConfig,
+        options: VolleyOptions,
+        main: Callable[[VolleyRun], Awaitable[VolleyResult]] | None,
+        engine: dict[str, Any],
+    ) -> VolleyResult:
         volley_id = stored.volley_id
         run: Volley | None = None
 
@@ -205,17 +272,47 @@ class JournaledVolley:
                 await self._count_live(run, volley_id)  # the share before a claim
                 nursery.start_soon(self._share_limits, run, volley_id)
                 try:
-                    result = await (main or Volley.run)(run)
+                    result = await (main or _run)(run)
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
             self._tell_recoveries()
         return with_other_workers(self.store, result)
 
+    async def cancel(
+        self,
+        stored: StoredVolley,
+        config: RunConfig,
+        options: VolleyOptions,
+        *,
+        main: Callable[[VolleyRun], Awaitable[VolleyResult]] | None = None,
+        **engine: Any,
+    ) -> VolleyResult:
+        """Cancel ``stored``'s provider batches (``rlm volley cancel``): each one at the
+        provider is cancelled, what it answered before is kept, and every task still
+        without a verdict fails as cancelled (a resume runs them again).  ``engine``:
+        ``sinks``, ``on_result``, ``batch_service``."""
+        left = await trio.to_thread.run_sync(_batches_left, self.store, stored.volley_id)
+        if not (options.batch_api or left):
+            raise UsageError(
+                f"volley {stored.volley_id} was not sent through a provider's batch service "
+                "(--batch-api): it has no batches to cancel; stop its workers instead "
+                "(Ctrl-C, or SIGTERM)"
+            )
+        run = self.batch = BatchVolley(
+            self.store, stored, config, options, sinks=engine.get("sinks", ()),
+            on_result=engine.get("on_result"), service=engine.get("batch_service"),
+            cancel=True,
+        )
+        return await (main or _run)(run)
+
     def interrupt(self) -> None:
-        """Stop the volley this process works on: in-flight tasks go back to the journal."""
+        """Stop the volley this process works on: in-flight tasks go back to the journal
+        (a batch volley's batches keep running at the provider)."""
         if self.volley is not None:
             self.volley.interrupt()
+        if self.batch is not None:
+            self.batch.interrupt()
 
     def kill_sandboxes(self) -> None:
         """Kill every sandbox of the ``rlm`` tasks now (a second Ctrl-C)."""
@@ -252,6 +349,16 @@ class JournaledVolley:
             self.store.live_workers, volley_id, self.stale_timeout
         )
         run.share_limits(live)
+
+
+async def _run(run: VolleyRun) -> VolleyResult:
+    return await run.run()
+
+
+def _batches_left(store: JournalStore, volley_id: str) -> bool:
+    """Whether the volley has provider batches not collected yet (sent by a process that
+    stopped): they are collected before anything else runs."""
+    return any(row.stage != "collected" for row in batches(store, volley_id))
 
 
 def _preload(run: Volley, spent: Spend) -> None:

@@ -165,6 +165,32 @@ def _traffic(result: VolleyResult) -> str:
             f"{s.rate_limited} rate limited")
 
 
+def _batch_priced(result: VolleyResult) -> str:
+    """How much of the cost is at the batch service's prices."""
+    s = result.summary
+    if not s.batch_tasks:
+        return ""
+    if s.batch_tasks >= s.succeeded + s.failed:
+        return " (at batch prices)"
+    return f" ({s.batch_tasks:,} tasks at batch prices, the rest at live prices)"
+
+
+def _batch_lines(result: VolleyResult) -> list[str]:
+    """The volley's provider batches: each one's status and counts."""
+    lines = [f"batches: {len(result.batches)} at {result.batches[0]['provider']}"]
+    for batch in result.batches:
+        said = batch["status"] or batch["stage"]
+        where = f"{batch['batch_id']}: {said}" if batch["batch_id"] else f"not sent ({said})"
+        lines.append(f"  batch {batch['number']} {where}, {batch['succeeded']:,} succeeded, "
+                     f"{batch['failed']:,} failed of {batch['tasks']:,}")
+        if batch.get("error"):
+            lines.append(f"    the provider failed it: {batch['error']}")
+    if any(b["stage"] != "collected" for b in result.batches):
+        lines.append(f"not collected yet: `rlm volley --resume {result.volley_id}` collects "
+                     f"them, `rlm volley cancel {result.volley_id}` cancels them")
+    return lines
+
+
 def heartbeat_age(seconds: float) -> str:
     """A heartbeat's age in whole seconds (``42s``, ``4m12s``), ``<1s`` when fresh."""
     return "<1s" if seconds < 1 else format_duration(round(seconds))
@@ -184,8 +210,8 @@ def format_summary(result: VolleyResult) -> str:
         f"tasks: {s.succeeded} succeeded, {s.failed} failed, {s.cancelled} {left} "
         f"of {s.total_tasks} in {format_duration(s.duration_sec)}",
         f"tokens: {s.tokens_input:,} in ({s.tokens_cached:,} cached), {s.tokens_output:,} out; "
-        f"cost {cost}",
-        _traffic(result),
+        f"cost {cost}{_batch_priced(result)}",
+        *(_batch_lines(result) if result.batches else [_traffic(result)]),
     ]
     if result.error:
         lines.append(f"stopped: {result.error}")

@@ -22,10 +22,10 @@ from rlm._durations import format_duration
 from rlm._events import CapacityChanged, Event, LLMRetry
 from rlm._symbols import symbol
 from rlm.volley.engine import Volley, VolleyProgress
-from rlm.volley.events import TaskFinished
+from rlm.volley.events import BatchStatus, BatchSubmitted, TaskFinished
 from rlm.volley.output import task_label
 
-__all__ = ["ProgressLines", "live_status", "status_line"]
+__all__ = ["BatchLines", "ProgressLines", "live_status", "status_line"]
 
 
 def _tokens(n: int) -> str:
@@ -83,6 +83,41 @@ class ProgressLines:
                 "provider pushed back: "
                 f"concurrency {event.old} {symbol('to')} {event.new}"
             )
+        return None
+
+
+class BatchLines:
+    """An event sink printing a volley sent as provider batches (``--batch-api``): a line
+    when a batch is sent, one each time what the provider says of it changes, and one
+    per failed task (the first ``shown_failures``; a result that succeeded adds none: a
+    batch brings thousands at once)."""
+
+    def __init__(self, console: Console, *, shown_failures: int = 20) -> None:
+        self.console = console
+        self._shown = shown_failures
+        self._failures = 0
+
+    def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if line is not None:
+            self.console.print(line, highlight=False)
+
+    def _line(self, event: Event) -> str | None:
+        if isinstance(event, BatchSubmitted):
+            how = "found at the provider (sent before a stop)" if event.found else "sent"
+            return (f"batch {event.number}: {how}: {event.tasks:,} tasks as {event.provider} "
+                    f"batch {escape(event.batch_id)}")
+        if isinstance(event, BatchStatus):
+            return (f"batch {event.number} {escape(event.batch_id)}: {escape(event.status)}, "
+                    f"{event.succeeded:,} succeeded, {event.failed:,} failed of "
+                    f"{event.total:,}")
+        if isinstance(event, TaskFinished) and event.status == "failed":
+            self._failures += 1
+            if self._failures <= self._shown:
+                return (f"{escape(f'[task {event.index}]')} [red]✗[/red] "
+                        f"{escape((event.error or '')[:200])}")
+            if self._failures == self._shown + 1:
+                return "[red]✗[/red] more tasks failed: `rlm volley show ID` lists them all"
         return None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from rlm._config import DEFAULT_STALE_TIMEOUT
 from rlm.journal import JournalStore, TaskRow
+from rlm.journal.batches import BatchRow, batches
 from rlm.journal.records import Alive, local_host
 from rlm.journal.volleys import result_from_row
 from rlm.journal.worker import pid_alive
@@ -28,11 +29,15 @@ def stored_result(store: JournalStore, volley_id: str) -> VolleyResult:
     rows = store.tasks(volley_id)
     tasks: list[TaskResult] = []
     now = store.now()
+    sent = {row.holder: row for row in batches(store, volley_id)}
     for task in rows:
         done = result_from_row(task)
         if done is None:
             waiting = "not started"
-            if task.status == "in_progress":
+            holder = task.claimed_by.worker if task.claimed_by is not None else ""
+            if task.status == "in_progress" and holder in sent:
+                waiting = f"in progress ({_batch_note(sent[holder])})"
+            elif task.status == "in_progress":
                 waiting = f"in progress ({_claim_note(task, now)})"
             done = TaskResult(
                 index=task.index,
@@ -68,10 +73,18 @@ def stored_result(store: JournalStore, volley_id: str) -> VolleyResult:
         max_concurrent_used=0,
         total_retries=sum(t.retries for t in tasks),
         rate_limited=0,
+        batch_tasks=sum(1 for t in rows if t.usage.get("batch")),
     )
     return VolleyResult(volley_id=volley_id, status=status, summary=summary, tasks=tuple(tasks),
                         heartbeat_age_sec=None if age is None else round(age, 3),
-                        read_back=True)
+                        read_back=True, batches=tuple(b.describe() for b in sent.values()))
+
+
+def _batch_note(row: BatchRow) -> str:
+    """Where a task a provider batch holds is."""
+    if row.batch_id is None:
+        return f"in provider batch {row.number}, not sent yet"
+    return f"in provider batch {row.number}, {row.batch_id}: {row.provider_status}"
 
 
 def _claim_note(task: TaskRow, now: float) -> str:

@@ -199,6 +199,8 @@ class VolleySummary:
     max_concurrent_used: int
     total_retries: int
     rate_limited: int
+    #: Tasks answered through a provider's batch service (``--batch-api``), at its prices.
+    batch_tasks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -225,6 +227,10 @@ class VolleyResult:
     # Built from the journal's rows alone (``rlm volley show``, a resume with nothing left
     # to run), which keep each task's retries but not the peak in flight or the 429s.
     read_back: bool = False
+    #: The volley's provider batches (``--batch-api``), in order: ``number``, ``batch_id``,
+    #: ``provider``, ``stage`` (how far rlm got: planned ... collected), ``status`` (the
+    #: provider's word), ``tasks``, ``succeeded``, ``failed``.
+    batches: tuple[dict[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -238,5 +244,6 @@ class VolleyResult:
             "heartbeat_age_sec": self.heartbeat_age_sec,
             "error": self.error,
             "summary": self.summary.to_dict(),
+            "batches": list(self.batches),
             "tasks": [t.to_dict() for t in self.tasks],
         }

@@ -25,7 +25,7 @@ from rlm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("run", "chat", "volley", "volley create", "volley work", "volley list",
-            "volley show", "eval", "eval show", "eval compare")
+            "volley show", "volley cancel", "eval", "eval show", "eval compare")
 RUN_ROWS = settings_of(RunConfig)
 
 
@@ -80,7 +80,7 @@ def _text(row: Setting, value: Any) -> list[str]:
 
 def _resolved(path: str, args: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
     command = _command(path)
-    extra = ["ID"] if path == "volley work" else ["q"] if path == "run" else []
+    extra = ["ID"] if path in ("volley work", "volley cancel") else ["q"] if path == "run" else []
     ctx = command.make_context(path, [*extra, *args])
     with ctx:
         return command_settings(scopes, path, ctx=ctx).values
