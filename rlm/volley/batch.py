@@ -82,7 +82,9 @@ _POLL_CAP = 12
 class BatchVolley:
     """Works a journaled volley through a provider's batch service; see the module
     docstring.  ``service`` replaces the one ``config`` names (tests pass a fake);
-    ``prices`` the live price table the batch rates come from."""
+    ``prices`` the live price table the batch rates come from; ``keep_results=False``
+    (the command line, which reads them back from the journal as it prints): the result
+    lists no task, only counts."""
 
     def __init__(
         self,
@@ -96,6 +98,7 @@ class BatchVolley:
         sinks: Sequence[Callable[[Event], None]] = (),
         on_result: Callable[[TaskResult], None] | None = None,
         report_failed: bool = True,
+        keep_results: bool = True,
         cancel: bool = False,
         owner: Owner | None = None,
         run_sync: RunSync = thread_run_sync,
@@ -105,6 +108,7 @@ class BatchVolley:
         self._service = service
         self._sinks, self._on_result = list(sinks), on_result
         self._report_failed = report_failed  # False: --retry-live reports them after
+        self._keep_results = keep_results  # False: the result counts verdicts, lists none
         self._cancel = cancel
         self._owner = owner or Owner.here()
         self._run_sync = run_sync
@@ -469,7 +473,8 @@ class BatchVolley:
         summary = dataclasses.replace(result.summary,
                                       duration_sec=trio.current_time() - self._started)
         return dataclasses.replace(result, status=status, error=error, summary=summary,
-                                   heartbeat_age_sec=None)
+                                   heartbeat_age_sec=None,
+                                   tasks=result.tasks if self._keep_results else ())
 
 
 def _batch_budget(config: RunConfig, prices: PriceTable, models: list[str]) -> Budget:

@@ -215,6 +215,7 @@ class JournaledVolley:
                 self.store, stored, config, options, sinks=sinks,
                 on_result=engine.get("on_result"), report_failed=not options.retry_live,
                 service=engine.pop("batch_service", None),
+                keep_results=engine.get("keep_results", True),
             )
             result = await (main or _run)(run)
             failed = result.summary.failed
