@@ -6,7 +6,9 @@ receiver decodes what it is sent with the OTLP protobuf classes (otlp_receiver.p
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -106,3 +108,15 @@ def test_the_setting_turns_it_on_from_the_environment() -> None:
                    env=otel_env(received, RLM_OTEL="1"))
     assert done.returncode == 0, done.stderr
     assert any(s.name == "rlm.run" for s in received.spans)
+
+
+def test_a_collector_that_cannot_be_reached_never_fails_the_run() -> None:
+    with socket.socket() as closed:  # a loopback port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    done = rlm("run", QUESTION, "--provider", "fixture", "--no-history", "--otel", "--json",
+               env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                    "OTEL_EXPORTER_OTLP_TIMEOUT": "1", "NO_PROXY": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "answered"
+    assert "Traceback" not in done.stderr
