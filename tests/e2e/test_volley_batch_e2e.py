@@ -237,17 +237,32 @@ async def test_max_cost_holds_at_batch_prices(tmp_path: Path) -> None:
         assert b"cost:   $0.3000 at batch prices (live: $0.6000)" in estimate.stdout
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
-async def test_ten_thousand_tasks_through_the_batch_service(tmp_path: Path,
-                                                          dialect: str) -> None:
+async def test_ten_thousand_tasks_killed_while_waiting_and_resumed_come_in_order_once(
+    tmp_path: Path, dialect: str
+) -> None:
     journal = tmp_path / "j.sqlite3"
-    async with batch_server(delay=1.0) as server:
-        done = await rlm(*_volley(tmp_path, 10_000, "-q", "--batch-size", "4000"),
-                         *_flags(server, dialect, journal), limit=600)
+    n = 10_000
+    async with batch_server(delay=30.0) as server:
+        args = [*_volley(tmp_path, n, "-q", "--batch-size", "4000"),
+                *_flags(server, dialect, journal)]
+        proc = await trio.lowlevel.open_process([*RLM, *args], env=_env(),
+                                                stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)
+        try:
+            await _until(proc, lambda: server.batches.stats.polls >= 3, "the first polls")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+        assert server.batches.stats.created == 3  # 4000 + 4000 + 2000, all sent
+        server.batches.options.delay = 0.5
+        done = await rlm("volley", "--resume", "last", "--batch-poll", "0.05s", "-q",
+                         *_flags(server, dialect, journal)[:-2], "--journal", str(journal),
+                         limit=300)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert _in_order(done.stdout, 10_000) == ["✓"] * 10_000
-        _submitted_once(server, 10_000)
+        assert _in_order(done.stdout, n) == ["✓"] * n
+        _submitted_once(server, n)
+        assert server.batches.stats.created == 3
 
 
 async def test_from_python_a_batch_volley_runs_and_resumes(tmp_path: Path) -> None:
