@@ -90,7 +90,7 @@ DEFAULT_STALE_TIMEOUT = 600.0
 
 # Which commands offer a setting as a flag.  Every setting of a command's scopes applies
 # to it all the same from the environment, a profile or a config file.
-_RUN = ("run", "chat")
+_RUN = ("run", "chat", "mcp")  # `rlm mcp` runs as `rlm run` does, per tool call
 _VOLLEY = ("volley", "volley create")
 _WORK = ("volley work",)
 _EVAL = ("eval",)  # an eval is a volley: it takes a volley's flags where they apply

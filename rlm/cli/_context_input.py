@@ -93,11 +93,13 @@ def read_context(
     *,
     limits: ReadLimits | None = None,
     max_files: int = MAX_DIR_FILES,
+    admit: Callable[[Path], None] | None = None,
 ) -> Context:
     """One file → a str; several files or a directory → a list of str; ``-`` reads stdin.
 
     A directory holding more than ``max_files`` matching files, or more bytes than
-    ``limits`` leave, is refused before anything is read.
+    ``limits`` leave, is refused before anything is read.  ``admit`` sees each file a
+    directory would give and may refuse it (``rlm mcp``: a link out of its roots).
     """
     limits = limits or ReadLimits()
     if sum(1 for p in paths if p == "-") > 1:
@@ -105,7 +107,7 @@ def read_context(
     texts: list[str] = []
     for path in paths:
         if path != "-" and os.path.isdir(path):
-            files = _directory_files(Path(path), glob, max_files, limits.max_bytes)
+            files = _directory_files(Path(path), glob, max_files, limits.max_bytes, admit)
             texts.extend(_read_directory(Path(path), files, encoding, glob, limits))
         else:
             texts.append(read_text(path, encoding, limits=limits))
@@ -160,8 +162,10 @@ def _stdin_has_data() -> bool:
     return False
 
 
-def _directory_files(root: Path, glob: str, max_files: int, max_bytes: int) -> list[Path]:
-    """Every file under ``root`` matching ``glob`` (by name or relative path), sorted."""
+def _directory_files(root: Path, glob: str, max_files: int, max_bytes: int,
+                     admit: Callable[[Path], None] | None = None) -> list[Path]:
+    """Every file under ``root`` matching ``glob`` (by name or relative path), sorted;
+    ``admit`` may refuse one (a UsageError)."""
     files: list[Path] = []
     total = 0
     for directory, subdirs, names in os.walk(root):
@@ -175,6 +179,8 @@ def _directory_files(root: Path, glob: str, max_files: int, max_bytes: int) -> l
                 continue
             if not path.is_file():  # a device or a pipe is never a document of a directory
                 continue
+            if admit is not None:
+                admit(path)
             files.append(path)
             total += path.stat().st_size
             if len(files) > max_files or total > max_bytes:

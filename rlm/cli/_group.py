@@ -28,6 +28,7 @@ COMMANDS: Mapping[str, str] = {
     "eval": "rlm.cli.eval_cmd:eval_group",
     "fixture": "rlm.cli.fixture_generators:fixture_group",
     "fixture-server": "rlm.cli.fixture_cmds:fixture_server",
+    "mcp": "rlm.cli.mcp_cmd:mcp",
     "run": "rlm.cli.run_cmd:run",
     "runs": "rlm.cli.runs_cmd:runs",
     "view": "rlm.cli.view_cmd:view",

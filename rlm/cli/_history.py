@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +12,12 @@ import click
 from rlm._api import RLM
 from rlm._config import RunConfig
 from rlm._result import RunResult
+from rlm._symbols import symbol
 from rlm.errors import RLMError, UsageError
 from rlm.history import RunEntry, RunHistory, history_enabled, summary_of
 from rlm.history.record import keep_trace
 
-__all__ = ["RunKeeper"]
+__all__ = ["RunKeeper", "volley_label"]
 
 
 class RunKeeper:
@@ -101,3 +104,10 @@ class RunKeeper:
             click.echo(f"note: the page could not be written: {exc}", err=True)
             return
         click.echo(f"page: {page}  (open it in a browser; `rlm view --help`)", err=True)
+
+
+def volley_label(prompts: Iterable[str]) -> str:
+    """A volley's line in the history: its first three prompts (and a mark when more)."""
+    first = list(itertools.islice(prompts, 4))
+    sep = f" {symbol('sep')} "
+    return sep.join(first[:3]) + (f"{sep}{symbol('more')}" if len(first) > 3 else "")

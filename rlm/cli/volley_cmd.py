@@ -7,7 +7,6 @@ back, and either is worked on by this process until no task is left.
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +18,8 @@ import trio
 from rich.console import Console
 
 from rlm._durations import parse_duration
-from rlm._symbols import symbol
 from rlm.cli._flags import usage_message
-from rlm.cli._history import RunKeeper
+from rlm.cli._history import RunKeeper, volley_label
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_options
 from rlm.cli._terminal import raw_option, safe_text
@@ -229,9 +227,7 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
     sinks = ([] if quiet_progress else [BatchLines(out.console)] if batch else
              [ProgressLines(total, out.console, done=len(stored.earlier))])
     merger = StreamMerger() if out.show_text else None
-    first = [t.prompt for t in itertools.islice(stored.tasks, 4)]
-    sep = f" {symbol('sep')} "
-    shown = sep.join(first[:3]) + (f"{sep}{symbol('more')}" if len(first) > 3 else "")
+    shown = volley_label(t.prompt for t in stored.tasks)
     trace_path = keeper.open(plan.config, kind="volley", query=shown)
     on_event = (VolleyJSONLines() if events_out
                 else TaskLines(total, title_of=partial(_running_title, journal)))

@@ -24,7 +24,7 @@ from rlm.cli._settings_cli import command_settings
 from rlm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("run", "chat", "volley", "volley create", "volley work", "volley list",
+COMMANDS = ("run", "chat", "mcp", "volley", "volley create", "volley work", "volley list",
             "volley show", "volley cancel", "eval", "eval show", "eval compare")
 RUN_ROWS = settings_of(RunConfig)
 
