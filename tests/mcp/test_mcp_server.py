@@ -115,6 +115,18 @@ async def test_a_client_lists_the_tools_asks_over_5_mb_and_reads_the_run_back(
         assert isinstance(page, TextResourceContents) and page.mime_type == "text/html"
         assert page.text.lstrip().lower().startswith("<!doctype html") and answer in page.text
         assert SECRET not in json.dumps(runs) and SECRET not in json.dumps(data)
+
+        # The same question over the same 5 MB, within a budget too small for it, and
+        # over a path outside the root: the protocol's tool errors, and the server goes on.
+        stopped = await session.call_tool(
+            "run", {"question": QUESTION, "paths": ["big.txt"], "max_llm_calls": 2})
+        assert_refused(stopped, "max-llm-calls 2 reached")
+        assert stopped.structured_content is not None
+        assert stopped.structured_content["status"] == "budget_exceeded"
+        outside = await session.call_tool(
+            "run", {"question": QUESTION, "paths": [str(path.parent.parent / "big.txt")]})
+        assert_refused(outside, "is outside the directories")
+        assert len(await read_json(session, "rlm://runs")) == 2  # the path started no run
     assert SECRET not in errlog.read_text()
 
 
@@ -132,7 +144,10 @@ async def test_budgets_and_paths_are_refused_as_tool_errors_and_the_server_goes_
     os.mkfifo(root / "pipe")
     (root / "small.txt").write_text("The magic number is 42.")
     errlog = tmp_path / "server.err"
-    async with mcp_server("--provider", "fixture", "--root", str(root), "--max-llm-calls", "2",
+    # The budget comes from the config file in the server's working directory (rlm.toml),
+    # as it would for `rlm run` started there.
+    (tmp_path / "rlm.toml").write_text("max_llm_calls = 2\n")
+    async with mcp_server("--provider", "fixture", "--root", str(root),
                           "--max-context-bytes", "4MiB", cwd=tmp_path, errlog=errlog,
                           ) as session:
         async def ask(paths: list[str], **more: Any) -> CallToolResult:
