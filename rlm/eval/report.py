@@ -3,7 +3,8 @@
 Per arm: accuracy (the mean score of the items that finished; a failed item
 scores 0, one whose scorer failed is left out and counted) with its 95 %
 bootstrap interval, cost (total and per item), tokens, LLM calls, latency
-(p50, p95) and failures by kind; and the same by context-size tier.  The
+(p50, p95; a task refused before it sent anything is left out) and failures
+by kind; and the same by context-size tier.  The
 report is plain data (:meth:`Report.to_dict` is the ``--output-format json``
 shape); the bootstrap is seeded from the eval's seed, the arm and the tier, so
 the same verdicts give the same report, however many processes gave them.
@@ -27,6 +28,8 @@ from rlm.eval.stats import bootstrap_mean, percentile
 __all__ = ["ArmFigures", "Outcome", "Report", "build_report", "item_answers", "outcomes"]
 
 OutcomeState = Literal["scored", "failed", "unscored", "pending"]
+#: Failures of a task refused before it sent anything (its latency is no latency).
+_REFUSED = frozenset({"context_window", "budget"})
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,10 @@ def figures(found: Sequence[Outcome], seed: int) -> ArmFigures:
     counted = [o.score for o in done if o.score is not None]
     interval = bootstrap_mean(counted, seed=seed)
     costs = [o.cost for o in done if o.cost is not None]
-    latencies = sorted(o.latency for o in done if o.latency is not None)
+    # A task refused before it sent anything (too long for its window, a cap spent) took
+    # no time worth the name: counted, it would make its arm look fast.
+    latencies = sorted(o.latency for o in done if o.latency is not None
+                       and not (o.calls == 0 and o.failure in _REFUSED))
     unpriced = any(o.cost is None for o in done)
     total = math.fsum(costs) if done and not unpriced else None
     return ArmFigures(

@@ -87,3 +87,15 @@ def test_the_heading_counts_one_arm_and_one_item_in_the_singular() -> None:
     text = report_text(build_report(one, outcomes(one, scorer="exact"),
                                     scoring={"scorer": "exact"}))
     assert "data.jsonl · 1 item × 1 arm ·" in text.splitlines()[0]
+
+
+def test_latency_leaves_out_a_task_refused_before_it_sent_anything() -> None:
+    refused = TaskResult(2, "Q?", "failed", 0.001, error="too long", cost=0.0,
+                         error_kind="context_window")
+    timed_out = TaskResult(4, "Q?", "failed", 9.0, error="timeout", error_kind="timeout",
+                           calls=1)
+    results = [ok(1, "0"), refused, ok(3, "1"), timed_out, ok(6, "2", seconds=2.0)]
+    direct = build_report(record(results), outcomes(record(results), scorer="exact"),
+                          scoring={"scorer": "exact"}).arms[1]
+    assert direct["finished"] == 3 and direct["failures"] == {"context_window": 1, "timeout": 1}
+    assert (direct["latency_p50"], direct["latency_p95"]) == (5.5, 8.65)  # of 2 s and 9 s
