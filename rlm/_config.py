@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_MAX_LLM_CALLS",
     "DEFAULT_MAX_REPLY_CHARS",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_MAX_TOKENS",
     "DEFAULT_SANDBOX_MEMORY",
     "DEFAULT_STALE_TIMEOUT",
     "DEFAULT_TIMEOUT",
@@ -85,6 +86,10 @@ DEFAULT_MAX_HISTORY_CHARS = 200_000
 DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
 #: Characters of one reply kept in the conversation, which every later step sends again.
 DEFAULT_MAX_REPLY_CHARS = 100_000
+#: Output tokens per request: far more than a step's code or a sub-query's answer, and a
+#: bound on a reply that runs on (a small local model can write pages of newlines until
+#: its context is full).
+DEFAULT_MAX_TOKENS = 4_096
 #: A volley task whose worker sent no heartbeat for this long is reopened for others.
 DEFAULT_STALE_TIMEOUT = 600.0
 
@@ -221,7 +226,8 @@ class RunConfig:
         "whole).", commands=_SEND, check=whole(1_000, 100_000_000),
     )
     max_tokens: int | None = setting(
-        None, "Output tokens per request (sent to the provider).",
+        DEFAULT_MAX_TOKENS, "Output tokens per request, sent to the provider: a bound on a "
+        "reply that runs on (a reasoning model's thinking counts in it); none sends no cap.",
         commands=_SEND, metavar="N|none", check=whole(1, 10_000_000),
     )
     context_window: int | None = setting(

@@ -17,6 +17,7 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     │       │                               request was forbidden (credentials, policy,
     │       │                               region or model: the server's message says)
     │       ├── QuotaExceededError  exit 3  402, 429 insufficient_quota, 400 credit: no credit
+    │       ├── ContextLengthError              400: the request does not fit the model's context
     │       └── RateLimitError              429 (retryable)
     ├── JournalError                exit 1  the journal cannot be opened, is too new, or failed
     │   ├── UnknownVolleyError  exit 2  no volley with that id (``last``: none at all);
@@ -44,6 +45,7 @@ __all__ = [
     "AuthenticationError",
     "BudgetExceeded",
     "ClaimLost",
+    "ContextLengthError",
     "ExecutionTimeout",
     "Interrupted",
     "JournalError",
@@ -178,6 +180,13 @@ class QuotaExceededError(ProviderStatusError):
 
     exit_code = 3
     ends_run = True
+
+
+class ContextLengthError(ProviderStatusError):
+    """400 (or another 4xx) saying the prompt and the output cap together pass the model's
+    context window (llama.cpp's and vLLM's "maximum context length is N tokens", OpenAI's
+    ``context_length_exceeded``, Anthropic's "prompt is too long").  Never retried: the
+    same request does not fit the next time either; the message says what to change."""
 
 
 class RateLimitError(ProviderStatusError):

@@ -39,6 +39,7 @@ from rlm._text import clean_text
 from rlm._url_userinfo import redact_url, redacted
 from rlm.errors import (
     AuthenticationError,
+    ContextLengthError,
     ProviderConnectionError,
     ProviderResponseError,
     ProviderStatusError,
@@ -86,6 +87,14 @@ _E = TypeVar("_E", bound=BaseException)
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 # OpenAI: 429 insufficient_quota; Anthropic: 400 "credit balance is too low".
 _OUT_OF_CREDIT = re.compile(r"insufficient_quota|credit balance is too low", re.IGNORECASE)
+# How servers say a request does not fit the model's context window: llama.cpp's server
+# (both wordings), vLLM and llama-cpp-python ("maximum context length is N tokens"),
+# OpenAI (context_length_exceeded), Anthropic ("prompt is too long").
+_CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|context_length_exceeded|prompt is too long|"
+    r"exceeds? (?:the )?(?:available )?context (?:size|window|length)",
+    re.IGNORECASE,
+)
 _CONNECT_TIMEOUT = 30.0
 # An error status's body is read for its message only (a few hundred characters shown).
 ERROR_BODY_BYTES = 64 << 10
@@ -432,6 +441,8 @@ def classify_status(
         return QuotaExceededError(
             f"{message}. The account is out of credit", url=url, status=status
         )
+    if 400 <= status < 500 and _CONTEXT_OVERFLOW.search(f"{message}\n{body}"):
+        return ContextLengthError(f"{message}. {_context_advice()}", url=url, status=status)
     if status == 429:
         return RateLimitError(
             message, url=url, status=status, retryable=True, retry_after=retry_after
@@ -442,6 +453,16 @@ def classify_status(
         status=status,
         retryable=status in _RETRYABLE_STATUS,
         retry_after=retry_after,
+    )
+
+
+def _context_advice() -> str:
+    """What to change when a request does not fit the model's context window."""
+    return (
+        "The prompt and the output cap together do not fit the model's context window: "
+        f"lower {setting('max_tokens')} (the cap counts in the window), give the server a "
+        "larger context (llama.cpp: --ctx-size), or send fewer characters per sub-query "
+        "(smaller chunks of the context)"
     )
 
 

@@ -29,7 +29,8 @@ import json
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from typing import Any, Literal, NamedTuple
@@ -93,6 +94,21 @@ class FixtureServerOptions:
     Every 429 says ``retry-after: <retry_after>`` seconds.  With
     ``announce_rpm`` every chat reply announces the limit as providers do
     (``x-ratelimit-limit-requests``), so a client can learn it.
+
+    Three switches make it a local server as llama.cpp's is (not refusing, but
+    queueing; no usage in streams; a small context):
+
+    - ``slots``: that many requests are worked on at once; the others wait their
+      turn in arrival order (never refused), each holding its slot until its reply is
+      sent.  A waiting request whose client went away still takes its turn: the
+      server finds out only when it sends the reply.
+    - ``stream_usage=False``: a streamed reply never carries usage, whatever
+      ``stream_options`` asks.
+    - ``context_limit``: a chat request whose prompt (characters / 4) has that many
+      tokens or more is refused with a 400 in llama.cpp's words (its Python server's,
+      as OpenAI's): "This model's maximum context length is N tokens. ...",
+      ``code: context_length_exceeded``.  The output cap is not checked: the server
+      shortens it to what the context has left, as llama.cpp does.
     """
 
     root_latency: float = 0.0
@@ -118,6 +134,9 @@ class FixtureServerOptions:
     announce_rpm: bool = False
     #: The batch services' completion delay, failures, expiry (rlm.testing.batch_service).
     batch: BatchServiceOptions = field(default_factory=BatchServiceOptions)
+    slots: int | None = None
+    stream_usage: bool = True
+    context_limit: int | None = None
 
     def __post_init__(self) -> None:
         rates = (self.rate_429, self.fail_500, self.fail_529, self.drop)
@@ -132,6 +151,8 @@ class FixtureServerOptions:
             raise ValueError("chunks and max_concurrent must be at least 1")
         if (self.rpm is not None and self.rpm <= 0) or self.rpm_burst < 1 or self.retry_after < 0:
             raise ValueError("rpm must be positive, rpm_burst at least 1, retry_after >= 0")
+        if min(self.slots or 1, self.context_limit or 1) < 1:
+            raise ValueError("slots and context_limit must be at least 1")
 
 
 @dataclass
@@ -149,6 +170,8 @@ class FixtureServerStats:
     max_in_flight: int = 0
     streams: int = 0
     cut_streams: int = 0
+    queued: int = 0  # chat requests waiting for a slot (``slots``)
+    max_queued: int = 0
 
     def as_json(self) -> dict[str, Any]:
         """The stats as served by ``GET /stats`` (status codes as string keys)."""
@@ -206,6 +229,7 @@ class _Chat:
     dialect: Literal["openai", "anthropic"] = "openai"
     schema: dict[str, Any] | None = None
     number: int = 0  # how many requests the server had seen when this one arrived: its id
+    max_tokens: int | None = None
     blocks: list[CacheBlock] = field(default_factory=list)  # Anthropic's prompt-cache view
 
 
@@ -250,7 +274,9 @@ def _parse_chat(body: bytes, path: bytes) -> _Chat:
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
             raise _BadRequest("response_format.json_schema.schema must be an object")
-    return _Chat(messages, model, payload.get("stream") is True, usage, schema=schema)
+    cap = payload.get("max_tokens")
+    return _Chat(messages, model, payload.get("stream") is True, usage, schema=schema,
+                 max_tokens=cap if isinstance(cap, int) else None)
 
 
 def _chat_completion(
@@ -290,6 +316,9 @@ class FixtureServer:
         self._prompt_cache = PromptCache()  # the Anthropic dialect's, by breakpoints
         self._rpm_tat = -math.inf  # GCRA: the theoretical arrival time of the next request
         self.batches = BatchService(self.options.batch, answer=self.answer)
+        # Fair (first come, first served), as a local server's queue is.
+        slots = self.options.slots
+        self._slots = trio.Semaphore(slots) if slots is not None else None
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -336,17 +365,38 @@ class FixtureServer:
                 msg = f"request body is larger than {MAX_BODY_BYTES} bytes"
                 await self._send(conn, stream, _error(413, msg, "payload_too_large", close=True))
                 return
-            reply = await self._dispatch(head, body)
-            if reply is None:  # fault injection: drop the connection without a response
-                return
-            if isinstance(reply, StreamReply):
-                if not await self._send_stream(conn, stream, reply):
-                    return  # a cut stream: close the connection mid-body
-            else:
-                await self._send(conn, stream, reply)
+            async with self._slot(head):
+                reply = await self._dispatch(head, body)
+                if reply is None:  # fault injection: drop the connection without a response
+                    return
+                if isinstance(reply, StreamReply):
+                    if not await self._send_stream(conn, stream, reply):
+                        return  # a cut stream: close the connection mid-body
+                else:
+                    await self._send(conn, stream, reply)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
+
+    @asynccontextmanager
+    async def _slot(self, head: RequestHead) -> AsyncIterator[None]:
+        """Hold one of the ``slots`` (waiting in turn for it) while a chat request is
+        answered, its reply sent; other requests and a server without slots go at once."""
+        path = head.target.split(b"?", 1)[0]
+        if self._slots is None or (path not in _CHAT_PATHS and path not in MESSAGES_PATHS):
+            yield
+            return
+        stats = self.stats
+        stats.queued += 1
+        stats.max_queued = max(stats.max_queued, stats.queued)
+        try:
+            await self._slots.acquire()
+        finally:
+            stats.queued -= 1
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     async def _read_request(
         self, conn: h11.Connection, stream: trio.abc.Stream
@@ -457,6 +507,8 @@ class FixtureServer:
         # Read now, not once the latency is over: by then requests in flight together
         # would all read the same count and share a reply id (streamed or not).
         chat.number = self.stats.total_requests
+        if (overflow := self._past_context(chat)) is not None:
+            return overflow
         cap = self.options.max_concurrent
         if cap is not None and self.stats.in_flight >= cap:
             return _rate_limited(f"more than {cap} requests in flight", self.options.retry_after)
@@ -471,6 +523,20 @@ class FixtureServer:
             return await self._complete(chat)
         finally:
             self.stats.in_flight -= 1
+
+    def _past_context(self, chat: _Chat) -> _Reply | None:
+        """llama.cpp's 400 when the prompt does not fit ``context_limit`` (else None)."""
+        limit = self.options.context_limit
+        prompt = math.ceil(sum(len(m["content"]) for m in chat.messages) / 4)
+        if limit is None or prompt < limit:
+            return None
+        cap = chat.max_tokens or 0
+        return _error(
+            400, f"This model's maximum context length is {limit} tokens. However, you "
+            f"requested {prompt + cap} tokens ({prompt} in the messages, {cap or None} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            "invalid_request_error", "context_length_exceeded",
+        )
 
     def _within_rpm(self) -> bool:
         """GCRA: admit the request and charge it, or refuse it (see the options)."""
@@ -546,7 +612,8 @@ class FixtureServer:
             )
         return stream_reply(
             text, model=model, reply_id=f"chatcmpl-fixture-{chat.number}",
-            usage=usage if chat.include_usage else None, chunk_chars=opts.chunk_chars,
+            usage=usage if chat.include_usage and opts.stream_usage else None,
+            chunk_chars=opts.chunk_chars,
             chunk_delay=chunk_delay, cut=cut,
         )
 

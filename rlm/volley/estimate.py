@@ -5,8 +5,10 @@ shared context, so they count once per task; with prompt caching (a prefix
 long enough to cache, and the warm-up on) every task after the first reads
 that prefix at the cached rate.  Where the provider bills writing the prefix
 to its cache (Anthropic), a task that is not expected to read it writes it at
-the cache-write rate, as the budget reserves it.  Output is each task's ``max_tokens`` when
-set, else an assumed ``ASSUMED_OUTPUT`` tokens.  Time assumes every task takes
+the cache-write rate, as the budget reserves it.  Output is each task's cap
+(its ``max_tokens``, else the setting's): what it may cost at most, as the budget
+reserves it; a task sent with no cap counts the budget's own guess
+(``DEFAULT_OUTPUT_ESTIMATE``).  Time assumes every task takes
 ``latency`` seconds and the volley runs at the configured concurrency and
 rates.  ``--rlm`` tasks are estimated as two root steps each plus one pass of
 sub-queries over the shared context (a floor: models may do more).
@@ -26,13 +28,14 @@ from dataclasses import dataclass
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._durations import format_duration
+from rlm._spelling import setting
 from rlm._traffic.prices import PriceTable
+from rlm._traffic.usage import DEFAULT_OUTPUT_ESTIMATE
 from rlm.volley.layout import RequestLayout
 from rlm.volley.records import VolleyTask
 
-__all__ = ["ASSUMED_OUTPUT", "CONFIRM_TASKS", "CONFIRM_TOKENS", "Estimate", "estimate"]
+__all__ = ["CONFIRM_TASKS", "CONFIRM_TOKENS", "Estimate", "estimate"]
 
-ASSUMED_OUTPUT = 256  # output tokens per task when no max_tokens is set
 CONFIRM_TASKS = 10  # more tasks than this: show the estimate and ask on a TTY
 CONFIRM_TOKENS = 50_000  # or more estimated tokens than this
 
@@ -43,7 +46,7 @@ class Estimate:
     input_tokens: int
     cached_tokens: int  # the part of input_tokens expected to be read from a cache
     output_tokens: int
-    output_assumed: bool
+    output_assumed: bool  # some task is sent with no cap: its output is a guess
     cost: float | None  # None: some model has no price
     seconds: float
     latency: float
@@ -53,6 +56,7 @@ class Estimate:
     batch_cost: float | None = None
     batch_api: bool = False
     batch_priced: bool = False  # batch_cost was worked out (completion tasks only)
+    output_cap: int | None = None  # every task's cap, when they share one
 
     @property
     def total_tokens(self) -> int:
@@ -63,32 +67,42 @@ class Estimate:
         """Whether the volley is big enough to show the estimate and ask first."""
         return self.tasks > CONFIRM_TASKS or self.total_tokens > CONFIRM_TOKENS
 
+    def _output(self) -> str:
+        """The output part of the tokens line: at most the caps, or a guess without one."""
+        name = setting("max_tokens")
+        if self.output_assumed:
+            return (f"~{self.output_tokens:,} output (a task with no {name} cap counts "
+                    f"{DEFAULT_OUTPUT_ESTIMATE:,})")
+        each = f"{self.output_cap:,} per task" if self.output_cap else "each task's cap"
+        return f"at most {self.output_tokens:,} output ({each}: {name})"
+
     def lines(self) -> list[str]:
         rates = [f"{self.cached_tokens:,} at the cached rate"] if self.cached_tokens else []
         if self.written_tokens:
             rates.append(f"{self.written_tokens:,} at the cache-write rate")
         cached = f" ({', '.join(rates)})" if rates else ""
-        assumed = f" (assuming {ASSUMED_OUTPUT} per task)" if self.output_assumed else ""
-        live = _dollars(self.cost)
+        at_most = " at most" if not self.output_assumed else ""
+        live = _dollars(self.cost, at_most)
         if self.batch_api:
-            cost = f"{_dollars(self.batch_cost)} at batch prices (live: {live})"
+            cost = f"{_dollars(self.batch_cost, at_most)} at batch prices (live: {live})"
             time = "up to 24 h (the provider's batch window; often much sooner)"
         else:
             cost = live
             if self.batch_priced:
-                cost += f" (through the batch API, --batch-api: {_dollars(self.batch_cost)})"
+                batch = _dollars(self.batch_cost, at_most)
+                cost += f" (through the batch API, --batch-api: {batch})"
             time = f"~{format_duration(self.seconds)} (assuming {self.latency:g}s per request)"
         return [
             f"estimate: {self.tasks:,} task{'' if self.tasks == 1 else 's'}",
-            f"  tokens: ~{self.input_tokens:,} input{cached}, ~{self.output_tokens:,} "
-            f"output{assumed}",
+            f"  tokens: ~{self.input_tokens:,} input{cached}, {self._output()}",
             f"  cost:   {cost}",
             f"  time:   {time}",
         ]
 
 
-def _dollars(cost: float | None) -> str:
-    return "unpriced" if cost is None else f"${cost:.4f}"
+def _dollars(cost: float | None, bound: str = "") -> str:
+    """A cost as the estimate shows it (``bound``: " at most" when every output is capped)."""
+    return "unpriced" if cost is None else f"${cost:.4f}{bound}"
 
 
 def estimate(
@@ -123,6 +137,7 @@ def estimate(
     batch_cost: float | None = 0.0
     batched = batch_prices is not None and not rlm
     assumed = False
+    caps: set[int] = set()  # the caps seen, up to two (shared, or not)
     for count, task in enumerate(tasks, 1):
         task_in = per_task_prefix + len(task.prompt) // 4
         task_cached = layout.prefix_chars // 4 if caching and count > 1 else 0
@@ -130,7 +145,9 @@ def estimate(
         task_written = layout.prefix_chars // 4 if writing and not task_cached else 0
         max_tokens = task.max_tokens or config.max_tokens
         assumed = assumed or max_tokens is None
-        task_out = max_tokens or ASSUMED_OUTPUT
+        if max_tokens is not None and len(caps) < 2:
+            caps.add(max_tokens)
+        task_out = max_tokens or DEFAULT_OUTPUT_ESTIMATE
         input_tokens += task_in
         cached += task_cached
         written += task_written
@@ -154,7 +171,9 @@ def estimate(
         requests * 60 / config.rpm if config.rpm else 0.0,
         (input_tokens + output) * 60 / config.tpm if config.tpm else 0.0,
     )
+    shared = next(iter(caps)) if len(caps) == 1 and not assumed else None
     return Estimate(
         count, input_tokens, cached, output, assumed, cost, seconds, latency, written,
         batch_cost=batch_cost if batched else None, batch_api=batch_api, batch_priced=batched,
+        output_cap=shared,
     )

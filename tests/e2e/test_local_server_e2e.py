@@ -1,0 +1,60 @@
+"""The command line against a local server as llama.cpp's is (issue 31, "Local models"):
+the fixture server with a small context, one slot and a queue, and streams without usage.
+
+Each test failed before its fix: no output cap was sent, a context overflow was a bare
+HTTP 400, the volley estimate assumed 256 tokens a task.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import trio
+
+from tests.helpers import rlm_in_process, serving
+
+RLM_BIN = [sys.executable, "-m", "rlm"]
+NEEDLE = "filler. " * 300 + "The magic number is 6174. " + "more. " * 50
+
+
+async def rlm(*args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    with trio.fail_after(120):
+        return await trio.run_process(
+            [*RLM_BIN, *args], capture_stdout=True, capture_stderr=True, check=False,
+            stdin=subprocess.DEVNULL, env=env,
+        )
+
+
+async def test_a_context_overflow_says_what_to_change_and_the_default_cap_was_sent() -> None:
+    # The root's system prompt alone is over 1,000 tokens.
+    async with serving(context_limit=1_000) as (url, server):
+        done = await rlm("run", "What is the magic number?", "--context", NEEDLE,
+                         "--base-url", url, "--model", "fixture")
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert "maximum context length is 1000 tokens" in err
+    assert "4096 in the completion" in err  # the default cap, sent with the request
+    assert "lower --max-tokens" in err and "larger context" in err
+    assert "fewer characters per sub-query" in err
+    assert server.stats.by_status == {400: 1}  # not retried: it would not fit again
+
+
+def test_the_volley_estimate_counts_the_real_cap() -> None:
+    shown = rlm_in_process("volley", "a", "b", "--provider", "fixture", "--estimate")
+    assert "at most 8,192 output (4,096 per task: --max-tokens)" in shown.stdout, shown.stdout
+    assert "256" not in shown.stdout
+    capped = rlm_in_process("volley", "a", "b", "--provider", "fixture", "--estimate",
+                            "--max-tokens", "100")
+    assert "at most 200 output (100 per task: --max-tokens)" in capped.stdout
+    uncapped = rlm_in_process("volley", "a", "b", "--provider", "fixture", "--estimate",
+                              "--max-tokens", "none")
+    assert "~2,048 output (a task with no --max-tokens cap counts 1,024)" in uncapped.stdout
+
+
+def test_config_show_names_the_default_cap() -> None:
+    shown = rlm_in_process("config", "show")
+    line = next(line for line in shown.stdout.splitlines() if line.split()[:1] == ["max_tokens"])
+    assert line.split()[1] == "4096"
