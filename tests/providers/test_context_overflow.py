@@ -25,15 +25,15 @@ def _advice_in(message: str) -> None:
 
 
 async def test_the_llama_cpp_400_on_loopback_becomes_advice() -> None:
-    async with serving(context_limit=100) as (url, server):
-        async with make_http_client(max_connections=1, request_timeout=30) as client:
-            provider = OpenAIProvider(client, url, None)
-            request = CompletionRequest(
-                messages=[{"role": "user", "content": "x" * 800}], model="fixture",
-                max_tokens=4096,
-            )
-            with pytest.raises(ContextLengthError) as raised:
-                await provider.complete(request)
+    request = CompletionRequest(
+        messages=[{"role": "user", "content": "x" * 800}], model="fixture", max_tokens=4096
+    )
+    async with (
+        serving(context_limit=100) as (url, server),
+        make_http_client(max_connections=1, request_timeout=30) as client,
+    ):
+        with pytest.raises(ContextLengthError) as raised:
+            await OpenAIProvider(client, url, None).complete(request)
     error = raised.value
     assert error.status == 400 and not error.retryable
     message = str(error)
@@ -52,8 +52,9 @@ async def test_the_llama_cpp_400_on_loopback_becomes_advice() -> None:
                    "code": "context_length_exceeded"}},
         {"error": {"message": "Input too long.", "code": "context_length_exceeded"}},
         # Anthropic.
-        {"type": "error", "error": {"type": "invalid_request_error",
-                                    "message": "prompt is too long: 210000 tokens > 200000 maximum"}},
+        {"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 210000 tokens > 200000 maximum"}},
         # llama.cpp's own server (llama-server).
         {"error": {"code": 400, "message": "the request exceeds the available context size, "
                    "try increasing it", "type": "exceed_context_size_error"}},
