@@ -11,7 +11,7 @@ import re
 
 from rlm.errors import UsageError
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "format_wait", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
@@ -49,3 +49,8 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{rest:02d}s" if rest else f"{minutes}m"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+
+
+def format_wait(seconds: float) -> str:
+    """A back-off as a progress line says it: ``0.92s``, ``2.5s``, ``1m30s``."""
+    return f"{seconds:.2g}s" if seconds < 10 else format_duration(seconds)

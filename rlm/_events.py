@@ -331,6 +331,9 @@ class LLMRetry(Event):
     delay_s: float
     reason: str
     retry_after: bool
+    brief: str = ""  # the reason in a few words, for a progress line
+    task: int | None = None
+    task_title: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

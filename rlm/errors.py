@@ -10,7 +10,8 @@ kept as ``__cause__``.  ``exit_code`` is what ``rlm`` returns for that error.
     ├── UsageError                  exit 2  bad flag, missing or unreadable file, bad input
     │   └── SettingError                    a setting's value (named as the caller spells it)
     ├── ProviderError               exit 1  the LLM endpoint failed
-    │   ├── ProviderConnectionError         cannot connect, reset, timed out
+    │   ├── ProviderConnectionError         cannot connect, reset
+    │   │   └── ProviderTimeout                 an attempt passed a time limit
     │   ├── ProviderResponseError           reply is not the JSON we expect
     │   └── ProviderStatusError             an HTTP error status
     │       ├── AuthenticationError exit 4  401: the credentials were refused; 403: the
@@ -54,6 +55,7 @@ __all__ = [
     "ProviderError",
     "ProviderResponseError",
     "ProviderStatusError",
+    "ProviderTimeout",
     "QuotaExceededError",
     "RLMError",
     "RateLimitError",
@@ -126,12 +128,19 @@ class SettingError(UsageError):
 
 
 class ProviderError(RLMError):
-    """An LLM endpoint failed.  ``url`` names the endpoint."""
+    """An LLM endpoint failed.  ``url`` names the endpoint; ``brief`` says what went wrong
+    in a few words, for a progress line (``timed out after 600s (--request-timeout)``,
+    ``rate limited (HTTP 429)``): the message says it in full."""
 
-    def __init__(self, message: str, *, url: str = "", retryable: bool = False) -> None:
+    brief_default = "failed"
+
+    def __init__(
+        self, message: str, *, url: str = "", retryable: bool = False, brief: str | None = None
+    ) -> None:
         super().__init__(message)
         self.url = url
         self.retryable = retryable
+        self.brief = brief or self.brief_default
 
 
 class ProviderConnectionError(ProviderError):
@@ -141,12 +150,41 @@ class ProviderConnectionError(ProviderError):
     is not trusted (no retry can fix either).
     """
 
-    def __init__(self, message: str, *, url: str = "", retryable: bool = True) -> None:
-        super().__init__(message, url=url, retryable=retryable)
+    brief_default = "connection failed"
+
+    def __init__(
+        self, message: str, *, url: str = "", retryable: bool = True, brief: str | None = None
+    ) -> None:
+        super().__init__(message, url=url, retryable=retryable, brief=brief)
+
+
+class ProviderTimeout(ProviderConnectionError):
+    """An attempt passed a time limit: ``request_timeout`` for the whole of it, or
+    ``stream_idle_timeout`` between two pieces of a stream (``limit`` names which,
+    ``seconds`` its value).  Retryable.  Adaptive concurrency counts it as push-back,
+    as it does a 429: a server too slow to answer in time has more requests than it
+    works on (a local server with one slot queues the others)."""
+
+    brief_default = "timed out"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str = "",
+        limit: str = "request_timeout",
+        seconds: float | None = None,
+        brief: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url, brief=brief)
+        self.limit = limit
+        self.seconds = seconds
 
 
 class ProviderResponseError(ProviderError):
     """The endpoint answered, but not with the JSON shape of a chat completion."""
+
+    brief_default = "bad reply"
 
 
 class ProviderStatusError(ProviderError):
@@ -161,7 +199,8 @@ class ProviderStatusError(ProviderError):
         retryable: bool = False,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(message, url=url, retryable=retryable)
+        brief = "rate limited (HTTP 429)" if status == 429 else f"HTTP {status}"
+        super().__init__(message, url=url, retryable=retryable, brief=brief)
         self.status = status
         self.retry_after = retry_after
 

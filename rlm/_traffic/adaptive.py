@@ -1,7 +1,8 @@
 """Adaptive concurrency for limits nobody told us (AIMD on the sub lane).
 
 Until the provider pushes back, the configured cap is used in full: a fan-out
-never pays a slow start when nothing is wrong.  On overload (429/503/529) the
+never pays a slow start when nothing is wrong.  On overload (429/503/529, or an
+attempt that timed out: a server with one slot queues the rest) the
 sub lane's capacity is halved — at most once per round-trip time, so one burst
 of 429s from requests already in flight does not collapse it to 1 — and then
 grows back by one permit per round trip of successes, never above the

@@ -5,8 +5,8 @@ a pacing slot (rpm/tpm) → send once through the provider → record the outcom
 Between attempts the permit is released and the request backs off (the
 provider's ``Retry-After`` when it gave one), never past the run's deadline;
 a retry goes back through the limiter and the pacer like any request.
-Overload answers (429/503/529) shrink the sub lane's capacity (AIMD);
-successes grow it back.  A 429 whose cause is rate (its message says so, or
+Overload answers (429/503/529) and attempts that timed out shrink the sub
+lane's capacity (AIMD); successes grow it back.  A 429 whose cause is rate (its message says so, or
 every request in flight was refused) slows the pacer instead, when a rate is
 known (adaptive rate).  While a request backs off from an overload answer of
 concurrency, the sub lane holds back one permit for it, so the permit it
@@ -226,6 +226,9 @@ class Gate:
                 delay_s=round(delay, 6),
                 reason=f"{type(exc).__name__}: {exc}"[:300],
                 retry_after=getattr(exc, "retry_after", None) is not None,
+                brief=exc.brief,
+                task=request.task,
+                task_title=request.task_title,
             )
         )
         end = now + delay

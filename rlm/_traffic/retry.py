@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from rlm._spelling import setting
-from rlm.errors import ProviderError, ProviderStatusError, RateLimitError
+from rlm.errors import ProviderError, ProviderStatusError, ProviderTimeout, RateLimitError
 
 __all__ = ["RetryPolicy", "is_overload", "refused_for_rate", "waited_too_long"]
 
@@ -34,11 +34,13 @@ _RATE_WORDS = re.compile(
 
 
 def is_overload(exc: ProviderError) -> bool:
-    """429/503/529: push-back that should shrink adaptive capacity.
+    """429/503/529, and an attempt that timed out: push-back that should shrink adaptive
+    capacity (a server that does not answer in time has more requests than it works on:
+    a local one with a slot or two queues the rest, and a retry joins the same queue).
 
     Plain network errors and other 5xx are retried without shrinking.
     """
-    return isinstance(exc, RateLimitError) or (
+    return isinstance(exc, RateLimitError | ProviderTimeout) or (
         isinstance(exc, ProviderStatusError) and exc.status in _OVERLOAD_STATUS
     )
 

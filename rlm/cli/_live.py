@@ -15,12 +15,14 @@ import os
 import sys
 from typing import Any, TextIO
 
+from rlm._durations import format_wait
 from rlm._events import (
     BridgeCallFinished,
     BridgeCallStarted,
     CodeExecuted,
     Event,
     LLMResponse,
+    LLMRetry,
     RunFinished,
     StepCompleted,
     StreamDiscarded,
@@ -60,7 +62,9 @@ class LiveDisplay:
         self._status_shown = False
         self._root_request: int | None = None
         self._after_output = False  # a block's output was shown while its reply streamed
-        self._subs: dict[str, Any] = {"streaming": set(), "done": 0, "failed": 0, "chars": 0}
+        self._subs: dict[str, Any] = {
+            "streaming": set(), "done": 0, "failed": 0, "retries": 0, "chars": 0
+        }
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -74,6 +78,8 @@ class LiveDisplay:
             self._line(self._paint(_RED, f"[stream cut after {event.chars} chars: retrying; "
                                          "the text above is void]"))
             self._in_code, self._held = False, ""
+        elif isinstance(event, LLMRetry):
+            self._retry(event)
         elif isinstance(event, LLMResponse) and event.lane == "sub":
             self._subs["streaming"].discard(event.request_id)
             self._subs["done" if event.status == "ok" else "failed"] += 1
@@ -90,6 +96,16 @@ class LiveDisplay:
             self._clear_status()
             if not self._at_line_start:
                 self._write("\n")
+
+    def _retry(self, event: LLMRetry) -> None:
+        """A root step's retry is a line of its own; a sub-query's is counted in the status."""
+        if event.call_id == "root" and event.lane == "root":
+            why = safe_text(event.brief or event.reason.split(":", 1)[0])
+            self._line(self._paint(_RED, f"[{symbol('warn')} step {why}, retrying in "
+                                         f"{format_wait(event.delay_s)}]"))
+        else:
+            self._subs["retries"] += 1
+            self._status(event.t)
 
     # -- the root's text -------------------------------------------------------------
 
@@ -152,6 +168,7 @@ class LiveDisplay:
             f"{symbol('busy')} sub-queries: {len(subs['streaming'])} streaming {sep} "
             f"{subs['done']} done"
             + (f" {sep} {subs['failed']} failed" if subs["failed"] else "")
+            + (f" {sep} {subs['retries']} retried" if subs["retries"] else "")
             + f" {sep} {subs['chars']:,} chars at {t:.1f}s"
         )
         if self.tty and self._at_line_start:

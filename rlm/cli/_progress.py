@@ -15,6 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rlm._durations import format_wait
 from rlm._events import (
     BridgeCallFinished,
     BridgeCallStarted,
@@ -23,6 +24,7 @@ from rlm._events import (
     CallStarted,
     CodeExecuted,
     Event,
+    LLMRetry,
     RunFinished,
     RunStarted,
     StepCompleted,
@@ -166,14 +168,13 @@ class ProgressPrinter:
             return self._bridge_line(who, event)
         if isinstance(event, CallFinished) and event.depth > 0:
             return [who, (f": child call {event.status}", None)]
+        if isinstance(event, LLMRetry):
+            what = "step" if event.lane == "root" else "sub-query"
+            why = safe_text(event.brief or event.reason.split(":", 1)[0])
+            return [who, (": ", None), (f"{symbol('warn')} {what} {why}", "yellow"),
+                    (f", retrying in {format_wait(event.delay_s)}", None)]
         if isinstance(event, RunFinished):
-            return [(
-                f"run {event.status} in {event.duration_s:.2f}s {symbol('sep')} "
-                f"{plural(event.llm_calls, 'LLM call')} {symbol('sep')} "
-                f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens {symbol('sep')} "
-                f"{format_cost(event.usage_detail, event.llm_calls)}",
-                None,
-            )]
+            return [(_summary(event), None)]
         return None
 
     def _bridge_line(self, who: tuple[str, None], event: BridgeCallFinished) -> Segments:
@@ -195,6 +196,21 @@ class ProgressPrinter:
         if event.failed_items:
             line += [(", ", None), (f"{event.failed_items} failed", "red")]
         return line
+
+
+def _summary(event: RunFinished) -> str:
+    """The run's last line: status, time, calls (and retries), tokens, cost."""
+    sep = f" {symbol('sep')} "
+    lanes = event.traffic.get("lanes", {}).values()
+    retries = sum(int(lane.get("retries") or 0) for lane in lanes)
+    calls = plural(event.llm_calls, "LLM call")
+    if retries:
+        calls += f" ({plural(retries, 'retry', 'retries')})"
+    return sep.join([
+        f"run {event.status} in {event.duration_s:.2f}s", calls,
+        f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens",
+        format_cost(event.usage_detail, event.llm_calls),
+    ])
 
 
 def _doing(event: Event) -> str | None:

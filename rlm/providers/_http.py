@@ -43,6 +43,7 @@ from rlm.errors import (
     ProviderConnectionError,
     ProviderResponseError,
     ProviderStatusError,
+    ProviderTimeout,
     QuotaExceededError,
     RateLimitError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "bad_reply",
     "classify_status",
     "clean_text",
+    "client_timeout",
     "count_tokens",
     "endpoint_url",
     "error_detail",
@@ -132,10 +134,13 @@ def finished_within(
             yield
     except trio.TooSlowError as exc:
         name = setting("request_timeout")
-        raise ProviderConnectionError(
+        raise ProviderTimeout(
             f"{url} did not finish its response within {seconds:g} s ({name}{received()}); "
-            f"raise {name} if this endpoint's answers are really that slow",
+            f"raise {name} if this endpoint's answers are really that slow (a local server "
+            f"works on one request at a time: lower {setting('max_concurrent')} too)",
             url=url,
+            seconds=seconds,
+            brief=f"timed out after {seconds:g}s ({name})",
         ) from exc
 
 
@@ -264,7 +269,7 @@ def translated_errors(url: str) -> Iterator[None]:
     try:
         yield
     except httpx2.TimeoutException as exc:
-        raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
+        raise client_timeout(url, exc) from exc
     except httpx2.TransportError as exc:
         raise unreachable_error(url, exc) or ProviderConnectionError(
             f"cannot reach {url}: {reason(exc)} (is the server running, and "
@@ -300,6 +305,13 @@ async def read_body(
     return httpx2.Response(
         response.status_code, headers=headers, content=bytes(body), request=response.request
     )
+
+
+def client_timeout(url: str, exc: httpx2.TimeoutException) -> ProviderTimeout:
+    """The error for one of the HTTP client's own limits (connecting, or a read under
+    ``request_timeout``), which can pass before the whole attempt's."""
+    kind = type(exc).__name__
+    return ProviderTimeout(f"{url} timed out ({kind})", url=url, brief=f"timed out ({kind})")
 
 
 def too_large(url: str, cap: int, declared: int | None = None) -> ProviderResponseError:

@@ -29,13 +29,14 @@ from typing import Any, cast
 import httpx2
 
 from rlm._spelling import setting
-from rlm.errors import ProviderConnectionError, ProviderResponseError
+from rlm.errors import ProviderConnectionError, ProviderResponseError, ProviderTimeout
 from rlm.providers._http import (
     BAD_SHAPE,
     ERROR_BODY_BYTES,
     JSONProvider,
     ResponseLimits,
     clean_text,
+    client_timeout,
     finished_within,
     key_sent,
     read_body,
@@ -166,13 +167,16 @@ async def stream_completion(
                 await _read_events(response, url, reader, on_text, cap)
                 return reader.completion(response)
     except httpx2.ReadTimeout as exc:
-        raise ProviderConnectionError(
-            f"{url} stalled: no bytes for {idle_timeout:g} s ({setting('stream_idle_timeout')}"
-            f"{so_far()})",
+        name = setting("stream_idle_timeout")
+        raise ProviderTimeout(
+            f"{url} stalled: no bytes for {idle_timeout:g} s ({name}{so_far()})",
             url=url,
+            limit="stream_idle_timeout",
+            seconds=idle_timeout,
+            brief=f"no bytes for {idle_timeout:g}s ({name})",
         ) from exc
     except httpx2.TimeoutException as exc:
-        raise ProviderConnectionError(f"{url} timed out ({type(exc).__name__})", url=url) from exc
+        raise client_timeout(url, exc) from exc
     except httpx2.SSEError as exc:
         if opened and opened[0].num_bytes_downloaded > cap:  # one event past the cap
             raise too_large(url, cap) from exc
@@ -181,7 +185,8 @@ async def stream_completion(
         received = reader.chars
         what = "dropped the stream" if received else "could not be read"
         raise (None if received else unreachable_error(url, exc)) or ProviderConnectionError(
-            f"{url} {what} ({reason(exc)}{so_far()})", url=url
+            f"{url} {what} ({reason(exc)}{so_far()})", url=url,
+            brief="the stream dropped" if received else None,
         ) from exc
     except httpx2.DecodingError as exc:  # a compressed body that does not decompress
         raise ProviderResponseError(
@@ -216,4 +221,5 @@ async def _read_events(
             f"{url} ended the stream before its final event "
             f"({reader.chars} chars received, discarded)",
             url=url,
+            brief="the stream ended early",
         )

@@ -4,7 +4,7 @@ Lines come from events (``task_finished`` after the sink accepted the result,
 ``llm_retry``, ``capacity_changed``), e.g.::
 
     [3/5] ✓ api.go (16.2s, 3.9k tokens, $0.01)
-    [3/5] ⚠ rate limited, retrying in 2s
+    [3/5] ⚠ main.go: timed out after 600s (--request-timeout), retrying in 0.92s
 
 On a TTY a status bar under them is redrawn a few times a second: counters,
 in flight, current concurrency, retries, 429s, tokens, cost so far, ETA.
@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
-from rlm._durations import format_duration
+from rlm._durations import format_duration, format_wait
 from rlm._events import CapacityChanged, Event, LLMRetry
 from rlm._symbols import symbol
 from rlm.volley.engine import Volley, VolleyProgress
@@ -70,12 +70,10 @@ class ProgressLines:
             why = escape((event.error or "")[:200])
             return f"{where} [red]{symbol('failed')}[/red] {label}: {why}"
         if isinstance(event, LLMRetry):
-            why = "rate limited" if event.reason.startswith("RateLimitError") else escape(
-                event.reason.split(":", 1)[0]
-            )
+            why = escape(event.brief or event.reason.split(":", 1)[0])
             return (
-                f"[{self.done}/{self.total}] [yellow]{symbol('warn')}[/yellow] {why}, retrying in "
-                f"{format_duration(event.delay_s)}"
+                f"[{self.done}/{self.total}] [yellow]{symbol('warn')}[/yellow] "
+                f"{escape(_retried_task(event))}: {why}, retrying in {format_wait(event.delay_s)}"
             )
         if isinstance(event, CapacityChanged) and event.reason == "overload":
             return (
@@ -119,6 +117,15 @@ class BatchLines:
             if self._failures == self._shown + 1:
                 return "[red]✗[/red] more tasks failed: `rlm volley show ID` lists them all"
         return None
+
+
+def _retried_task(event: LLMRetry) -> str:
+    """The label of the task a retried request belongs to: its title, else ``task N``
+    from its call id (``t3``, or ``t3.1`` for a child call of an ``--rlm`` task)."""
+    if event.task_title:
+        return task_label(event.task_title, 50)
+    number = event.call_id[1:].partition(".")[0]
+    return f"task {number}" if event.call_id.startswith("t") and number.isdigit() else "a task"
 
 
 def status_line(p: VolleyProgress) -> str:

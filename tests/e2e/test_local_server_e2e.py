@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import trio
 
@@ -58,3 +59,32 @@ def test_config_show_names_the_default_cap() -> None:
     shown = rlm_in_process("config", "show")
     line = next(line for line in shown.stdout.splitlines() if line.split()[:1] == ["max_tokens"])
     assert line.split()[1] == "4096"
+
+
+async def test_a_volley_retry_says_the_reason_and_the_task(tmp_path: Path) -> None:
+    # One slot, half a second a request, a second to answer: the third task waits past it.
+    async with serving(slots=1, sub_latency=0.5) as (url, server):
+        done = await rlm("volley", "first task", "second task", "third task", "--base-url", url,
+                         "--model", "fixture", "--request-timeout", "1", "--max-concurrent", "3",
+                         "--journal", str(tmp_path / "j.sqlite3"), "-y")
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    retried = [line for line in err.splitlines() if "retrying in" in line]
+    assert retried, err
+    assert all("timed out after 1s (--request-timeout), retrying in " in line for line in retried)
+    assert all(any(f"{task}:" in line for task in ("second task", "third task"))
+               for line in retried), retried
+    assert "ProviderConnectionError" not in err and "ProviderTimeout" not in err
+    assert server.stats.max_queued >= 1
+
+
+async def test_a_run_shows_each_retry_and_counts_them() -> None:
+    async with serving(slots=1, sub_latency=0.5) as (url, _):
+        done = await rlm("run", "What is the magic number?", "--context", NEEDLE,
+                         "--base-url", url, "--model", "fixture:4", "--request-timeout", "1",
+                         "--max-concurrent", "4")
+    err = done.stderr.decode()
+    assert done.returncode == 0 and done.stdout == b"6174\n", err
+    assert "root: ⚠ sub-query timed out after 1s (--request-timeout), retrying in " in err
+    summary = next(line for line in err.splitlines() if "run answered in" in line)
+    assert " retr" in summary and "LLM calls (" in summary, summary
