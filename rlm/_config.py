@@ -54,6 +54,7 @@ __all__ = [
     "TraceContent",
     "VolleyMode",
     "VolleyOptions",
+    "check_sub_endpoint",
     "public_settings",
     "shown_settings",
 ]
@@ -358,6 +359,12 @@ class RunConfig:
     def effective_sub_model(self) -> str:
         return self.sub_model or self.model
 
+    @property
+    def over_http(self) -> bool:
+        """Whether a request goes over HTTP: every one, unless the provider is the fixture
+        model; then sub-queries only, when ``sub_base_url`` names an endpoint for them."""
+        return self.provider != "fixture" or self.sub_base_url is not None
+
     def validate(self) -> RunConfig:
         """Return self, or raise SettingError naming the setting that is wrong."""
         check_fields(self)
@@ -374,9 +381,20 @@ class RunConfig:
         Only for runs whose providers are made from this configuration: a
         caller that brings its own providers needs no endpoint.
         """
-        if self.provider == "fixture":
+        if not self.over_http:
             return self
-        for name, url in (("base_url", self.base_url), ("sub_base_url", self.sub_base_url)):
+        urls: tuple[tuple[str, str | None], ...] = (
+            ("base_url", self.base_url), ("sub_base_url", self.sub_base_url)
+        )
+        if self.provider == "fixture":
+            if not self.sub_model:
+                raise SettingError(
+                    "<sub_base_url> with <provider=fixture> sends every sub-query to that "
+                    "endpoint (the fixture writes the root's steps): name the model it serves "
+                    "with <sub_model>"
+                )
+            urls = urls[1:]  # the root is the fixture: base_url is not used
+        for name, url in urls:
             if url and not url.startswith(("http://", "https://")):
                 raise SettingError(
                     f"<{name}> must start with http:// or https://, got {redact_url(url)!r}"
@@ -564,6 +582,19 @@ SETTINGS: tuple[Setting, ...] = (
 
 #: Every setting at its default: what the CLI's flags and ``RLM(...)`` start from.
 DEFAULTS = RunConfig()
+
+
+def check_sub_endpoint(config: RunConfig, options: VolleyOptions) -> None:
+    """Raise SettingError for a volley of completions with the fixture as its provider and
+    a real ``sub_base_url``: that pairing scripts the root of RLM calls, and a completion
+    task has no root step and no sub-query."""
+    if config.provider == "fixture" and config.over_http and options.mode != "rlm":
+        raise SettingError(
+            "<sub_base_url> with <provider=fixture> pairs the scripted root with a real "
+            "sub-model, and only whole RLM calls make sub-queries: run the tasks as RLM "
+            '(rlm volley --rlm; mode="rlm" from Python), or give the endpoint as <base_url> '
+            "with <provider=openai> for plain completions"
+        )
 
 
 def public_settings(config: RunConfig) -> dict[str, Any]:

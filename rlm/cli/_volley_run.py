@@ -18,7 +18,7 @@ import click
 import trio
 from rich.console import Console
 
-from rlm._config import RunConfig, VolleyOptions
+from rlm._config import RunConfig, VolleyOptions, check_sub_endpoint
 from rlm._settings import Layer, api_key_from_environment, settings_of
 from rlm.cli._flags import model_or_blank
 from rlm.cli._settings_cli import command_settings
@@ -120,7 +120,9 @@ def volley_settings(
     config = RunConfig(**run, api_key=api_key_from_environment(run["provider"]))
     options = VolleyOptions(**resolved.scope(settings_of(VolleyOptions)))
     # No model, a bad URL: said before anything runs or is stored.
-    return config.validate().validate_endpoint(), options.validate()
+    config, options = config.validate().validate_endpoint(), options.validate()
+    check_sub_endpoint(config, options)
+    return config, options
 
 
 def fixture_providers(
@@ -128,7 +130,7 @@ def fixture_providers(
 ) -> dict[Lane, Provider] | None:
     """The fixture model at the volley's pace, when it is the volley's provider (None:
     the providers ``config`` names are opened as usual)."""
-    if config.provider != "fixture":
+    if config.over_http:  # not the fixture, or a real sub-model: opened as usual
         return None
     model = FixtureProvider.paced(fixture)
     return {"root": model, "sub": model}
@@ -172,7 +174,7 @@ def require_key(config: RunConfig, options: VolleyOptions | None = None) -> None
         from rlm.providers.open import check_batch_service
 
         check_batch_service(config)
-    if config.api_key or config.provider == "fixture":
+    if config.api_key or not config.over_http:
         return
     from rlm.providers.keys import missing_key_message  # httpx: not for fixture volleys
 

@@ -225,7 +225,8 @@ def _settings() -> dict[str, Any]:
         raise click.UsageError("--cache-mode needs --cache PATH: the journal to replay from")
     if resolved.sources["model"] == "default":
         settings["model"] = model_or_blank(settings["provider"], None)
-    if settings["provider"] != "fixture":  # httpx loads now, before the run's clock starts
+    if settings["provider"] != "fixture" or settings["sub_base_url"]:
+        # httpx loads now, before the run's clock starts
         importlib.import_module("rlm.providers._http").load_http_transport()
     return settings
 
@@ -246,7 +247,7 @@ def _model(settings: dict[str, Any], trace_path: str | None, sinks: list[Any],
         trace_path=trace_path, sinks=sinks, api_key=api_key, tools=[load_tool(t) for t in tools],
         sandboxes=functools.partial(default_launcher, early_zygote=early_zygote), **settings,
     )
-    if not api_key and settings["provider"] != "fixture":
+    if not api_key and model.config.over_http:
         from rlm.providers.keys import missing_key_message  # httpx: not for fixture runs
 
         problem = missing_key_message(model.config)
@@ -308,8 +309,13 @@ def _report(
         if summary:
             say(summary)
     if "fixture" in result.answered_by and not quiet:
-        who = "answered by" if result.answer is not None else "run on"
-        say(f"note: {who} the built-in fixture model (scripted, not a language model)")
+        others = ", ".join(who for who in result.answered_by if who != "fixture")
+        if others:  # --provider fixture with a real --sub-base-url
+            say("note: the built-in fixture model (scripted, not a language model) wrote the "
+                f"root's steps; {others} answered the sub-queries")
+        else:
+            who = "answered by" if result.answer is not None else "run on"
+            say(f"note: {who} the built-in fixture model (scripted, not a language model)")
     if result.status != "answered":
         if result.status == "interrupted":  # what the person did, not an error
             say("interrupted")

@@ -47,10 +47,11 @@ def key_variables(provider: str) -> tuple[str, str]:
 
 def missing_key_message(config: RunConfig) -> str | None:
     """What to set, when ``config`` has no key but an endpoint it uses needs one."""
-    if config.api_key or config.provider == "fixture":
+    if config.api_key or not config.over_http:
         return None
     base = config.base_url or default_base_url(config.provider) or ""
-    for url in (base, config.sub_base_url or base):
+    sub = config.sub_base_url or base
+    for url in (sub,) if config.provider == "fixture" else (base, sub):
         if url and httpx2.URL(url).host in HOSTED_APIS:
             return f"no API key for {redact_url(url)}: {give_key(key_variables(config.provider))}"
     return None

@@ -39,11 +39,14 @@ async def open_providers(
 
     The fixture model (``config.provider`` ``fixture``) runs at no latency; a paced
     one is a provider of its own (``FixtureProvider(sub_latency=...)``), given as such.
+    With a ``sub_base_url``, the fixture is the root and sub-queries go to that
+    OpenAI-compatible endpoint (``sub_model``): the easiest way to try a local model as a
+    sub-model, the root's steps scripted.
     The client is built from ``config``'s limits and timeouts
     (:func:`rlm.providers._http.make_http_client`); ``transport`` replaces the network
     under it (tests pass an ``httpx2.MockTransport``).
     """
-    if config.provider == "fixture":
+    if not config.over_http:
         model = FixtureProvider()
         yield {"root": model, "sub": model}
         return
@@ -68,7 +71,11 @@ async def open_providers(
         transport=transport,
     ) as client:
         limits = ResponseLimits.of(config)
-        root = kind(client, base_url, config.api_key, limits=limits)
+        root: Provider
+        if config.provider == "fixture":  # the scripted root, a real sub-model
+            root = FixtureProvider()
+        else:
+            root = kind(client, base_url, config.api_key, limits=limits)
         # One provider serves both lanes when they go to the same URL: it holds no
         # per-lane state.
         sub = root if sub_url == base_url else kind(

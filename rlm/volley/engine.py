@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import trio
 
-from rlm._config import RunConfig, VolleyOptions, public_settings
+from rlm._config import RunConfig, VolleyOptions, check_sub_endpoint, public_settings
 from rlm._events import Event, EventBus, StreamSink
 from rlm._run.assembly import (
     build_gate,
@@ -136,6 +136,7 @@ class Volley:
         self.total = len(self.tasks)
         self.context = tuple(context)
         self.options = options or VolleyOptions()
+        check_sub_endpoint(config, self.options)
         self.volley_id = volley_id or new_volley_id()
         self._providers = providers
         self._prices = prices if prices is not None else load_prices(config)

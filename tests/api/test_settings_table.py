@@ -125,6 +125,8 @@ def test_each_run_setting_reaches_the_config_from_python_a_flag_a_file_and_the_e
         value = str(prices)
     # Python: a keyword of RLM(...).
     arguments = {"provider": "fixture", row.name: value}
+    if row.name == "sub_base_url":  # the fixture root with a real sub-model: named
+        arguments["sub_model"] = "some-model"
     if arguments["provider"] != "fixture":
         arguments.setdefault("model", "some-model")
     assert getattr(RLM(**arguments).config, row.name) == value
