@@ -16,6 +16,10 @@ Guarantees
   in flight when the limit is reached: at most Σ (actual − estimate) over those
   requests.  Setting ``--max-tokens`` makes the output part of the estimate an
   upper bound.
+- An answer whose provider sent no usage (llama.cpp's server streams none) is counted at
+  an estimate (characters / 4, :func:`rlm._traffic.usage.usage_or_estimate`); the
+  report's ``estimated_calls`` says how many, so every figure built on them is
+  approximate.
 - ``max_cost`` refuses models without a price (see ``rlm._traffic.prices``) instead of
   counting them as free.
 """
@@ -112,6 +116,7 @@ class Budget:
     spent: _Totals = field(default_factory=_Totals)
     reserved: _Totals = field(default_factory=_Totals)
     unpriced_calls: int = 0
+    estimated_calls: int = 0  # answers whose provider sent no usage: tokens estimated
     breakdown: dict[str, dict[str, UsageBreakdown]] = field(
         default_factory=lambda: {
             "model": defaultdict(UsageBreakdown),
@@ -231,6 +236,8 @@ class Budget:
         self.spent.cost += cost
         if not priced:
             self.unpriced_calls += 1
+        if completion is not None and completion.metadata.get("usage") == "estimated":
+            self.estimated_calls += 1
         for kind, key in (
             ("model", ticket.model),
             ("lane", ticket.lane),
@@ -288,6 +295,7 @@ class Budget:
         return {
             "cost": round(self.spent.cost, 8),
             "unpriced_calls": self.unpriced_calls,
+            "estimated_calls": self.estimated_calls,
             "by_model": {k: v.to_dict() for k, v in self.breakdown["model"].items()},
             "by_lane": {k: v.to_dict() for k, v in self.breakdown["lane"].items()},
             "by_depth": {k: v.to_dict() for k, v in self.breakdown["depth"].items()},

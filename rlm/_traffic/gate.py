@@ -67,7 +67,7 @@ from rlm._traffic.limiter import TieredLimiter
 from rlm._traffic.metrics import TrafficMetrics
 from rlm._traffic.pacer import Pacer
 from rlm._traffic.retry import RetryPolicy, is_overload, refused_for_rate, waited_too_long
-from rlm._traffic.usage import estimate_io
+from rlm._traffic.usage import estimate_io, usage_or_estimate
 from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
 from rlm.providers.base import (
     Completion,
@@ -305,6 +305,7 @@ class Gate:
                     completion = await provider.stream(request, piece)
                 else:
                     completion = await provider.complete(request)
+                completion = usage_or_estimate(request, completion)
             except ProviderError as exc:
                 # A refusal for rate slows the pacer; any other overload is concurrency's.
                 rate = refused_for_rate(exc) and self.rate.refused(started)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
-from rlm.providers.base import CompletionRequest
+from rlm.providers.base import Completion, CompletionRequest
 
-__all__ = ["DEFAULT_OUTPUT_ESTIMATE", "Usage", "estimate_io", "prefix_tokens"]
+__all__ = [
+    "DEFAULT_OUTPUT_ESTIMATE",
+    "Usage",
+    "estimate_io",
+    "prefix_tokens",
+    "usage_or_estimate",
+]
 
 #: Output tokens assumed for a request that sets no ``max_tokens``.
 DEFAULT_OUTPUT_ESTIMATE = 1024
@@ -25,6 +32,23 @@ def prefix_tokens(request: CompletionRequest) -> int:
     prompt: characters / 4."""
     cached = request.messages if request.cache_end else request.messages[: request.cache_prefix]
     return sum(len(m["content"]) for m in cached) // 4
+
+
+def usage_or_estimate(request: CompletionRequest, completion: Completion) -> Completion:
+    """``completion``, or, when its provider found no usage in the reply (``metadata
+    ["usage"] == "missing"``: llama.cpp's server streams none), the same with its tokens
+    estimated as characters / 4 (the prompt's as :func:`estimate_io` counts it, the
+    answer's rounded up) and ``metadata["usage"] = "estimated"``: budgets then count
+    something close, and the run's summary and trace say the count is approximate."""
+    if completion.metadata.get("usage") != "missing":
+        return completion
+    prompt, _ = estimate_io(request)
+    return replace(
+        completion,
+        input_tokens=prompt,
+        output_tokens=math.ceil(len(completion.text) / 4),
+        metadata={**completion.metadata, "usage": "estimated"},
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,9 @@ from rlm.cli._terminal import plural, safe_text, silence
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["ProgressPrinter", "format_cost", "format_traffic", "stderr_console"]
+__all__ = [
+    "ProgressPrinter", "estimated_note", "format_cost", "format_traffic", "stderr_console"
+]
 
 #: A line as pieces of text, each with a rich style name (or None): colour on a
 #: terminal, the bare text on a pipe.
@@ -206,11 +208,20 @@ def _summary(event: RunFinished) -> str:
     calls = plural(event.llm_calls, "LLM call")
     if retries:
         calls += f" ({plural(retries, 'retry', 'retries')})"
+    tokens = f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens"
+    estimated = int(event.usage_detail.get("estimated_calls") or 0)
+    if estimated:
+        tokens = f"~{tokens} ({estimated_note(estimated, event.llm_calls)})"
     return sep.join([
-        f"run {event.status} in {event.duration_s:.2f}s", calls,
-        f"{event.input_tokens:,} in / {event.output_tokens:,} out tokens",
+        f"run {event.status} in {event.duration_s:.2f}s", calls, tokens,
         format_cost(event.usage_detail, event.llm_calls),
     ])
+
+
+def estimated_note(estimated: int, calls: int) -> str:
+    """Why token counts (and the budgets counting them) are approximate."""
+    which = "the server" if estimated >= calls else f"for {plural(estimated, 'answer')}, the server"
+    return f"estimated: {which} sent no usage, so token budgets are approximate"
 
 
 def _doing(event: Event) -> str | None:

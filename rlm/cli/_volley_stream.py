@@ -2,7 +2,8 @@
 
 Text mode writes complete lines to stderr, each prefixed with its task
 (``[3/50 api.go] …``); a task's last partial line is written when the task
-finishes, and a cut stream says so before its retry starts over.  stdout
+finishes, a cut stream says so before its retry starts over, and every retry says why
+(``[3/50 api.go] [⚠ timed out after 600s (--request-timeout), retrying in 0.92s]``).  stdout
 keeps the ordered final output.  With ``--output-format jsonl`` stdout
 carries every event as one JSON line instead, each with ``task`` (the 1-based
 task index, null for the volley's own events); ``task_finished`` has the
@@ -17,7 +18,8 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from rlm._events import Event, StreamDiscarded, TextDelta
+from rlm._durations import format_wait
+from rlm._events import Event, LLMRetry, StreamDiscarded, TextDelta
 from rlm._symbols import symbol
 from rlm.cli._terminal import safe_text, silence
 from rlm.volley.events import TaskFinished
@@ -95,6 +97,10 @@ class TaskLines:
             self._partial.pop(event.task, None)
             self._line(event.task, f"[stream cut after {event.chars} chars; retrying from the "
                                    "start, the lines above are void]")
+        elif isinstance(event, LLMRetry) and (task := task_of(event)) is not None:
+            why = event.brief or event.reason.split(":", 1)[0]
+            self._line(task, f"[{symbol('warn')} {why}, retrying in "
+                             f"{format_wait(event.delay_s)}]")
         elif isinstance(event, TaskFinished):
             rest = self._partial.pop(event.index, "")
             if rest:

@@ -324,14 +324,16 @@ def _report(
                 "iterations": "the root call gave no final answer within --max-iterations",
             }.get(result.status, result.status)
             say(f"Error: {reason}{_NEXT_STEP.get(result.status, '')}")
-        from rlm.cli._progress import format_cost
+        from rlm.cli._progress import estimated_note, format_cost
 
         usage = result.usage
         partial = "a partial answer is on stdout" if result.answer else "no answer candidate"
+        tokens = f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens"
+        if estimated := int(result.usage_detail.get("estimated_calls") or 0):
+            tokens = f"~{tokens} ({estimated_note(estimated, usage.llm_calls)})"
         say(
             f"run {result.status} after {result.duration_s:.2f}s: {partial}; "
-            f"{plural(usage.llm_calls, 'LLM call')}, {usage.input_tokens:,} in / "
-            f"{usage.output_tokens:,} out tokens, "
+            f"{plural(usage.llm_calls, 'LLM call')}, {tokens}, "
             f"{format_cost(result.usage_detail, usage.llm_calls)}"
         )
 

@@ -93,6 +93,8 @@ class OpenAIStreamReader(JSONEventReader):
         if limits:
             metadata["ratelimit"] = limits
         metadata["streamed"] = True
+        if not self._usage:  # asked for (include_usage), and not sent: llama.cpp's server
+            metadata["usage"] = "missing"
         return Completion(
             text="".join(self.parts),
             model=self._model,

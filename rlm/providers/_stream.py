@@ -186,7 +186,8 @@ async def stream_completion(
         what = "dropped the stream" if received else "could not be read"
         raise (None if received else unreachable_error(url, exc)) or ProviderConnectionError(
             f"{url} {what} ({reason(exc)}{so_far()})", url=url,
-            brief="the stream dropped" if received else None,
+            brief="the stream dropped" if received else (
+                "the server closed the stream" if opened else None),
         ) from exc
     except httpx2.DecodingError as exc:  # a compressed body that does not decompress
         raise ProviderResponseError(

@@ -132,8 +132,10 @@ class OpenAIProvider(StreamingJSONProvider):
         except BAD_SHAPE as exc:
             raise bad_reply(self.url, response) from exc
         usage = data.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
-        metadata = usage_metadata(data, usage)
+        metadata = usage_metadata(data, usage if isinstance(usage, dict) else {})
+        if not isinstance(usage, dict) or not usage:
+            metadata["usage"] = "missing"  # the gate estimates it
+            usage = {}
         limits = parse_rate_limit_headers(response.headers)
         if limits:
             metadata["ratelimit"] = limits

@@ -481,6 +481,7 @@ class Volley:
             tasks=tasks,
             error=stop.message if stop is not None else None,
             answered_by=tuple(self._tally.answered_by),
+            estimated_calls=self._budget.estimated_calls,
             # A resume that ran and sent nothing: every result is the journal's, which
             # keeps no peak in flight or 429s of the runs that gave them.
             read_back=0 < self._earlier == succeeded + failed and not self._tally.max_in_flight,

@@ -196,6 +196,19 @@ def heartbeat_age(seconds: float) -> str:
     return "<1s" if seconds < 1 else format_duration(round(seconds))
 
 
+def _tokens_line(result: VolleyResult) -> str:
+    """The summary's tokens, marked approximate when some were estimated."""
+    s, estimated = result.summary, result.estimated_calls
+    near = "~" if estimated else ""
+    line = (f"tokens: {near}{s.tokens_input:,} in ({s.tokens_cached:,} cached), "
+            f"{near}{s.tokens_output:,} out")
+    if estimated:
+        answers = "1 answer" if estimated == 1 else f"{estimated:,} answers"
+        line += (f" (estimated: the server sent no usage for {answers}, so token budgets "
+                 "are approximate)")
+    return line
+
+
 def format_summary(result: VolleyResult) -> str:
     """The text format's closing block."""
     s = result.summary
@@ -209,8 +222,7 @@ def format_summary(result: VolleyResult) -> str:
         f"=== volley {result.volley_id}: {result.status}{beat} ===",
         f"tasks: {s.succeeded} succeeded, {s.failed} failed, {s.cancelled} {left} "
         f"of {s.total_tasks} in {format_duration(s.duration_sec)}",
-        f"tokens: {s.tokens_input:,} in ({s.tokens_cached:,} cached), {s.tokens_output:,} out; "
-        f"cost {cost}{_batch_priced(result)}",
+        _tokens_line(result) + f"; cost {cost}{_batch_priced(result)}",
         *(_batch_lines(result) if result.batches else [_traffic(result)]),
     ]
     if result.error:

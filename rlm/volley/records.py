@@ -231,6 +231,9 @@ class VolleyResult:
     #: ``provider``, ``stage`` (how far rlm got: planned ... collected), ``status`` (the
     #: provider's word), ``tasks``, ``succeeded``, ``failed``.
     batches: tuple[dict[str, Any], ...] = ()
+    #: Answers this process counted at an estimate: their provider sent no usage (a
+    #: llama.cpp server's streams), so the token figures are approximate.
+    estimated_calls: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -245,5 +248,6 @@ class VolleyResult:
             "error": self.error,
             "summary": self.summary.to_dict(),
             "batches": list(self.batches),
+            "estimated_calls": self.estimated_calls,
             "tasks": [t.to_dict() for t in self.tasks],
         }
