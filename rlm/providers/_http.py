@@ -97,6 +97,8 @@ _CONTEXT_OVERFLOW = re.compile(
     r"exceeds? (?:the )?(?:available )?context (?:size|window|length)",
     re.IGNORECASE,
 )
+_CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+) tokens")
+_PROMPT_TOKENS = re.compile(r"\((\d+) in the messages")
 _CONNECT_TIMEOUT = 30.0
 # An error status's body is read for its message only (a few hundred characters shown).
 ERROR_BODY_BYTES = 64 << 10
@@ -454,7 +456,8 @@ def classify_status(
             f"{message}. The account is out of credit", url=url, status=status
         )
     if 400 <= status < 500 and _CONTEXT_OVERFLOW.search(f"{message}\n{body}"):
-        return ContextLengthError(f"{message}. {_context_advice()}", url=url, status=status)
+        advice = _context_advice(message)
+        return ContextLengthError(f"{message}. {advice}", url=url, status=status)
     if status == 429:
         return RateLimitError(
             message, url=url, status=status, retryable=True, retry_after=retry_after
@@ -468,13 +471,19 @@ def classify_status(
     )
 
 
-def _context_advice() -> str:
-    """What to change when a request does not fit the model's context window."""
+def _context_advice(message: str) -> str:
+    """What to change when a request does not fit the model's context window: the output
+    cap is named only when the prompt alone fits (as far as the message says)."""
+    larger = (
+        "give the server a larger context (llama-server: --ctx-size; llama_cpp.server: "
+        "--n_ctx), or send fewer characters per sub-query (smaller chunks of the context)"
+    )
+    limit, prompt = _CONTEXT_LIMIT.search(message), _PROMPT_TOKENS.search(message)
+    if limit and prompt and int(prompt[1]) >= int(limit[1]):
+        return f"The prompt alone does not fit the model's context window: {larger}"
     return (
         "The prompt and the output cap together do not fit the model's context window: "
-        f"lower {setting('max_tokens')} (the cap counts in the window), give the server a "
-        "larger context (llama.cpp: --ctx-size), or send fewer characters per sub-query "
-        "(smaller chunks of the context)"
+        f"lower {setting('max_tokens')} (the cap counts in the window), {larger}"
     )
 
 
