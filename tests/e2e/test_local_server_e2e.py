@@ -117,17 +117,15 @@ def _recipe(doc: str, starts: str, within: str = "") -> list[str]:
 
 
 async def test_the_local_server_recipe_runs_as_written(tmp_path: Path) -> None:
-    """The README's and the docs' commands, against the fixture server made a local server
-    as llama.cpp's is (one slot, no usage in streams, a context of 8,192 tokens)."""
+    """The docs' commands, against the fixture server made a local server as llama.cpp's
+    is (one slot, no usage in streams, a context of 8,192 tokens)."""
     (tmp_path / "notes.txt").write_text(NEEDLE)
-    readme = _recipe("README.md", "rlm run", within="llama_cpp.server")
-    assert _recipe("docs/local-models.md", "rlm run", within="--max-tokens 512") == readme
-    server = _recipe("README.md", "python -m llama_cpp.server")
-    assert server == _recipe("docs/local-models.md", "python -m llama_cpp.server")
+    full = _recipe("docs/local-models.md", "rlm run", within="--max-tokens 512")
+    server = _recipe("docs/local-models.md", "python -m llama_cpp.server")
     assert server[server.index("--n_ctx") + 1] == "8192"
     sub_only = _recipe("docs/local-models.md", "rlm run \"What is the magic number?\" "
                        "--context-file notes.txt --provider fixture")
-    for argv in (readme, sub_only):
+    for argv in (full, sub_only):
         async with serving(slots=1, stream_usage=False, context_limit=8192) as (url, local):
             args = [url if a == "http://127.0.0.1:8080/v1" else a for a in argv[1:]]
             with trio.fail_after(120):
