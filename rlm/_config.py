@@ -233,8 +233,9 @@ class RunConfig:
     )
     context_window: int | None = setting(
         None, "Tokens the model takes, prompt and answer together: a completion task "
-        "estimated longer (four characters a token) fails without being sent, never cut "
-        "(an eval's direct arm: default from the price table's context_window).",
+        "estimated longer (four characters a token) fails without being sent, never cut; "
+        "one that fits has its max_tokens lowered to the room left (an eval's direct arm: "
+        "default from the price table's context_window).",
         commands=(*_VOLLEY, *_EVAL), metavar="N|none", check=whole(1, 100_000_000),
     )
     request_timeout: float = setting(

@@ -59,5 +59,6 @@ def _fits(task: VolleyTask, layout: RequestLayout, config: RunConfig) -> bool:
     window = (task.settings or {}).get("context_window", config.context_window)
     if window is None:
         return True
-    prompt = (layout.prefix_chars + len(task.prompt)) // 4
-    return bool(prompt + (task.max_tokens or config.max_tokens or 0) <= window)
+    # As the volley sends it (rlm.volley.layout.fit_window): a prompt that fits is sent,
+    # its output cap lowered to the room left.
+    return bool((layout.prefix_chars + len(task.prompt)) // 4 < window)

@@ -56,7 +56,7 @@ from rlm.errors import RLMError
 from rlm.providers.base import Lane, Provider
 from rlm.providers.open import open_providers
 from rlm.volley.events import VolleyFinished, VolleyStarted
-from rlm.volley.layout import RequestLayout, check_window
+from rlm.volley.layout import RequestLayout, fit_window
 from rlm.volley.records import (
     TaskResult,
     VolleyResult,
@@ -417,8 +417,7 @@ class Volley:
             max_tokens=self.config.max_tokens)
         request = layout.request(task, call_id)
         window = (task.settings or {}).get("context_window", self.config.context_window)
-        if window is not None:
-            check_window(request, window)
+        request = fit_window(request, window)
         completion = await self._gate.complete(request)
         return completion.text
 

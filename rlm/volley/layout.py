@@ -11,14 +11,15 @@ context is held once, not copied per task.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rlm import prompts
 from rlm.errors import RLMError
 from rlm.providers.base import CompletionRequest, Lane, Message
 from rlm.volley.records import VolleyTask
 
-__all__ = ["CACHE_MIN_TOKENS", "ContextTooLong", "RequestLayout", "check_window",
-           "context_block"]
+__all__ = ["CACHE_MIN_TOKENS", "ContextTooLong", "RequestLayout", "context_block",
+           "fit_window"]
 
 #: Below this many prefix tokens providers do not cache (OpenAI and Anthropic: 1,024).
 CACHE_MIN_TOKENS = 1024
@@ -40,19 +41,25 @@ class ContextTooLong(RLMError):
     failure_kind = "context_window"
 
 
-def check_window(request: CompletionRequest, window: int | None) -> None:
-    """Raise ContextTooLong when ``request`` (prompt at four characters a token, and its
-    ``max_tokens``) does not fit a model that takes ``window`` tokens."""
+def fit_window(request: CompletionRequest, window: int | None) -> CompletionRequest:
+    """``request`` as it fits a model that takes ``window`` tokens, prompt and answer
+    together: raise ContextTooLong when the prompt alone (four characters a token) does not
+    fit; else its output cap lowered to the room the prompt leaves, when it asks for more
+    (servers count the cap in the window: OpenAI's and vLLM's refuse a request past it,
+    llama.cpp's shortens the cap as this does)."""
     if window is None:
-        return
+        return request
     prompt = sum(len(m["content"]) for m in request.messages) // 4
-    needed = prompt + (request.max_tokens or 0)
-    if needed > window:
+    if prompt >= window:
         raise ContextTooLong(
             f"the prompt is about {prompt:,} tokens and {request.model} takes {window:,} "
             f"(context_window): one completion cannot read it, and it is never cut, so "
             "nothing was sent"
         )
+    room = window - prompt
+    if request.max_tokens is None or request.max_tokens > room:
+        return replace(request, max_tokens=room)
+    return request
 
 
 class RequestLayout:

@@ -15,6 +15,7 @@ from rlm.errors import UsageError
 from rlm.providers.base import Completion, CompletionRequest
 from rlm.providers.fixture import FixtureProvider
 from rlm.volley.engine import Volley
+from rlm.volley.layout import ContextTooLong, fit_window
 from rlm.volley.records import TaskResult, VolleyTask, check_task_settings
 
 DOCS = ["The magic number is 1111111.", "The magic number is 2222222.",
@@ -80,6 +81,20 @@ async def test_a_completion_too_long_for_its_window_fails_having_sent_nothing() 
     assert "never cut" in (results[0].error or "") and results[0].calls == 0
     assert results[1].output == "1111111"
     assert [r.task for r in model.sent] == [2]
+    # The prompt fits and the default cap (4,096) does not: the cap is lowered to the room
+    # the prompt leaves, as servers count it in the window.
+    sent = model.sent[0]
+    prompt = sum(len(m["content"]) for m in sent.messages) // 4
+    assert sent.max_tokens == 1_000 - prompt
+
+
+def test_a_cap_that_fits_the_window_is_sent_as_it_is() -> None:
+    request = CompletionRequest(messages=[{"role": "user", "content": "x" * 400}], model="m",
+                                max_tokens=50)
+    assert fit_window(request, 1_000) is request
+    assert fit_window(request, 120).max_tokens == 20
+    with pytest.raises(ContextTooLong):
+        fit_window(request, 100)
 
 
 async def test_a_group_past_its_cap_starts_no_more_tasks() -> None:
