@@ -81,16 +81,16 @@ class Estimate:
         if self.written_tokens:
             rates.append(f"{self.written_tokens:,} at the cache-write rate")
         cached = f" ({', '.join(rates)})" if rates else ""
-        at_most = " at most" if not self.output_assumed else ""
-        live = _dollars(self.cost, at_most)
+        live = _dollars(self.cost)
         if self.batch_api:
-            cost = f"{_dollars(self.batch_cost, at_most)} at batch prices (live: {live})"
+            cost = f"{_dollars(self.batch_cost)} at batch prices (live: {live})"
             time = "up to 24 h (the provider's batch window; often much sooner)"
         else:
-            cost = live
+            # Every output capped (the tokens line says so): the live cost is a ceiling.
+            capped = self.cost is not None and not self.output_assumed
+            cost = live + (" at most" if capped else "")
             if self.batch_priced:
-                batch = _dollars(self.batch_cost, at_most)
-                cost += f" (through the batch API, --batch-api: {batch})"
+                cost += f" (through the batch API, --batch-api: {_dollars(self.batch_cost)})"
             time = f"~{format_duration(self.seconds)} (assuming {self.latency:g}s per request)"
         return [
             f"estimate: {self.tasks:,} task{'' if self.tasks == 1 else 's'}",
@@ -100,9 +100,8 @@ class Estimate:
         ]
 
 
-def _dollars(cost: float | None, bound: str = "") -> str:
-    """A cost as the estimate shows it (``bound``: " at most" when every output is capped)."""
-    return "unpriced" if cost is None else f"${cost:.4f}{bound}"
+def _dollars(cost: float | None) -> str:
+    return "unpriced" if cost is None else f"${cost:.4f}"
 
 
 def estimate(
