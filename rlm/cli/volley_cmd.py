@@ -79,8 +79,10 @@ class _Output:
 @click.command()
 @click.argument("tasks", nargs=-1, metavar="[TASK]...")
 @click.option("-f", "--file", "task_file", metavar="FILE",
-              help="Tasks: one per line, a JSON object {context, max_concurrent, tasks}, a "
-                   "JSON list of tasks, or JSONL.")
+              help="Tasks: one per line (a line starting with # is a comment), JSONL (one "
+                   "object per line), a JSON list of tasks, or a JSON object {context, "
+                   "max_concurrent, tasks}. A task object has a prompt and may set its own "
+                   "timeout (e.g. \"5m\"), model and max_tokens.")
 @click.option("--stdin", "from_stdin", is_flag=True, help="Read tasks from stdin, one per line.")
 @click.option("--context", "contexts", multiple=True, metavar="TEXT",
               help="Shared context sent before every task (repeatable).")

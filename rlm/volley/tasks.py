@@ -8,7 +8,9 @@ A task file is one of:
 - a JSON list of such tasks;
 - JSONL: one task object per line.
 
-Blank lines are skipped everywhere.  Every mistake is a UsageError naming the
+Blank lines are skipped everywhere.  In a task file (plain text or JSONL, not ``--stdin``) a
+line whose first non-blank character is ``#`` is a comment: a task that starts with ``#`` is
+written as JSONL (``{"prompt": "#1 ..."}``).  Every mistake is a UsageError naming the
 file and line, and an empty task list is one too.  A file named ``*.json`` or
 ``*.jsonl`` must be JSON: read as lines of text, a typo in it would become
 tasks (paid for) instead of an error.
@@ -82,9 +84,29 @@ def _lines(text: str) -> Iterator[str]:
         yield text[start:]
 
 
-def parse_lines(text: str) -> Items:
-    """One task per non-blank line (made on each pass over them)."""
-    return Items(lambda: ({"prompt": line} for line in _lines(text) if line.strip()))
+def _is_comment(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+def parse_lines(text: str, *, comments: bool = False) -> Items:
+    """One task per non-blank line (made on each pass over them); with ``comments``, a line
+    starting with ``#`` is skipped too."""
+    return Items(lambda: (
+        {"prompt": line} for line in _lines(text)
+        if line.strip() and not (comments and _is_comment(line))
+    ))
+
+
+def _without_leading_comments(text: str) -> str:
+    """``text`` from its first line that is neither blank nor a comment (what decides its
+    format)."""
+    start = 0
+    for found in _LINE_BREAK.finditer(text):
+        line = text[start:found.start()]
+        if line.strip() and not _is_comment(line):
+            break
+        start = found.end()
+    return text[start:]
 
 
 def parse_task_file(text: str, name: str) -> TaskFile:
@@ -98,7 +120,7 @@ def parse_task_file(text: str, name: str) -> TaskFile:
 
 
 def _parse(text: str, name: str) -> TaskFile:
-    stripped = text.strip()
+    stripped = _without_leading_comments(text).strip()
     json_named = name.lower().endswith(".json")
     if stripped.startswith(("{", "[")):
         try:
@@ -125,7 +147,7 @@ def _parse(text: str, name: str) -> TaskFile:
         if kind is not None:  # JSON, but one value and not tasks
             raise UsageError(f"{name} holds a JSON {kind}, not tasks: {_JSON_FORMS}")
         raise UsageError(f"{name} is not JSON: {_JSON_FORMS}")
-    return TaskFile(parse_lines(text))
+    return TaskFile(parse_lines(text, comments=True))
 
 
 def _json_scalar_kind(text: str) -> str | None:
@@ -187,7 +209,7 @@ def _json_file(data: dict[str, Any], name: str) -> TaskFile:
 
 def _jsonl(text: str, name: str) -> Iterator[dict[str, Any]]:
     for lineno, line in enumerate(_lines(text), 1):
-        if not line.strip():
+        if not line.strip() or _is_comment(line):
             continue
         where = f"{name}, line {lineno}"
         try:

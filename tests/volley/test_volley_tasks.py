@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from click.testing import CliRunner
 
 from rlm._durations import format_duration, parse_duration
+from rlm.cli import main
 from rlm.errors import UsageError
 from rlm.volley import TaskResult, VolleyTask, number_tasks
 from rlm.volley.tasks import parse_task_file
@@ -33,6 +35,21 @@ def test_durations_print_short() -> None:
 def test_a_text_file_is_one_task_per_line_and_blank_lines_are_skipped() -> None:
     parsed = parse_task_file("update auth.go\n\n  \nsummarise doc 17\n", "tasks.txt")
     assert [t.prompt for t in number_tasks(parsed.tasks)] == ["update auth.go", "summarise doc 17"]
+
+
+def test_a_hash_line_in_a_task_file_is_a_comment_not_a_task() -> None:
+    text = "# questions for the audit\nwho signed?\n  # later: dates\nwhen?\n"
+    parsed = parse_task_file(text, "tasks.txt")
+    assert [t.prompt for t in number_tasks(parsed.tasks)] == ["who signed?", "when?"]
+    jsonl = '# header\n{"prompt": "#1 first"}\n# between\n{"prompt": "b"}\n'
+    parsed = parse_task_file(jsonl, "t.jsonl")  # a task that starts with # is written as JSONL
+    assert [t.prompt for t in number_tasks(parsed.tasks)] == ["#1 first", "b"]
+
+
+def test_volley_help_names_the_keys_a_task_object_may_carry() -> None:
+    help_text = " ".join(CliRunner().invoke(main, ["volley", "--help"]).output.split())
+    for key in ("prompt", "timeout", "model", "max_tokens", "# is a comment"):
+        assert key in help_text
 
 
 def test_the_json_form_carries_context_cap_and_per_task_settings() -> None:
