@@ -114,7 +114,7 @@ def render_table(results: Sequence[ScenarioResult], console: Console) -> None:
 
 
 def markdown_table(results: Sequence[ScenarioResult | Figures]) -> str:
-    """The tables in GitHub markdown (for the README): the default set's, then the micro one."""
+    """The tables in GitHub markdown (for docs/bench.md): the default set's, then the micro one."""
     tables = []
     figures = [r for r in results if isinstance(r, Figures)]
     micro = [r for r in results if isinstance(r, ScenarioResult)]

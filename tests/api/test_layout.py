@@ -24,10 +24,11 @@ MAPPED = {
     "rlm.fixtures": "fixtures/rlm/fixtures",
     "rlm.prompts": "prompts/rlm/prompts",
 }
-#: The project's card, plus the docs, the benchmarks and CI.
+#: The project's card, plus the docs (mkdocs.yml is mkdocs' own place for its config), the
+#: benchmarks and CI.
 TOP_LEVEL = {
     "pyproject.toml", "README.md", "rlm", "sandbox", "fixtures", "prompts", "tests",
-    "docs", "benchmarks", ".ci", ".gitignore",
+    "docs", "mkdocs.yml", "benchmarks", ".ci", ".gitignore",
 }
 
 

@@ -339,8 +339,9 @@ def test_generated_files_are_readable_like_any_file_the_user_writes(tmp_path: Pa
         assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path  # not mkstemp's 0600
 
 
-def test_readme_documents_shell_completion() -> None:
-    assert "_RLM_COMPLETE=bash_source rlm" in README.read_text()
+def test_getting_started_documents_shell_completion() -> None:
+    getting_started = README.parent / "docs" / "getting-started.md"
+    assert "_RLM_COMPLETE=bash_source rlm" in getting_started.read_text()
 
 
 @pytest.mark.parametrize(("words", "expected"),
