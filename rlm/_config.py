@@ -479,7 +479,8 @@ class VolleyOptions:
     journal: str | None = setting(
         None, "The journal: a SQLite file, or postgresql://... for workers on several "
         "machines (default: journal.sqlite3 in your state directory).",
-        commands=(*_VOLLEY, *_WORK, "volley list", "volley show", "volley cancel", *_EVAL,
+        commands=(*_VOLLEY, *_WORK, "volley list", "volley show", "volley cancel",
+                  "volley watch", *_EVAL,
                   "eval show", "eval compare"), env="RLM_JOURNAL",
         metavar="PATH|URL",
     )

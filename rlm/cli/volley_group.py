@@ -12,6 +12,7 @@ import inspect
 
 import click
 
+from rlm.cli.volley_board import watch_cmd
 from rlm.cli.volley_cancel import cancel_cmd
 from rlm.cli.volley_cmd import volley
 from rlm.cli.volley_pool import create_cmd, work_cmd
@@ -25,7 +26,8 @@ Subcommands (the journal):
   rlm volley create ...        record a volley, print its id; nothing is sent
   rlm volley work ID [--pool N] run workers on it (any number, any machine)
   rlm volley list              the journal's volleys: done/failed/open, cost
-  rlm volley show ID|last      a volley's results in task order
+  rlm volley show ID|last      a volley's results in task order (--board: its pool)
+  rlm volley watch ID|last     a live board of the pool while workers run
   rlm volley cancel ID|last    cancel its provider batches (--batch-api)
 """
 
@@ -70,5 +72,5 @@ class DefaultCommandGroup(click.Group):
 
 
 volley_group = DefaultCommandGroup(volley)
-for _command in (create_cmd, work_cmd, list_cmd, show_cmd, cancel_cmd):
+for _command in (create_cmd, work_cmd, list_cmd, show_cmd, cancel_cmd, watch_cmd):
     volley_group.add_command(_command)

@@ -16,8 +16,10 @@ from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_options
 from rlm.cli._terminal import plural, raw_option, safe_text
 from rlm.cli._volley_run import open_volleys, volley_options
+from rlm.cli.volley_board import board_text
 from rlm.errors import RLMError
 from rlm.journal import default_journal_path
+from rlm.volley.board import Board, read_board
 from rlm.volley.output import OrderedWriter
 from rlm.volley.readback import stored_result
 
@@ -79,18 +81,34 @@ def list_cmd(output_format: str) -> None:
     default="text",
     show_default=True,
 )
+@click.option("--board", is_flag=True,
+              help="Print the pool's board instead of the results: each task in progress "
+                   "with its holder and heartbeat, each worker's tasks, tokens, cost and "
+                   "share, the pool's efficiency (text or json). `rlm volley watch` "
+                   "redraws it.")
 @raw_option
 @settings_options("volley show")
-def show_cmd(volley_ref: str, output_format: str, raw: bool) -> None:
+def show_cmd(volley_ref: str, output_format: str, board: bool, raw: bool) -> None:
     """Print volley ID (or the latest) from the journal, every task in task order."""
     try:
         with open_volleys("volley show", stderr_console(), existing=True) as journal:
-            result = stored_result(journal.store, journal.resolve(volley_ref))
+            volley_id = journal.resolve(volley_ref)
+            if board:
+                _print_board(read_board(journal.store, volley_id), output_format)
+                return
+            result = stored_result(journal.store, volley_id)
     except RLMError as exc:
         _fail(exc)
     writer = OrderedWriter(output_format, len(result.tasks), click.echo,  # type: ignore[arg-type]
                            clean=str if raw else safe_text)
     writer.finish(result)
+
+
+def _print_board(board: Board, output_format: str) -> None:
+    if output_format == "text":
+        click.echo(board_text(board))
+    else:
+        click.echo(json.dumps(board.to_dict(), ensure_ascii=False))
 
 
 def _iso(seconds: float) -> str:

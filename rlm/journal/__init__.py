@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from rlm.journal._open import default_journal_path, open_store
-from rlm.journal.records import Owner, Recovered, Spend, TaskRow, Verdict, VolleyRow
+from rlm.journal.records import HolderTally, Owner, Recovered, Spend, TaskRow, Verdict, VolleyRow
 from rlm.journal.store import JournalStore
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CacheMode",
+    "HolderTally",
     "JournalStore",
     "Owner",
     "Recovered",

@@ -67,6 +67,11 @@ class Backend(Protocol):
         object or array as its JSON text."""
         ...
 
+    def json_number(self, column: str, key: str) -> str:
+        """SQL for the number under ``key`` of the JSON object in ``column`` (NULL when
+        the column is NULL or has no such key)."""
+        ...
+
     def transaction(self) -> Any:
         """A context manager yielding a :class:`Tx`; commits on success, rolls back on error."""
         ...
@@ -122,6 +127,9 @@ class SQLiteBackend:
 
     def json_item(self, i: int) -> str:
         return f"json_extract(value, '$[{i}]')"
+
+    def json_number(self, column: str, key: str) -> str:
+        return f"json_extract({column}, '$.{key}')"
 
     def __init__(
         self,
@@ -326,6 +334,9 @@ class PostgresBackend:
 
     def json_item(self, i: int) -> str:
         return f"(value ->> {i})"
+
+    def json_number(self, column: str, key: str) -> str:
+        return f"CAST(CAST({column} AS json) ->> '{key}' AS DOUBLE PRECISION)"
 
     def __init__(self, url: str) -> None:
         self.where = _redact(url)

@@ -22,22 +22,22 @@ from rlm.journal.records import VerdictRow
 __all__ = ["FlatVerdict", "flat_verdict", "verdict_row", "verdict_rows"]
 
 #: index, status (``succeeded``/``failed``), output, duration (s), input, output and
-#: cached tokens, retries, cost, error, requests sent, error kind, trace file: a
-#: TaskResult's journaled fields, in this order.
+#: cached tokens, retries, cost, error, requests sent, error kind, trace file, time at
+#: the provider (s): a TaskResult's journaled fields, in this order.
 FlatVerdict = tuple[int, str, str | None, float, int, int, int, int, float | None, str | None,
-                    int, str | None, str | None]
+                    int, str | None, str | None, float]
 
 #: A TaskResult's :data:`FlatVerdict` (one C call; read on the event loop).
 flat_verdict: Any = attrgetter(
     "index", "status", "output", "duration_sec", "tokens_input", "tokens_output",
-    "tokens_cached", "retries", "cost", "error", "calls", "error_kind", "trace",
+    "tokens_cached", "retries", "cost", "error", "calls", "error_kind", "trace", "request_sec",
 )
 
 
 def verdict_row(flat: FlatVerdict) -> VerdictRow:
     """The store's row for a flat verdict."""
     (index, status, output, duration, tokens_in, tokens_out, cached, retries, cost, error,
-     calls, kind, trace) = flat
+     calls, kind, trace, at_provider) = flat
     usage: dict[str, Any] = {
         "duration_sec": round(duration, 6),
         "tokens_input": tokens_in,
@@ -45,6 +45,7 @@ def verdict_row(flat: FlatVerdict) -> VerdictRow:
         "tokens_cached": cached,
         "retries": retries,
         "calls": calls,
+        "request_sec": round(at_provider, 6),
     }
     if kind is not None:
         usage["error_kind"] = kind

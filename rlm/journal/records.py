@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 __all__ = [
     "Alive",
+    "HolderTally",
     "Owner",
     "Recovered",
     "Spend",
@@ -205,6 +206,24 @@ class TaskRow:
     usage: dict[str, Any] = field(default_factory=dict)
     cost: float | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class HolderTally:
+    """What one holder (a worker in a process on a host) did on a volley: its tasks by
+    state, its verdicts' tokens and cost, their requests' time at the provider in all
+    (seconds: the concurrency it used), when it first claimed (``started_at`` of its
+    earliest task) and gave its last verdict."""
+
+    holder: Owner
+    done: int
+    failed: int
+    in_progress: int
+    tokens: int
+    cost: float
+    busy_s: float
+    first_claim: float | None
+    last_verdict: float | None
 
 
 @dataclass(frozen=True)

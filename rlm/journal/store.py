@@ -33,6 +33,7 @@ from rlm.journal._backends import Backend, Tx
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
 from rlm.journal.records import (
     Alive,
+    HolderTally,
     Owner,
     Recovered,
     Spend,
@@ -293,6 +294,48 @@ class JournalStore:
             )
         )
         return [_task_row(volley_id, row) for row in rows]
+
+    def claimed(self, volley_id: str) -> list[TaskRow]:
+        """The volley's tasks in progress, in task order, each with its holder (read
+        through the claims index, not the volley's every row)."""
+        rows = self._read(
+            lambda tx: tx.rows(
+                f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
+                "AND status = 'in_progress' ORDER BY idx",
+                (volley_id,),
+            )
+        )
+        return [_task_row(volley_id, row) for row in rows]
+
+    def holder_tallies(self, volley_id: str) -> list[HolderTally]:
+        """Per holder (host, pid, worker) of any of the volley's tasks: its tasks done,
+        failed and in progress, the tokens and cost of its verdicts, their time at the
+        provider in all, its first claim and its last verdict."""
+        number = self.backend.json_number
+        tokens = f"COALESCE({number('usage', 'tokens_input')}, 0) + " \
+                 f"COALESCE({number('usage', 'tokens_output')}, 0)"
+        rows = self._read(
+            lambda tx: tx.rows(
+                "SELECT claimed_host, claimed_pid, claimed_worker, "
+                "SUM(CASE WHEN status = 'done' THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN status = 'in_progress' THEN 1 ELSE 0 END), "
+                f"SUM({tokens}), SUM(COALESCE(cost, 0)), "
+                # Older verdicts have no time at the provider: their time in a worker.
+                f"SUM(COALESCE({number('usage', 'request_sec')}, "
+                f"{number('usage', 'duration_sec')}, 0)), "
+                "MIN(started_at), MAX(finished_at) "
+                "FROM tasks WHERE volley_id = ? AND claimed_worker IS NOT NULL "
+                "GROUP BY claimed_host, claimed_pid, claimed_worker",
+                (volley_id,),
+            )
+        )
+        return [
+            HolderTally(Owner(str(host), int(pid), str(worker)), int(done), int(failed),
+                        int(held), int(tokens_sum or 0), float(cost or 0.0), float(busy or 0.0),
+                        first, last)
+            for host, pid, worker, done, failed, held, tokens_sum, cost, busy, first, last in rows
+        ]
 
     def spent(self, volley_id: str) -> Spend:
         """What every attempt of the volley has cost so far (for budgets across resumes)."""

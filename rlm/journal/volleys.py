@@ -112,6 +112,7 @@ def result_from_row(row: TaskRow) -> TaskResult | None:
         calls=int(usage.get("calls", 0)),
         error_kind=_text_or_none(usage.get("error_kind")),
         trace=_text_or_none(usage.get("trace")),
+        request_sec=float(usage.get("request_sec", 0.0)),
     )
 
 

@@ -20,23 +20,13 @@ from rich.text import Text
 
 from rlm._durations import format_duration, format_wait
 from rlm._events import CapacityChanged, Event, LLMRetry
+from rlm._sizes import format_count
 from rlm._symbols import symbol
 from rlm.volley.engine import Volley, VolleyProgress
 from rlm.volley.events import BatchStatus, BatchSubmitted, TaskFinished
 from rlm.volley.output import task_label
 
 __all__ = ["BatchLines", "ProgressLines", "live_status", "status_line"]
-
-
-def _tokens(n: int) -> str:
-    """``950``, ``3.9k``, ``412k``, ``1.85M``: three figures at most."""
-    for unit, size in (("M", 1_000_000), ("k", 1_000)):
-        if n >= size:
-            value = float(f"{n / size:.3g}")  # rounded first: 999,999 is 1M, not 1e+03k
-            if value >= 1000 and unit == "k":
-                return _tokens(int(value * size))
-            return f"{value:,.3g}{unit}" if value < 1000 else f"{value:,.0f}{unit}"
-    return str(n)
 
 
 class ProgressLines:
@@ -62,7 +52,7 @@ class ProgressLines:
             self.done += 1
             where = f"[{self.done}/{self.total}]"
             label = escape(task_label(event.title, 50))
-            tokens = _tokens(event.input_tokens + event.output_tokens)
+            tokens = format_count(event.input_tokens + event.output_tokens)
             cost = "" if event.cost is None else f", ${event.cost:.2f}"
             if event.status == "succeeded":
                 took = f"{event.duration_s:.1f}s, {tokens} tokens{cost}"
@@ -135,7 +125,7 @@ def status_line(p: VolleyProgress) -> str:
     parts = [
         f"{done}/{p.total} done" + (f", {p.failed} failed" if p.failed else ""),
         f"{p.running} running", f"concurrency {p.concurrency}", f"{p.retries} retries",
-        f"{p.rate_limited} {symbol('times')} 429", f"{_tokens(p.tokens)} tokens",
+        f"{p.rate_limited} {symbol('times')} 429", f"{format_count(p.tokens)} tokens",
         f"${p.cost:.4f}", format_duration(max(p.elapsed, 0.001)),
     ]
     if 0 < done < p.total and p.elapsed > 0:

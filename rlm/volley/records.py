@@ -147,7 +147,10 @@ def check_task_settings(settings: Mapping[str, Any], where: str) -> None:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """The verdict on one task.  ``cost`` is USD, ``None`` when the model has no price."""
+    """The verdict on one task.  ``cost`` is USD, ``None`` when the model has no price.
+    ``duration_sec`` is the task's time in its worker (waits for a permit included),
+    ``request_sec`` its requests' time at the provider (attempts summed: the concurrency
+    it used, in seconds)."""
 
     index: int
     prompt: str
@@ -167,11 +170,18 @@ class TaskResult:
     error_kind: str | None = None
     #: The trace file its events went to, when one was written.
     trace: str | None = None
+    request_sec: float = 0.0
+
+    @property
+    def tokens_total(self) -> int:
+        return self.tokens_input + self.tokens_output
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["duration_sec"] = round(self.duration_sec, 3)
+        data["request_sec"] = round(self.request_sec, 3)
         data["cost"] = None if self.cost is None else round(self.cost, 8)
+        data["tokens_total"] = self.tokens_total
         return data
 
     @classmethod
@@ -202,10 +212,22 @@ class VolleySummary:
     #: Tasks answered through a provider's batch service (``--batch-api``), at its prices.
     batch_tasks: int = 0
 
+    @property
+    def total_tokens(self) -> int:
+        return self.tokens_input + self.tokens_output
+
+    @property
+    def avg_tokens_per_task(self) -> float:
+        """Tokens per task that has a verdict (0 before any)."""
+        judged = self.succeeded + self.failed
+        return self.total_tokens / judged if judged else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["duration_sec"] = round(self.duration_sec, 3)
         data["total_cost"] = None if self.total_cost is None else round(self.total_cost, 8)
+        data["total_tokens"] = self.total_tokens
+        data["avg_tokens_per_task"] = round(self.avg_tokens_per_task, 1)
         return data
 
 

@@ -272,6 +272,7 @@ class VolleyRunner:
             tokens_cached=usage.cached_tokens,
             cost=usage.priced_cost,
             retries=usage.retries,
+            request_sec=usage.request_s,
             output=output,
             error=error,
             calls=usage.sent,

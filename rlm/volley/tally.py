@@ -28,6 +28,8 @@ class TaskUsage:
     cached_tokens: int = 0
     cost: float = 0.0
     unpriced: int = 0
+    #: Seconds its attempts took at the provider, summed (a permit is held that long).
+    request_s: float = 0.0
 
     @property
     def priced_cost(self) -> float | None:
@@ -65,6 +67,7 @@ class TaskTally:
                 self.rate_limited += 1
             usage.input_tokens += event.input_tokens
             usage.output_tokens += event.output_tokens
+            usage.request_s += event.latency_s
             if event.status == "ok":
                 self.answered_by[answered_by(event.provider, event.metadata)] = None
             cached = event.metadata.get("cached_tokens")

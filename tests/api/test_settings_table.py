@@ -25,7 +25,8 @@ from rlm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("run", "chat", "mcp", "volley", "volley create", "volley work", "volley list",
-            "volley show", "volley cancel", "eval", "eval show", "eval compare")
+            "volley show", "volley cancel", "volley watch", "eval", "eval show",
+            "eval compare")
 RUN_ROWS = settings_of(RunConfig)
 
 

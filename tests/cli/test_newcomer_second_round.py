@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlm._sizes import format_count as _tokens
 from rlm._symbols import utf8_locale
-from rlm.volley.progress import _tokens
 from tests.helpers import rlm_in_process
 
 NEEDLE = "filler. " * 300 + "The magic number is 6174. " + "more. " * 50

@@ -343,12 +343,13 @@ def test_a_flat_verdict_becomes_the_row_the_store_writes() -> None:
     """The loop sends TaskResult fields as they are; the row (status word, usage object,
     text that UTF-8 cannot encode cleaned) is built where the store runs."""
     ok = TaskResult(3, "p", "succeeded", 1.23456789, 10, 5, 2, 0.5, 1, "a\ud800b", calls=2,
-                    trace="/runs/t.jsonl")
+                    trace="/runs/t.jsonl", request_sec=0.9876543)
     failed = TaskResult(4, "p", "failed", cost=None, error="e\udfff", error_kind="provider")
     assert verdict_row(flat_verdict(ok)) == (
         3, "done", "a?b",
         {"duration_sec": 1.234568, "tokens_input": 10, "tokens_output": 5,
-         "tokens_cached": 2, "retries": 1, "calls": 2, "trace": "/runs/t.jsonl"},
+         "tokens_cached": 2, "retries": 1, "calls": 2, "request_sec": 0.987654,
+         "trace": "/runs/t.jsonl"},
         0.5, None,
     )
     row = verdict_row(flat_verdict(failed))

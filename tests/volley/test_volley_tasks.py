@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from rlm._durations import format_duration, parse_duration
 from rlm.cli import main
 from rlm.errors import UsageError
-from rlm.volley import TaskResult, VolleyTask, number_tasks
+from rlm.volley import TaskResult, VolleySummary, VolleyTask, number_tasks
 from rlm.volley.tasks import parse_task_file
 
 
@@ -97,10 +97,20 @@ def test_an_empty_task_list_is_a_usage_error() -> None:
 def test_records_round_trip_through_json() -> None:
     task = VolleyTask(3, "p", timeout=2.0, model="m", max_tokens=9)
     assert VolleyTask.from_dict(json.loads(json.dumps(task.to_dict()))) == task
-    result = TaskResult(3, "p", "failed", 1.5, 10, 2, 4, None, 1, None, "boom")
+    result = TaskResult(3, "p", "failed", 1.5, 10, 2, 4, None, 1, None, "boom", request_sec=1.25)
     assert TaskResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    assert result.to_dict()["tokens_total"] == 12 and result.to_dict()["request_sec"] == 1.25
     with pytest.raises(ValueError, match="unknown task status"):
         TaskResult.from_dict({**result.to_dict(), "status": "weird"})
+
+
+def test_the_json_summary_carries_total_and_average_tokens() -> None:
+    summary = VolleySummary(total_tasks=4, succeeded=2, failed=1, cancelled=1, duration_sec=1.0,
+                            tokens_input=1000, tokens_output=500, tokens_cached=0,
+                            total_cost=0.0, max_concurrent_used=2, total_retries=0,
+                            rate_limited=0)
+    data = summary.to_dict()
+    assert (data["total_tokens"], data["avg_tokens_per_task"]) == (1500, 500.0)  # per verdict
 
 
 def test_a_task_file_nested_thousands_deep_is_a_usage_error() -> None:
