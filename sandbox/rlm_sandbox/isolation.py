@@ -78,6 +78,10 @@ def preload() -> None:
     # ZoneInfo(key) of a key the system's database lacks looks in the tzdata package
     # through importlib.resources: ZoneInfoNotFoundError, not an ImportError.
     importlib.import_module("importlib.resources")
+    # Installed, the tzdata package is where ZoneInfo looks for a key the system lacks,
+    # but it lies outside what a hardened sandbox may read (PermissionError, not
+    # ZoneInfoNotFoundError): ZoneInfo reads the system's database only.
+    sys.modules.setdefault("tzdata", None)  # type: ignore[arg-type]
     for encoding in modules.standard_codecs():  # codec modules load lazily
         with contextlib.suppress(LookupError):  # aliases, and mbcs and oem off Windows
             codecs.lookup(encoding)
