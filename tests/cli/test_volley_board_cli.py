@@ -55,7 +55,9 @@ def test_watch_follows_a_pool_to_its_end_and_names_each_holder(tmp_path: Path) -
     assert {(w["host"], w["pid"], w["worker"]) for w in last["workers"]} >= holders
     # A worker that joins takes half of the pool's 4 slots while the first still has its
     # 4 requests out: for one latency the pool may hold a little more than 4.
-    assert last["max_concurrent"] == 4 and 0.3 < last["efficiency"] < 1.1
+    # Above 1 by a little: two workers start on the whole limit before their first
+    # share of it (sharing is once a second), on a volley of a few seconds.
+    assert last["max_concurrent"] == 4 and 0.3 < last["efficiency"] < 1.5
     assert abs(sum(w["share"] for w in last["workers"]) - 1.0) < 0.01
     assert not any(pid_alive(pid) for _, pid, _ in holders)
 
