@@ -117,8 +117,6 @@ class AsyncSession:
             if telemetry is not None:
                 stack.push_async_callback(telemetry.aclose)
                 self._spans = telemetry.spans
-            nursery = await stack.enter_async_context(trio.open_nursery())
-            stack.callback(nursery.cancel_scope.cancel)
             runs = self._runs
             # The session's own sandbox start and exit belong to no single query's trace.
             # RLM(sandboxes=...) is where every sandbox of the model comes from, a
@@ -131,6 +129,11 @@ class AsyncSession:
             await stack.enter_async_context(self._launcher.serving())
             slot = SandboxSlot(self._launcher, self._context, SandboxIdentity("root", None, 0))
             stack.push_async_callback(slot.discard)
+            # Closed first, in this order: the nursery's tasks (a sandbox still starting
+            # when a question was answered without code) are cancelled and waited for,
+            # then the sandbox is discarded, then the launcher stops serving.
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)
             history = list(self._restore.history) if self._restore else []
             self._carry = SessionCarry(slot, nursery, history, self._max_history_chars)
             if self._restore is not None and self._restore.variables:

@@ -81,6 +81,17 @@ async def test_an_async_session_in_a_trio_loop_keeps_its_variables_and_its_block
         await session.acompletion("again?")
 
 
+async def test_a_session_closed_while_its_sandbox_still_starts_closes_cleanly() -> None:
+    """The answer came without code, so the sandbox the question started eagerly is still
+    on its way when the block ends: it is cancelled or reaped, and nothing raises."""
+    for _ in range(3):
+        model = RLM(providers=FunctionProvider.scripted(["FINAL(42)"]))
+        async with model.asession("a small context") as session:
+            result = await session.acompletion("q")
+        assert (result.answer, result.status) == ("42", "answered")
+        assert sandbox_children() == []
+
+
 def test_the_follow_up_request_does_not_resend_the_context_description() -> None:
     seen: list[list[Message]] = []
 
