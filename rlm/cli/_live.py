@@ -75,8 +75,9 @@ class LiveDisplay:
                 self._subs["chars"] += len(event.text)
                 self._status(event.t)
         elif isinstance(event, StreamDiscarded) and event.lane == "root":
-            self._line(self._paint(_RED, f"[stream cut after {event.chars} chars: retrying; "
-                                         "the text above is void]"))
+            # Whether a retry follows is not known yet: the retry says so itself.
+            self._line(self._paint(_RED, f"[stream cut after {event.chars} chars "
+                                         f"({event.reason}): the text above is void]"))
             self._in_code, self._held = False, ""
         elif isinstance(event, LLMRetry):
             self._retry(event)

@@ -95,8 +95,8 @@ class TaskLines:
                 self._partial[task] = rest
         elif isinstance(event, StreamDiscarded) and event.task is not None:
             self._partial.pop(event.task, None)
-            self._line(event.task, f"[stream cut after {event.chars} chars; retrying from the "
-                                   "start, the lines above are void]")
+            self._line(event.task, f"[stream cut after {event.chars} chars "
+                                   f"({event.reason}): the lines above are void]")
         elif isinstance(event, LLMRetry) and (task := task_of(event)) is not None:
             why = event.brief or event.reason.split(":", 1)[0]
             self._line(task, f"[{symbol('warn')} {why}, retrying in "

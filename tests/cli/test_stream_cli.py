@@ -172,4 +172,6 @@ def test_live_display_status_for_subs_and_a_note_for_a_cut_root_stream() -> None
     )
     text = out.getvalue()
     assert "abc" not in text  # sub-query text never interleaves with the root's
-    assert "half a rep\n[stream cut after 10 chars: retrying" in text
+    # No retry is promised: the retry, if one comes, says so itself.
+    assert "half a rep\n[stream cut after 10 chars (cut): the text above is void]" in text
+    assert "retrying" not in text

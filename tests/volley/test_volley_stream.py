@@ -168,8 +168,7 @@ def test_task_lines_hold_partial_lines_and_drop_a_cut_attempt() -> None:
     )
     assert out.getvalue().splitlines() == [
         "[3/50 api.go] first line",
-        "[3/50 api.go] [stream cut after 22 chars; retrying from the start, the lines above "
-        "are void]",
+        "[3/50 api.go] [stream cut after 22 chars (cut): the lines above are void]",
         "[3/50 api.go] again",
         "[3/50 api.go] last",
     ]
