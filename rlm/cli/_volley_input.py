@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import itertools
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import click
+from click import ParameterSource
 
 from rlm._config import RunConfig, VolleyOptions
 from rlm._run.assembly import load_prices
@@ -27,10 +29,18 @@ from rlm.providers.fixture import FixtureOptions
 from rlm.providers.open import bills_cache_writes
 from rlm.volley.estimate import Estimate, estimate
 from rlm.volley.layout import RequestLayout
+from rlm.volley.output import task_label
 from rlm.volley.records import VolleyTask
 from rlm.volley.tasks import Items, TaskFile, TaskStream, parse_lines, parse_task_file
 
-__all__ = ["check_resume_flags", "confirmed", "go_ahead", "read_volley", "still_to_run"]
+__all__ = [
+    "check_resume_flags",
+    "confirmed",
+    "go_ahead",
+    "read_volley",
+    "resumed_line",
+    "still_to_run",
+]
 
 
 def read_volley(
@@ -79,9 +89,9 @@ def _context_list(paths: tuple[str, ...], encoding: str, limits: ReadLimits) -> 
 
 
 def confirmed(tasks: Iterable[VolleyTask], context: list[str], config: RunConfig,
-               options: VolleyOptions, only: bool, skip: bool, yes: bool,
-               fixture: FixtureOptions) -> bool:
-    """Show the estimate when asked or when the volley is large; ask on a TTY only."""
+              options: VolleyOptions, only: bool, skip: bool, yes: bool, quiet: bool,
+              fixture: FixtureOptions) -> bool:
+    """Whether to go on with a volley (see :func:`go_ahead`), unless ``skip``."""
     if skip and not only:
         return True
     layout = RequestLayout(context, model=config.model, max_tokens=config.max_tokens)
@@ -92,29 +102,41 @@ def confirmed(tasks: Iterable[VolleyTask], context: list[str], config: RunConfig
                    rlm=options.mode == "rlm", latency=latency,
                    bills_cache_writes=bills_cache_writes(config), batch_prices=prices.batch(),
                    batch_api=options.batch_api)
-    return go_ahead(est, only=only, yes=yes)
+    return go_ahead(est, only=only, yes=yes, quiet=quiet, billed=config.provider != "fixture")
 
 
-def go_ahead(est: Estimate, *, only: bool, yes: bool) -> bool:
-    """Print ``est`` when only it was asked for (then False), or on stderr when the work
-    is large, asking on a TTY unless ``yes``; exit 1 when it is declined."""
+def go_ahead(est: Estimate, *, only: bool, yes: bool, quiet: bool = False,
+             billed: bool = True) -> bool:
+    """Print ``est`` when only it was asked for (then False); else whether to go on: large
+    work that is ``billed`` (and not priced at zero) shows ``est`` on stderr (unless
+    ``quiet``) and, on a TTY without ``yes``, asks first.
+
+    Declining is no error: one plain line, and nothing is stored or sent.
+    """
     if only:
         click.echo("\n".join(est.lines()))
         return False
-    if not est.large:
+    if not (est.large and billed and est.cost != 0):
         return True
-    click.echo("\n".join(est.lines()), err=True)
+    if not quiet:
+        click.echo("\n".join(est.lines()), err=True)
     if yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
         return True  # without a TTY nobody could answer: never wait for input
-    if click.confirm("Continue?", default=True, err=True):
+    cost = "unpriced" if est.cost is None else f"about ${est.cost:.2f}"
+    question = "Continue?" if not quiet else f"Send {est.tasks:,} tasks ({cost})?"
+    if click.confirm(question, default=True, err=True):
         return True
-    click.echo("Error: not confirmed; nothing was sent (pass -y to skip the question)", err=True)
-    sys.exit(1)
+    click.echo("Not sent: nothing was stored or sent (-y skips this question).", err=True)
+    return False
 
 
 def check_resume_flags(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
-                        contexts: tuple[str, ...], context_files: tuple[str, ...]) -> None:
+                       contexts: tuple[str, ...], context_files: tuple[str, ...]) -> None:
     """--resume runs what the journal holds: flags that would change it are refused."""
+    given = click.get_current_context().get_parameter_source
+    if given("encoding") is ParameterSource.COMMANDLINE:
+        raise UsageError("--resume reads the tasks and context stored in the journal; "
+                         "--encoding applies only to files being read: leave it out")
     if tasks or task_file or from_stdin:
         raise UsageError("--resume runs the tasks stored in the journal; give no new tasks")
     if contexts or context_files:
@@ -123,6 +145,21 @@ def check_resume_flags(tasks: tuple[str, ...], task_file: str | None, from_stdin
     if given_flag("mode"):
         raise UsageError("--resume keeps the stored volley's kind of task; leave out --rlm "
                          "(a volley of --rlm tasks resumes as one)")
+
+
+def resumed_line(stored: StoredVolley, skip_failed: bool) -> str:
+    """Which volley a resume works on, and what is left of it (said before anything runs)."""
+    row = stored.row
+    counts = row.counts
+    left = counts["open"] + counts["in_progress"] + (0 if skip_failed else counts["failed"])
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.created_at))
+    first = next(iter(stored.tasks), None)
+    named = "" if first is None else f"; first task: {task_label(first.prompt, 60)}"
+    head = f"volley {row.volley_id}: {row.total:,} tasks, created {created}{named}"
+    if left:
+        return f"resuming {head}; {left:,} left to run"
+    failed = f", {counts['failed']:,} failed (kept: --skip-failed)" if counts["failed"] else ""
+    return f"{head}; nothing left to run ({counts['done']:,} done{failed}): printing it"
 
 
 def still_to_run(stored: StoredVolley, skip_failed: bool) -> Iterable[VolleyTask]:

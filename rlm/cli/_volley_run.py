@@ -31,7 +31,7 @@ from rlm.providers.base import Lane, Provider
 from rlm.providers.fixture import FixtureOptions, FixtureProvider
 from rlm.streaming import StreamMerger, drain
 from rlm.volley.journaled import JournaledVolley, JournalHooks
-from rlm.volley.progress import live_status
+from rlm.volley.progress import LiveStatus
 from rlm.volley.records import VolleyResult
 
 if TYPE_CHECKING:
@@ -184,18 +184,18 @@ def require_key(config: RunConfig, options: VolleyOptions | None = None) -> None
         sys.exit(4)
 
 
-async def drive(run: VolleyRun, *, console: Console, live: bool,
+async def drive(run: VolleyRun, *, status: LiveStatus | None = None,
                 merger: StreamMerger | None = None,
                 on_event: Callable[[Event], None] | None = None) -> VolleyResult:
     """Run ``run`` at a terminal: Ctrl-C and SIGTERM stop it (a second one exits at
-    once), a live status line when ``live`` (a live volley's), and with ``merger`` every
-    streamed event handed to ``on_event`` as it comes."""
+    once), the live status line ``status`` under it (a live volley's), and with
+    ``merger`` every streamed event handed to ``on_event`` as it comes."""
     from rlm.volley.engine import Volley
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, run)
-        if live and isinstance(run, Volley):
-            nursery.start_soon(live_status, run, console)
+        if status is not None and isinstance(run, Volley):
+            nursery.start_soon(status.run, run)
         try:
             if merger is None:
                 return await run.run()

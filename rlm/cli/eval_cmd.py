@@ -110,7 +110,7 @@ def eval_run(dataset: str | None, arm_specs: tuple[str, ...], resume: str | None
                 plan = _resumed(journal, resume, rerun_failed, fixture_latency)
             else:
                 plan = _created(journal, dataset, arm_specs, fixture_latency,
-                                partial(go_ahead, only=estimate_only, yes=yes))
+                                partial(go_ahead, only=estimate_only, yes=yes, quiet=quiet))
             if plan is None:
                 return
             result = _work(journal, plan, keeper, quiet, console)
@@ -169,7 +169,8 @@ def _created(journal: JournaledVolley, dataset: str | None, arm_specs: tuple[str
                      options=own, judge_prompt=prompt)
     fixture = FixtureOptions(sub_latency=fixture_latency or 0.0)
     latency = fixture.sub_latency if config.provider == "fixture" else 2.0
-    if not ask(estimate_eval(plan.tasks, plan.documents, config, prices, latency=latency)):
+    if not ask(estimate_eval(plan.tasks, plan.documents, config, prices, latency=latency),
+               billed=config.provider != "fixture"):
         return None
     require_key(config)
     options = eval_volley_options(options, arms)

@@ -48,7 +48,7 @@ def cancel_cmd(volley_ref: str) -> None:
             require_key(config, options if options.batch_api else None)
             result = trio.run(partial(
                 journal.cancel, stored, config, options,
-                main=partial(drive, console=err, live=False), sinks=[BatchLines(err)],
+                main=drive, sinks=[BatchLines(err)],
             ))
     except RLMError as exc:
         click.echo(f"Error: {usage_message(exc, cancel_cmd)}", err=True)

@@ -7,11 +7,12 @@ back, and either is worked on by this process until no task is left.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import trio
@@ -23,7 +24,13 @@ from rlm.cli._history import RunKeeper, volley_label
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_options
 from rlm.cli._terminal import raw_option, safe_text
-from rlm.cli._volley_input import check_resume_flags, confirmed, read_volley, still_to_run
+from rlm.cli._volley_input import (
+    check_resume_flags,
+    confirmed,
+    read_volley,
+    resumed_line,
+    still_to_run,
+)
 from rlm.cli._volley_run import (
     Plan,
     drive,
@@ -41,7 +48,7 @@ from rlm.providers.fixture import FixtureOptions
 from rlm.streaming import StreamMerger
 from rlm.volley.journaled import JournaledVolley
 from rlm.volley.output import OrderedWriter
-from rlm.volley.progress import BatchLines, ProgressLines
+from rlm.volley.progress import BatchLines, LiveStatus, ProgressLines
 from rlm.volley.records import TaskResult, VolleyResult
 
 if TYPE_CHECKING:
@@ -153,18 +160,23 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     """
     out = _Output(output_format, quiet, raw, show_text, trace_path, stderr_console())
     keeper = RunKeeper(keep=history, view=False, trace_path=trace_path, query="")
-    ask = partial(confirmed, only=estimate_only, skip=no_estimate, yes=yes)
+    ask = partial(confirmed, only=estimate_only, skip=no_estimate, yes=yes, quiet=quiet)
     try:
         with open_volleys("volley", out.console, existing=resume is not None) as journal:
             if resume is not None:
                 check_resume_flags(tasks, task_file, from_stdin, contexts, context_files)
-                plan = _resumed(journal, resume, skip_failed, fixture_latency, tools, ask)
+                say = (lambda line: None) if quiet else partial(click.echo, err=True)
+                plan = _resumed(journal, resume, skip_failed, fixture_latency, tools, ask, say)
             else:
+                if skip_failed:
+                    raise UsageError("--skip-failed goes with --resume: it keeps a resumed "
+                                     "volley's failed tasks failed")
                 plan = _created(journal, (tasks, task_file, from_stdin, contexts,
                                           context_files, encoding), fixture_latency, tools, ask)
             if plan is None:  # the estimate was all that was asked for, or declined
                 return
-            result, calls = _work(journal, plan, out, keeper)
+            stdout = _Stdout(journal)
+            result, calls = _work(journal, plan, out, keeper, stdout.write)
             running = len(journal.volley.cut_short) if journal.volley is not None else 0
     except RLMError as exc:
         keeper.close(None, str(exc), page=False)
@@ -172,6 +184,8 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
         click.echo(f"Error: {message}", err=True)
         sys.exit(exc.exit_code)
     keeper.close(None, summary=volley_summary(result, calls))
+    if stdout.closed:
+        _closed(result, plan.stored.volley_id)
     _report(result, running, quiet)
     sys.exit(result.exit_code)
 
@@ -193,9 +207,11 @@ def _created(journal: JournaledVolley, read: tuple[tuple[str, ...], str | None, 
 
 def _resumed(journal: JournaledVolley, ref: str, skip_failed: bool,
              fixture_latency: float | None, tools: tuple[str, ...],
-             ask: Callable[..., bool]) -> Plan | None:
-    """A volley read back from the journal, its failed tasks reopened unless skipped."""
+             ask: Callable[..., bool], say: Callable[[str], None]) -> Plan | None:
+    """A volley read back from the journal, its failed tasks reopened unless skipped;
+    ``say`` is told which volley it is, and when nothing is left to run."""
     stored = journal.load(ref)
+    say(resumed_line(stored, skip_failed))
     config, options = volley_settings("volley", stored=stored.settings)
     fixture = resumed_fixture(stored.settings, fixture_latency)
     toolbox = host_tools(tools, options)
@@ -208,13 +224,52 @@ def _resumed(journal: JournaledVolley, ref: str, skip_failed: bool,
     return Plan(stored, config, options, fixture, toolbox)
 
 
-def _work(journal: JournaledVolley, plan: Plan, out: _Output,
-          keeper: RunKeeper) -> tuple[VolleyResult, int]:
+class _Stdout:
+    """Where results are written; when its reader goes away (``| head``), the volley
+    stops: what it completed is in the journal, and a resume runs the rest."""
+
+    def __init__(self, journal: JournaledVolley) -> None:
+        self._journal = journal
+        self.closed = False
+
+    def write(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            click.echo(text)  # flushed: a closed pipe is met here, not at exit
+        except BrokenPipeError:
+            self.closed = True
+            # Nothing more reaches the reader; the interpreter's last flush must not fail.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if self._journal.volley is not None:
+                self._journal.volley.interrupt()
+
+
+def _closed(result: VolleyResult, volley_id: str) -> NoReturn:
+    """stdout closed before the volley's results were all written: say what is left."""
+    s = result.summary
+    left = s.total_tasks - s.succeeded - s.failed
+    if left:
+        click.echo(f"stdout closed: stopped with {left:,} of {s.total_tasks:,} tasks left; "
+                   f"`rlm volley --resume {volley_id}` runs them", err=True)
+    else:
+        click.echo(f"stdout closed before every result was written; `rlm volley show "
+                   f"{volley_id}` prints them", err=True)
+    sys.exit(130 if left else 1)
+
+
+def _work(journal: JournaledVolley, plan: Plan, out: _Output, keeper: RunKeeper,
+          write_out: Callable[[str], None]) -> tuple[VolleyResult, int]:
     """Work on the volley here until no task is left; the result and the requests sent."""
     stored = plan.stored
     total = len(stored.tasks)
     events_out = out.show_text and out.format == "jsonl"  # stdout carries the events
-    write = (lambda line: None) if events_out else click.echo
+    quiet_progress = out.quiet or out.show_text
+    status = (LiveStatus(out.console) if not (quiet_progress or plan.options.batch_api)
+              and out.console.is_terminal else None)
+    write = (lambda line: None) if events_out else write_out
+    if status is not None:
+        write = status.above(write)
     # Nothing here holds every task or result: the writer reads back from the journal
     # what it does not hold, and the volley counts its verdicts.
     cut_short: set[int] = set()
@@ -224,7 +279,6 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
                                                 cut_short=cut_short))
     for done in stored.earlier:
         writer.add(done)
-    quiet_progress = out.quiet or out.show_text
     batch = plan.options.batch_api
     sinks = ([] if quiet_progress else [BatchLines(out.console)] if batch else
              [ProgressLines(total, out.console, done=len(stored.earlier))])
@@ -235,8 +289,7 @@ def _work(journal: JournaledVolley, plan: Plan, out: _Output,
                 else TaskLines(total, title_of=partial(_running_title, journal)))
     on_result = writer.add if merger is None else partial(
         _after_streamed, merger, on_event, writer.add)
-    main = partial(drive, console=out.console, merger=merger, on_event=on_event,
-                   live=not quiet_progress and not batch and out.console.is_terminal)
+    main = partial(drive, merger=merger, on_event=on_event, status=status)
     result = trio.run(partial(
         journal.work, stored, plan.config, plan.options, main=main, sinks=sinks,
         trace_path=trace_path, on_result=on_result, stream=merger, keep_results=False,

@@ -194,7 +194,7 @@ async def _work_pool(
         async with trio.open_nursery() as watching:
             if parent is not None:
                 watching.start_soon(parent.watch, journal.interrupt, partial(_die, journal))
-            main = partial(drive, console=stderr_console(), live=False)
+            main = drive
             # It prints counts, not results: nothing holds every verdict.
             result = await journal.work(plan.stored, plan.config, plan.options, main=main,
                                         keep_results=False, **plan.engine(), **engine)

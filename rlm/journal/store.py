@@ -202,21 +202,29 @@ class JournalStore:
 
         self._tx(work)
 
-    def resolve(self, ref: str) -> str:
-        """A volley id from ``ref``: an id, or ``last`` for the most recently created."""
-        if ref == "last":
-            rows = self._read(
-                lambda tx: tx.rows(
-                    "SELECT volley_id FROM volleys ORDER BY created_at DESC, volley_id DESC LIMIT 1"
-                )
+    def resolve(self, ref: str, *, origin: Mapping[str, str] | None = None) -> str:
+        """A volley id from ``ref``: an id, or ``last`` for the most recently created
+        (with ``origin``, the most recent stored with that origin; see
+        :func:`~rlm.journal.volleys.this_origin`)."""
+        if ref != "last":
+            self.volley(ref)
+            return ref
+
+        def newest(tx: Tx) -> str | None:
+            found = tx.rows(
+                "SELECT volley_id, settings FROM volleys ORDER BY created_at DESC, volley_id DESC"
             )
-            if not rows:
-                raise UnknownVolleyError(
-                    f"journal {self.where} holds no volley yet", ref=ref, journal=self.where
-                )
-            return str(rows[0][0])
-        self.volley(ref)
-        return ref
+            for volley_id, settings in found:
+                if origin is None or json.loads(settings).get("origin") == dict(origin):
+                    return str(volley_id)
+            return None
+
+        volley_id = self._read(newest)
+        if volley_id is None:
+            raise UnknownVolleyError(
+                f"journal {self.where} holds no volley yet", ref=ref, journal=self.where
+            )
+        return volley_id
 
     def volley(self, volley_id: str) -> VolleyRow:
         rows = self._read(lambda tx: self._volley_rows(tx, volley_id))

@@ -11,6 +11,8 @@ already have (done ones, and failed ones when failed tasks are skipped).
 from __future__ import annotations
 
 import dataclasses
+import getpass
+import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -32,6 +34,7 @@ __all__ = [
     "stored_fixture",
     "stored_layer",
     "stored_settings",
+    "this_origin",
 ]
 
 _T = TypeVar("_T")
@@ -44,10 +47,24 @@ def stored_settings(
     config: RunConfig, options: Mapping[str, Any], fixture: FixtureOptions | None = None
 ) -> dict[str, Any]:
     """What a journal keeps of a volley's configuration (no key), and the fixture's pace."""
-    stored = {"config": public_settings(config), "options": dict(options)}
+    stored = {"config": public_settings(config), "options": dict(options),
+              "origin": this_origin()}
     if fixture is not None:
         stored["fixture"] = dataclasses.asdict(fixture)
     return stored
+
+
+def this_origin() -> dict[str, str]:
+    """Who started a volley, and where: this process's user and working directory.
+
+    Stored with each volley, so that ``last`` means the last volley *this user started
+    from this directory*, not another process's newest in a shared journal.
+    """
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no name for this uid (a container)
+        user = str(os.getuid())
+    return {"user": user, "cwd": os.getcwd()}
 
 
 def stored_fixture(settings: Mapping[str, Any]) -> FixtureOptions | None:

@@ -36,6 +36,7 @@ from rlm.journal.volleys import (
     record_volley,
     reopen_failed,
     stored_settings,
+    this_origin,
 )
 from rlm.journal.worker import JournalWorker
 from rlm.providers.fixture import FixtureOptions
@@ -146,20 +147,35 @@ class JournaledVolley:
         return load_volley(self.store, self.resolve(ref), rerun_failed=False)
 
     def resolve(self, ref: str) -> str:
-        """The id of the volley ``ref`` names (an id, or ``last``: the newest);
-        UnknownVolleyError (a usage error) saying how to list them when there is none."""
+        """The id of the volley ``ref`` names: an id, or ``last``, the newest volley this
+        user started from this directory (another process's volley in a shared journal is
+        named by its id); UnknownVolleyError (a usage error) saying what to do when there
+        is none."""
+        origin = this_origin()
         try:
-            return self.store.resolve(ref)
+            return self.store.resolve(ref, origin=origin)
         except UnknownVolleyError as exc:
             if ref == "last":
-                message = (f"journal {self.store.where} holds no volley yet; a volley run or "
-                           "`rlm volley create` makes one")
+                message = self._no_last(origin)
             else:
                 where = shlex.quote(self.store.where)
                 given = "" if self.journal is None else f" --journal {where}"
                 message = (f"no volley {ref!r} in journal {self.store.where}; list its "
                            f"volleys with `rlm volley list{given}`")
             raise UnknownVolleyError(message, ref=exc.ref, journal=exc.journal) from None
+
+    def _no_last(self, origin: dict[str, str]) -> str:
+        """Why there is no ``last`` volley here, naming the journal's newest if any."""
+        try:
+            newest = self.store.volley(self.store.resolve("last"))
+        except UnknownVolleyError:
+            return (f"journal {self.store.where} holds no volley yet; a volley run or "
+                    "`rlm volley create` makes one")
+        made = newest.settings.get("origin") or {}
+        where = f", started from {made['cwd']}" if "cwd" in made else ""
+        return (f"no volley in journal {self.store.where} was started by {origin['user']} "
+                f"from {origin['cwd']}; its newest is {newest.volley_id} ({newest.total} "
+                f"task{'' if newest.total == 1 else 's'}{where}): name it by its id")
 
     def reopen_failed(self, stored: StoredVolley) -> StoredVolley:
         """Reopen ``stored``'s failed tasks, so that working on it runs them again."""

@@ -12,6 +12,9 @@ in flight, current concurrency, retries, 429s, tokens, cost so far, ETA.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 import trio
 from rich.console import Console
 from rich.live import Live
@@ -26,7 +29,7 @@ from rlm.volley.engine import Volley, VolleyProgress
 from rlm.volley.events import BatchStatus, BatchSubmitted, TaskFinished
 from rlm.volley.output import task_label
 
-__all__ = ["BatchLines", "ProgressLines", "live_status", "status_line"]
+__all__ = ["BatchLines", "LiveStatus", "ProgressLines", "status_line"]
 
 
 class ProgressLines:
@@ -133,9 +136,50 @@ def status_line(p: VolleyProgress) -> str:
     return sep.join(parts)
 
 
-async def live_status(volley: Volley, console: Console, *, period: float = 0.25) -> None:
-    """Redraw the status bar under the progress lines until cancelled (then it vanishes)."""
-    with Live(Text(""), console=console, transient=True, auto_refresh=False) as live:
-        while True:
-            live.update(Text(status_line(volley.progress())), refresh=True)
-            await trio.sleep(period)
+class LiveStatus:
+    """The status bar under the progress lines on a terminal, redrawn a few times a second
+    and whenever a progress line is printed above it (with the figures of that moment).
+
+    Results go to stdout; when stdout is the same terminal, :meth:`above` clears the bar
+    before a result is written, so a result never starts on the bar's line.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self._volley: Volley | None = None
+        self._console = console
+        self._live: Live | None = None
+        self._hidden = False
+
+    def _render(self) -> Text:
+        if self._hidden or self._volley is None:
+            return Text("")
+        return Text(status_line(self._volley.progress()))
+
+    async def run(self, volley: Volley, *, period: float = 0.25) -> None:
+        """Show ``volley``'s figures until cancelled (then the bar vanishes)."""
+        self._volley = volley
+        with Live(get_renderable=self._render, console=self._console, transient=True,
+                  auto_refresh=False, redirect_stdout=False) as live:
+            self._live = live
+            try:
+                while True:
+                    live.refresh()
+                    await trio.sleep(period)
+            finally:
+                self._live = None
+
+    def above(self, write: Callable[[str], None]) -> Callable[[str], None]:
+        """``write`` (to stdout) clearing the bar first when stdout shares its terminal."""
+        if not sys.stdout.isatty():
+            return write
+
+        def cleared(text: str) -> None:
+            if self._live is not None:
+                self._hidden = True
+                try:
+                    self._live.refresh()  # the bar's line is now empty, the cursor at its start
+                finally:
+                    self._hidden = False
+            write(text)
+
+        return cleared
