@@ -201,7 +201,7 @@ def _work(journal: JournaledVolley, plan: dict[str, Any], keeper: RunKeeper, qui
     """Work on the eval here until every item has its verdict (or a stop)."""
     from rlm.eval.plan import EvalRecord
     from rlm.volley.events import TaskFinished
-    from rlm.volley.progress import ProgressLines
+    from rlm.volley.progress import LiveStatus, ProgressLines
 
     stored, config = plan["stored"], plan["config"]
     record = EvalRecord.from_stored(stored)
@@ -216,7 +216,8 @@ def _work(journal: JournaledVolley, plan: dict[str, Any], keeper: RunKeeper, qui
 
     sinks = [] if quiet else [labelled]
     trace_path = keeper.open(config, kind="eval", query=f"eval {record.dataset}")
-    main = partial(drive, console=console, live=not quiet and console.is_terminal)
+    main = partial(drive, status=None if quiet or not console.is_terminal
+                   else LiveStatus(console))
     result = trio.run(partial(
         journal.work, stored, config, plan["options"], main=main, sinks=sinks,
         trace_path=trace_path, providers=fixture_providers(config, plan["fixture"]),
