@@ -35,7 +35,14 @@ if TYPE_CHECKING:  # only named here: a volley and a chat import this module too
     from rlm._result import RunResult
     from rlm._run.context import Context
 
-__all__ = ["STOP_SIGNALS", "TERMINATE_SIGNALS", "insists", "leave_terminal", "run_with_signals"]
+__all__ = [
+    "STOP_SIGNALS",
+    "TERMINATE_SIGNALS",
+    "insists",
+    "leave_terminal",
+    "run_with_signals",
+    "watch_stop_signals",
+]
 
 #: The signals that end a command as SIGTERM does: SIGTERM (``kill``, a supervisor) and,
 #: where there is one, SIGHUP (the terminal closed, an ssh connection dropped).
@@ -84,17 +91,30 @@ def insists(signum: int) -> bool:
     return not _is_hangup(signum)
 
 
-async def _watch(model: RLM) -> None:
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        stopping = False
-        async for signum in signals:
-            leave_terminal(signum)
-            if not stopping:
-                stopping = True
-                model.interrupt()
-            elif insists(signum):
-                model.kill_sandboxes()
-                os._exit(130)
+async def watch_stop_signals(stop: Callable[[], None], kill: Callable[[], None]) -> None:
+    """Until cancelled: the first stop signal calls ``stop``; a second one that
+    :func:`insists` calls ``kill`` (no sandbox may outlive the process) and exits 130.
+
+    After a hang-up, later ones are ignored for the rest of the process: the shell's
+    copy may come after this watch has ended (the command is finishing its stop), when
+    SIGHUP's default would kill it before its results are kept and it exits 130.
+    """
+    hung_up = False
+    try:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            stopping = False
+            async for signum in signals:
+                leave_terminal(signum)
+                hung_up = hung_up or _is_hangup(signum)
+                if not stopping:
+                    stopping = True
+                    stop()
+                elif insists(signum):
+                    kill()
+                    os._exit(130)
+    finally:
+        if hung_up:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 async def _main(
@@ -102,7 +122,7 @@ async def _main(
 ) -> RunResult:
     outcome: RunResult | RLMError | None = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch, model)
+        nursery.start_soon(watch_stop_signals, model.interrupt, model.kill_sandboxes)
         try:
             if on_event is None:
                 outcome = await model.acompletion(query, context)

@@ -8,7 +8,6 @@ turns flags into its arguments and its hooks into lines on stderr.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from rlm._config import RunConfig, VolleyOptions, check_sub_endpoint
 from rlm._settings import Layer, api_key_from_environment, settings_of
 from rlm.cli._flags import model_or_blank
 from rlm.cli._settings_cli import command_settings
-from rlm.cli._signals import STOP_SIGNALS, insists, leave_terminal
+from rlm.cli._signals import watch_stop_signals
 from rlm.cli._stale_lines import lost_line, recovery_lines
 from rlm.errors import UsageError
 from rlm.journal import Recovered
@@ -193,7 +192,8 @@ async def drive(run: VolleyRun, *, status: LiveStatus | None = None,
     from rlm.volley.engine import Volley
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch_signals, run)
+        # Ctrl-C, SIGTERM, SIGHUP: stop, give unfinished claims back, print what completed.
+        nursery.start_soon(watch_stop_signals, run.interrupt, run.kill_sandboxes)
         if status is not None and isinstance(run, Volley):
             nursery.start_soon(status.run, run)
         try:
@@ -207,19 +207,3 @@ async def drive(run: VolleyRun, *, status: LiveStatus | None = None,
                     merger.close()
         finally:
             nursery.cancel_scope.cancel()
-
-
-async def _watch_signals(run: VolleyRun) -> None:
-    """First Ctrl-C/SIGTERM/SIGHUP: stop, give unfinished claims back, print what completed;
-    a second Ctrl-C or SIGTERM exits at once (see rlm.cli._signals)."""
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        stopping = False
-        async for signum in signals:
-            leave_terminal(signum)
-            if not stopping:
-                stopping = True
-                run.interrupt()
-            elif insists(signum):
-                run.kill_sandboxes()  # --rlm tasks: no sandbox outlives the process
-                os._exit(130)
-
