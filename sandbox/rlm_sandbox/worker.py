@@ -488,17 +488,30 @@ def _parse_init_options(message: dict[str, Any]) -> tuple[list[str], bool]:
     return tools, answer_json
 
 
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate becomes its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _send_result(channel: Channel, result: ResultFrame) -> None:
+    """Send ``result``; one that cannot travel is sent as a failed step saying why."""
     try:
         channel.send(result)
-    except FrameError as exc:  # e.g. a FINAL answer larger than the frame cap
-        output = result["output"][: CHILD_FRAME_MAX_BYTES // 8]
-        channel.send(ResultFrame(
-            t="result", id=result["id"], ok=False, final=None,
-            output_chars=result["output_chars"],
-            # lone surrogates printed by model code cannot travel as UTF-8
-            output=output.encode("utf-8", "backslashreplace").decode("utf-8"),
-            error=f"the result is too large to send back ({exc})"))
+        return
+    except FrameError as exc:
+        problem = exc
+    output = _utf8(result["output"])
+    texts = (result["output"], result["error"] or "", result["final"] or "")
+    if any(_utf8(text) != text for text in texts):  # as plain Python's print would fail
+        why = ("the step's output or answer holds a lone surrogate, which UTF-8 cannot "
+               "encode (text decoded with errors='surrogateescape'?): encode it with "
+               "errors='backslashreplace' or 'replace' first")
+    else:  # e.g. a FINAL answer larger than the frame cap
+        why = f"the result is too large to send back ({problem})"
+    channel.send(ResultFrame(
+        t="result", id=result["id"], ok=False, final=None,
+        output_chars=result["output_chars"],
+        output=output[: CHILD_FRAME_MAX_BYTES // 8], error=why))
 
 
 def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
