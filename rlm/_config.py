@@ -306,6 +306,12 @@ class RunConfig:
         True, "Shrink sub-query concurrency when the provider pushes back; grow it back after.",
         commands=_SEND, flag="--adapt", off_flag="--no-adapt",
     )
+    auto_batch: bool = setting(
+        True, "Run a sequential loop's independent llm_query calls concurrently (its "
+        "meaning kept; at most one window of sub slots sent ahead); --no-auto-batch runs "
+        "each call when the code reaches it.",
+        commands=_SEND, flag="--auto-batch", off_flag="--no-auto-batch",
+    )
     require_isolation: tuple[str, ...] = setting(
         (), "Refuse to run unless these sandbox layers are active ('all'; see `rlm doctor`).",
         commands=(*_RUN, *_VOLLEY, *_EVAL), parse=_layers, metavar="LAYER,...",

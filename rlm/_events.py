@@ -37,6 +37,7 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "LLMRetry",
+    "LoopBatched",
     "RateChanged",
     "RateLimitLearned",
     "RunFinished",
@@ -228,6 +229,8 @@ class BridgeCallStarted(Event):
     fn: str
     items: int
     mode: str
+    #: Sent ahead by auto-batching, before the code asked it (see ``loop_batched``).
+    speculative: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +247,23 @@ class BridgeCallFinished(Event):
     prompts: list[str] | None = None
     contexts: list[str | None] | None = None
     answers: list[str] | None = None
+    speculative: bool = False
+    #: A speculative call cancelled before the provider answered (the code did not need it).
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopBatched(Event):
+    """A loop of sandbox code had its sub-queries sent ahead (auto-batching)."""
+
+    kind: ClassVar[str] = "loop_batched"
+    loop: int
+    line: int
+    calls: int
+    used: int
+    cancelled: int
+    window: int
+    duration_s: float
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,6 +47,7 @@ class RunSettings(TypedDict, total=False):
     max_retries: int
     retry_delay: float
     adaptive: bool
+    auto_batch: bool
     require_isolation: tuple[str, ...]
     cache_path: str | None
     trace_content: TraceContent

@@ -39,7 +39,10 @@ from rlm_sandbox.protocol import (
     BridgeAnswer,
     BridgeRequest,
     BudgetRequest,
+    CancelRequest,
+    CollectRequest,
     QueryRequest,
+    SpeculateRequest,
     ToolRequest,
     answer,
     refusal,
@@ -47,6 +50,7 @@ from rlm_sandbox.protocol import (
 
 if TYPE_CHECKING:
     from rlm._run.call import Call
+    from rlm._run.speculation import Speculation
 
 __all__ = ["Bridge"]
 
@@ -89,8 +93,11 @@ class Bridge:
         self._ids = 0
         self._refusals: dict[str, int] = {}  # budget refusals per call_id
 
-    async def serve(self, call: Call, request: BridgeRequest) -> BridgeAnswer:
-        """The answer to one checked bridge request of ``call``'s sandbox."""
+    async def serve(
+        self, call: Call, request: BridgeRequest, speculation: Speculation | None = None
+    ) -> BridgeAnswer:
+        """The answer to one checked bridge request of ``call``'s sandbox; ``speculation``
+        holds the execution's sub-queries sent ahead (auto-batching), if it has any."""
         match request:
             case BudgetRequest():
                 return answer(self._budget_view(call))
@@ -98,8 +105,40 @@ class Bridge:
                 return await self._call_tool(call, name, arguments)
             case QueryRequest():
                 return await self._query(call, request)
+            case SpeculateRequest() | CollectRequest() | CancelRequest() if speculation is None:
+                return refusal("auto-batching is off for this execution", "usage")
+            case SpeculateRequest():
+                return await speculation.speculate(request)
+            case CollectRequest():
+                return await speculation.collect(request)
+            case CancelRequest():
+                return speculation.cancel(request)
 
-    async def _query(self, call: Call, request: QueryRequest) -> BridgeAnswer:
+    def window(self) -> int:
+        """How many sub-queries an execution may send ahead: the sub lane's capacity."""
+        return self._gate.capacities()["sub"] if self._config.auto_batch else 0
+
+    async def admit(
+        self, call: Call, items: list[tuple[str, str | None]], schema_text: str | None,
+        also: int = 0,
+    ) -> None:
+        """Admit ``items`` of ``call`` to be sent (after ``also`` admitted and not sent
+        yet), or raise BudgetExceeded: the call limits, as a batch of them would meet."""
+        schema = None if schema_text is None else normalise_schema(json.loads(schema_text))
+        children = call.depth + 1 < self._config.max_depth and schema is None
+        sending = await self._to_send(call, items, schema, children=children)
+        self._check_call_limit(sending)
+        self._budget.check_batch(sending + also)
+        self._items_sent += sending
+
+    async def ask_admitted(self, call: Call, request: QueryRequest) -> BridgeAnswer:
+        """``llm_query`` of an item :meth:`admit` let through, sent ahead: a budget
+        refusal on its way is its answer (its code then asks it itself), not an event."""
+        return await self._query(call, request, speculative=True)
+
+    async def _query(
+        self, call: Call, request: QueryRequest, *, speculative: bool = False
+    ) -> BridgeAnswer:
         """``llm_query`` / ``llm_query_batched``: sub-queries or child calls, fanned out."""
         fn = "llm_query_batched" if request.batched else "llm_query"
         schema: JsonSchema | None = None
@@ -127,18 +166,20 @@ class Bridge:
         events = self._events
         started = events.now()
         events.emit(
-            BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode)
+            BridgeCallStarted(**ids, bridge_id=bridge_id, fn=fn, items=len(items), mode=mode,
+                              speculative=speculative)
         )
         failed = len(items)
         results: list[str] | None = None
-        sent = False
+        sent = finished = unsent = False
         try:
             # With a schema every item is a sub-query, at any depth (see _fan_out below).
             children = mode == "child-call" and schema is None
-            sending = await self._to_send(call, items, schema, children=children)
-            self._check_call_limit(sending)
-            self._budget.check_batch(sending)
-            self._items_sent += sending
+            if not speculative:  # a speculative item was admitted when it was offered
+                sending = await self._to_send(call, items, schema, children=children)
+                self._check_call_limit(sending)
+                self._budget.check_batch(sending)
+                self._items_sent += sending
             sent = True
             if schema is not None:
                 structured = await self._fan_out(
@@ -149,7 +190,11 @@ class Bridge:
             else:
                 results = await self._fan_out(call, items, one=self._one, children=children)
                 failed = sum(1 for r in results if r.startswith("Error:"))
+            finished = True
         except BudgetExceeded as exc:
+            if speculative:
+                unsent = True
+                return refusal(str(exc), "budget")  # not sent: the code asks it itself
             refused = self._refusals.get(call.call_id, 0)
             self._refusals[call.call_id] = refused + 1
             if refused:
@@ -182,6 +227,8 @@ class Bridge:
                     prompts=[prompt for prompt, _ in items] if sent else None,
                     contexts=[c for _, c in items] if sent and contexts is not None else None,
                     answers=results,
+                    speculative=speculative,
+                    cancelled=speculative and not (finished or unsent),
                 )
             )
         if schema is not None:

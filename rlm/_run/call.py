@@ -21,6 +21,7 @@ already ran.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from rlm._run.feedback import (
 from rlm._run.parsing import FinalDirective, find_code_blocks, find_final
 from rlm._run.pipeline import BlockPipeline, Ran
 from rlm._run.schema import JsonSchema, parse_json_answer, validation_error
+from rlm._run.speculation import Speculation
 from rlm._sandbox.interface import Launcher
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
@@ -412,14 +414,29 @@ class Call:
         return _Executed(None, [*feedback, failure])
 
     async def _run_block(self, code: str, nursery: trio.Nursery) -> ExecResult:
-        async def on_bridge(request: BridgeRequest) -> BridgeAnswer:
-            return await self._parts.bridge.serve(self, request)
-
+        """Run one block; the sub-queries its loops send ahead (auto-batching) live in a
+        nursery of their own, and whatever of them is left is cancelled when it ends."""
+        bridge = self._parts.bridge
         limit = self._parts.config.exec_timeout
         # A session's sandbox was started before this query's schema was known: the
         # execution itself says FINAL_VAR answers JSON (a run's sandboxes are told at start).
         answer_json = self._carry is not None and self._parts.answer_schema is not None
-        return await self._slot.execute(code, nursery, on_bridge, limit, answer_json=answer_json)
+        async with trio.open_nursery() as ahead:
+            speculation = Speculation(
+                self, nursery=ahead, events=self._parts.events, window=bridge.window(),
+                ask=functools.partial(bridge.ask_admitted, self),
+                admit=functools.partial(bridge.admit, self),
+            )
+
+            async def on_bridge(request: BridgeRequest) -> BridgeAnswer:
+                return await bridge.serve(self, request, speculation)
+
+            try:
+                return await self._slot.execute(code, nursery, on_bridge, limit,
+                                                answer_json=answer_json,
+                                                window=speculation.window)
+            finally:
+                speculation.close()
 
     def _answer_problem(self, answer: str | None) -> str | None:
         """Why a root answer does not fit the run's schema (None when it fits or no

@@ -26,12 +26,14 @@ class ReplSandbox(Protocol):
     def alive(self) -> bool: ...
 
     async def execute(
-        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False
+        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False,
+        window: int = 0,
     ) -> ExecResult:
         """Run ``code``; raise ExecutionTimeout or SandboxCrashed when the sandbox is lost.
 
         ``answer_json=True`` (passed only to a session's root sandbox, for a query that
-        asks for structured data): FINAL_VAR of a dict or list answers its JSON."""
+        asks for structured data): FINAL_VAR of a dict or list answers its JSON.
+        ``window``: how many sub-queries its loops may send ahead (auto-batching)."""
         ...
 
     async def export_variables(self) -> tuple[str, list[str]]:

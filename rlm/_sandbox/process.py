@@ -215,12 +215,14 @@ class Sandbox:
         )
 
     async def execute(
-        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False
+        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False,
+        window: int = 0,
     ) -> ExecResult:
         """Run ``code`` and serve its bridge calls until it finishes.
 
         ``answer_json``: its FINAL_VAR of a dict or list answers JSON (a session's
         query that asks for structured data; the launcher's flag covers whole runs).
+        ``window``: how many sub-queries its loops may send ahead (auto-batching).
 
         ``limit`` (seconds) bounds the execution's wall time, except the time spent
         waiting for bridge answers that were served (the run's own --timeout bounds
@@ -237,6 +239,8 @@ class Sandbox:
         request = ExecFrame(t="exec", id=exec_id, code=code)
         if answer_json:
             request["answer_json"] = True
+        if window:
+            request["window"] = window
         await self._send_frame(request)
         while True:
             frame: dict[str, Any] | None = None

@@ -10,6 +10,7 @@ After too many losses in one call the call fails instead of looping.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import trio
 
@@ -73,10 +74,10 @@ class SandboxSlot:
 
     async def execute(
         self, code: str, nursery: trio.Nursery, on_bridge: BridgeHandler, limit: float,
-        *, answer_json: bool = False,
+        *, answer_json: bool = False, window: int = 0,
     ) -> ExecResult:
         """Run ``code``; a timeout or crash becomes an error result and a fresh sandbox.
-        ``answer_json``: see :meth:`ReplSandbox.execute` (sent only when set)."""
+        ``answer_json`` and ``window``: see :meth:`Sandbox.execute` (sent only when set)."""
         # A sandbox that ran earlier steps and died since (killed from outside, or cut
         # off when a session's query was interrupted): the code runs in a fresh one,
         # and the model is told why its variables are gone.
@@ -93,11 +94,10 @@ class SandboxSlot:
         self.executing = True
         self._used = True
         try:
-            result = await (
-                sandbox.execute(code, on_bridge, limit=limit, answer_json=True)
-                if answer_json
-                else sandbox.execute(code, on_bridge, limit=limit)
-            )
+            options: dict[str, Any] = {"answer_json": True} if answer_json else {}
+            if window:
+                options["window"] = window
+            result = await sandbox.execute(code, on_bridge, limit=limit, **options)
             if not lost:
                 return result
             return dataclasses.replace(

@@ -6,6 +6,9 @@ language, one instruction a line:
 
 - ``batch N``: ``llm_query_batched`` with N prompts (``item 0`` … ``item N-1``);
 - ``query``: one ``llm_query``;
+- ``loop N [K]``: a loop of N ``llm_query`` calls (``item 0`` …) sent ahead as
+  auto-batching does when the execution has a window: offered, then collected one
+  by one; with K, the loop breaks after K items and cancels the rest;
 - ``sleep S``: S seconds on trio's clock (a slow execution);
 - ``final TEXT``: ``FINAL(TEXT)``.
 
@@ -20,7 +23,13 @@ from contextlib import asynccontextmanager
 import trio
 
 from rlm._sandbox.process import BridgeHandler, ExecResult, SandboxIdentity
-from rlm_sandbox.protocol import QueryRequest
+from rlm_sandbox.protocol import (
+    BridgeAnswer,
+    CancelRequest,
+    CollectRequest,
+    QueryRequest,
+    SpeculateRequest,
+)
 
 __all__ = ["LineLauncher", "LineSandbox"]
 
@@ -34,7 +43,8 @@ class LineSandbox:
         self.executed: list[str] = []
 
     async def execute(
-        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False
+        self, code: str, on_bridge: BridgeHandler, *, limit: float, answer_json: bool = False,
+        window: int = 0,
     ) -> ExecResult:
         started = trio.current_time()
         self.executed.append(code)
@@ -46,7 +56,10 @@ class LineSandbox:
                 n = int(arg or 1)
                 prompts = [f"item {i}" for i in range(n)]
                 reply = await on_bridge(QueryRequest(1, op == "batch", prompts, None, None))
-                output.append(repr(reply["value"]) if reply["ok"] else f"refused: {reply['error']}")
+                output.append(_shown(reply))
+            elif op == "loop":
+                count, _, stop = arg.partition(" ")
+                output += await _loop(on_bridge, int(count), int(stop or count), window)
             elif op == "sleep":
                 await trio.sleep(float(arg))
             elif op == "final":
@@ -64,6 +77,32 @@ class LineSandbox:
 
     async def aclose(self) -> None:
         self.alive = False
+
+
+def _shown(reply: BridgeAnswer) -> str:
+    return repr(reply["value"]) if reply["ok"] else f"refused: {reply['error']}"
+
+
+async def _loop(on_bridge: BridgeHandler, n: int, stop: int, window: int) -> list[str]:
+    """``loop N K``: N items offered ahead (up to ``window``), K of them used in order."""
+    prompts = [f"item {i}" for i in range(n)]
+    spec = list(range(1, min(n, window) + 1))
+    accepted = 0
+    if spec:
+        offered = await on_bridge(SpeculateRequest(1, 1, 1, spec, prompts[:len(spec)],
+                                                   [None] * len(spec), None))
+        value = offered["value"]
+        accepted = value["accepted"] if isinstance(value, dict) else 0
+    shown = []
+    for i in range(stop):
+        reply = None
+        if i < accepted:
+            reply = await on_bridge(CollectRequest(1, i + 1))
+        if reply is None or reply["kind"] == "unsent":
+            reply = await on_bridge(QueryRequest(1, False, [prompts[i]], None, None))
+        shown.append(_shown(reply))
+    await on_bridge(CancelRequest(1, 1, spec[stop:accepted], True))
+    return shown
 
 
 class LineLauncher:

@@ -108,6 +108,7 @@ def work_from_trace(trace: Iterable[Mapping[str, Any]],
     """The root call's work tree, rebuilt from a run's events."""
     calls: dict[str, CallWork] = {}
     open_batch: dict[str, Batch] = {}
+    ahead: set[str] = set()  # calls whose open batch holds calls a loop sent ahead
     requests: dict[int, Request] = {}
     root: CallWork | None = None
     for event in trace:
@@ -120,9 +121,18 @@ def work_from_trace(trace: Iterable[Mapping[str, Any]],
             elif parent in open_batch:
                 open_batch[parent].items.append(call)
         elif kind == "bridge_call_started":
-            batch = open_batch[call_id] = Batch()
-            calls[call_id].segments.append(batch)
-        elif kind == "bridge_call_finished":
+            # The calls a loop sent ahead (auto-batching) are one fan-out, as a batch is.
+            batch = open_batch.get(call_id) if call_id in ahead and event.get(
+                "speculative") else None
+            if batch is None:
+                batch = Batch()
+                calls[call_id].segments.append(batch)
+            open_batch[call_id] = batch
+            (ahead.add if event.get("speculative") else ahead.discard)(call_id)
+        elif kind == "bridge_call_finished" and call_id not in ahead:
+            open_batch.pop(call_id, None)
+        elif kind == "loop_batched":
+            ahead.discard(call_id)
             open_batch.pop(call_id, None)
         elif (kind == "llm_request" and call_id in calls
               and int(event["request_id"]) not in requests):  # a retry is the same request

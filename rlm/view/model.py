@@ -9,7 +9,11 @@ Events are attributed the way ``docs/events.md`` defines them: a request whose
 ``depth`` equals its call's depth is one of the call's steps, one at depth + 1
 is a sub-query the call's code asked for; code executions and bridge calls
 belong to the call's latest step; a sub-query or child call started while its
-call has a bridge call open belongs to that bridge call.
+call has bridge calls open belongs to the first of them still missing one.  (A loop
+auto-batching sends ahead has one ``speculative`` ``llm_query`` bridge call per item
+open at once; which of them a request belongs to the trace does not say, so their
+rows' latencies may be each other's.)  A ``loop_batched`` event goes to the step with
+the loop's block.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ class _Call:
     record: dict[str, Any]
     steps: list[dict[str, Any]] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
-    open_bridge: dict[str, Any] | None = None
+    open_bridges: dict[Any, dict[str, Any]] = field(default_factory=dict)  # by bridge_id
     llm_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -113,8 +117,9 @@ class _Builder:
         owner = self.calls.get(str(parent)) if parent is not None else None
         if owner is not None:
             owner.children.append(call_id)
-            if owner.open_bridge is not None:
-                owner.open_bridge["children"].append(call_id)
+            bridge = _waiting_bridge(owner, "children")
+            if bridge is not None:
+                bridge["children"].append(call_id)
 
     def _on_call_finished(self, e: dict[str, Any]) -> None:
         call = self.calls.get(str(e.get("call_id")))
@@ -143,7 +148,7 @@ class _Builder:
             # Begun at its request: code that ran while the reply streamed is already in it.
             call.steps[-1].update(fields, pending=False)
         else:
-            call.steps.append({**fields, "blocks": [], "bridges": []})
+            call.steps.append({**fields, "blocks": [], "bridges": [], "loops": []})
 
     def _request_messages(self, request: Any) -> Any:
         if not isinstance(request, dict):
@@ -155,7 +160,8 @@ class _Builder:
 
     def _step_of(self, call: _Call) -> dict[str, Any]:
         if not call.steps:  # code before any step (should not happen): a placeholder step
-            call.steps.append({"t": call.t0, "iteration": 0, "blocks": [], "bridges": []})
+            call.steps.append({"t": call.t0, "iteration": 0, "blocks": [], "bridges": [],
+                               "loops": []})
         return call.steps[-1]
 
     def _on_code_executed(self, e: dict[str, Any]) -> None:
@@ -179,18 +185,20 @@ class _Builder:
         bridge = {"bridge_id": e.get("bridge_id"), "fn": e.get("fn"), "items": e.get("items"),
                   "mode": e.get("mode"), "t0": e["t"], "t1": None, "failed_items": None,
                   "duration_s": None, "requests": [], "children": [], "prompts": None,
-                  "answers": None}
+                  "answers": None, "speculative": bool(e.get("speculative")),
+                  "cancelled": False}
         self._step_of(call)["bridges"].append(bridge)
-        call.open_bridge = bridge
+        call.open_bridges[e.get("bridge_id")] = bridge
 
     def _on_bridge_call_finished(self, e: dict[str, Any]) -> None:
         call = self.calls.get(str(e.get("call_id")))
-        if call is None or call.open_bridge is None:
+        if call is None or not call.open_bridges:
             return
-        bridge = call.open_bridge
-        call.open_bridge = None
+        bridge = call.open_bridges.pop(e.get("bridge_id"), None)
+        if bridge is None:  # a trace from before bridge ids were unique: the oldest open one
+            bridge = call.open_bridges.pop(next(iter(call.open_bridges)))
         bridge.update(t1=e["t"], failed_items=e.get("failed_items"),
-                      duration_s=e.get("duration_s"))
+                      duration_s=e.get("duration_s"), cancelled=bool(e.get("cancelled")))
         prompts, contexts, answers = e.get("prompts"), e.get("contexts"), e.get("answers")
         if isinstance(prompts, list):
             if not isinstance(contexts, list) or len(contexts) != len(prompts):
@@ -205,6 +213,14 @@ class _Builder:
             self._whole_queries(bridge["children"], [_text(p) for p in prompts])
         self._row(self.bridges, call_id=call.id, t0=bridge["t0"], t1=e["t"],
                   items=e.get("items"), failed=e.get("failed_items"))
+
+    def _on_loop_batched(self, e: dict[str, Any]) -> None:
+        call = self.calls.get(str(e.get("call_id")))
+        if call is None:
+            return
+        self._step_of(call).setdefault("loops", []).append(
+            {k: e.get(k) for k in ("t", "loop", "line", "calls", "used", "cancelled", "window",
+                                   "duration_s")})
 
     def _whole_queries(self, children: list[str], prompts: list[str]) -> None:
         """Give each child call its whole query: call_started keeps only its first 500
@@ -226,10 +242,13 @@ class _Builder:
         step = call is not None and int(e.get("depth", 0)) == call.depth
         if call is not None and step and request_id not in self.request_owner:
             # A step begins at its request; step_completed fills it in (see _on_step_completed).
-            call.steps.append({"t": e["t"], "pending": True, "blocks": [], "bridges": []})
+            call.steps.append({"t": e["t"], "pending": True, "blocks": [], "bridges": [],
+                               "loops": []})
         self.request_owner[request_id] = (call_id, step)
-        if call is not None and not step and attempt == 1 and call.open_bridge is not None:
-            call.open_bridge["requests"].append(request_id)
+        bridge = None if call is None or step or attempt != 1 else _waiting_bridge(
+            call, "requests")
+        if bridge is not None:
+            bridge["requests"].append(request_id)
         sent = float(e["t"])
         queue, pace = float(e.get("queue_wait_s") or 0.0), float(e.get("pace_wait_s") or 0.0)
         self.open_attempts[(request_id, attempt)] = len(self.attempts["request_id"])
@@ -271,8 +290,10 @@ class _Builder:
         call = self.calls.get(call_id)
         request_id = int(e.get("request_id", 0))
         self.cached_requests.append(request_id)
-        if call is not None and int(e.get("depth", 0)) != call.depth and call.open_bridge:
-            call.open_bridge["requests"].append(request_id)
+        bridge = None if call is None or int(e.get("depth", 0)) == call.depth else (
+            _waiting_bridge(call, "requests"))
+        if bridge is not None:
+            bridge["requests"].append(request_id)
 
     def _on_llm_retry(self, e: dict[str, Any]) -> None:
         call_id, _ = self.request_owner.get(int(e.get("request_id", 0)), ("", False))
@@ -358,8 +379,7 @@ class _Builder:
             if value is None:  # never answered (a cut trace): draw it to the end, marked
                 a["end"][row] = end
         for call in self.calls.values():
-            bridge = call.open_bridge
-            if bridge is not None:  # still waiting when the trace ends: drawn to the end
+            for bridge in call.open_bridges.values():  # still waiting when the trace ends
                 self._row(self.bridges, call_id=call.id, t0=bridge["t0"], t1=end,
                           items=bridge["items"], failed=None)
         order = sorted(self.calls.values(), key=lambda c: (c.t0, c.id))
@@ -391,6 +411,17 @@ class _Builder:
             "refusals": self.refusals,
             "learned": self.learned,
         }
+
+
+def _waiting_bridge(call: _Call, what: str) -> dict[str, Any] | None:
+    """The first open bridge call of ``call`` with fewer ``what`` (requests, children) than
+    items: where the next sub-query or child call it starts belongs (the last one open when
+    all have theirs, as a retried request or a structured answer's repair adds one)."""
+    bridges = list(call.open_bridges.values())
+    for bridge in bridges:
+        if len(bridge[what]) < int(bridge.get("items") or 0):
+            return bridge
+    return bridges[-1] if bridges else None
 
 
 def _text(value: Any) -> str:

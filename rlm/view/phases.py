@@ -102,7 +102,9 @@ def _root_path(model: Mapping[str, Any], t: float) -> dict[str, float]:
     if root is not None:
         for step in root["steps"]:
             code += sum(float(b.get("duration_s") or 0.0) for b in step["blocks"])
-            fan_out += sum(float(b.get("duration_s") or 0.0) for b in step["bridges"])
+            # Bridge calls a loop sent ahead (auto-batching) overlap: their union counts.
+            fan_out += _covered([(float(b["t0"]), float(b["t0"]) + float(b["duration_s"]))
+                                 for b in step["bridges"] if b.get("duration_s") is not None])
     starts = [t1 - t0 for t0, t1, call in zip(timeline["sandboxes"].get("t0", []),
               timeline["sandboxes"].get("t1", []), timeline["sandboxes"].get("call_id", []),
               strict=True) if call == "root"]
@@ -111,6 +113,16 @@ def _root_path(model: Mapping[str, Any], t: float) -> dict[str, float]:
     parts["other_s"] = max(0.0, t - sum(parts.values()))
     parts["sandbox_start_s"] = max(starts, default=0.0)  # overlaps the first step: not summed
     return {k: round(v, 6) for k, v in parts.items()}
+
+
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """How much time the spans (start, end) cover together."""
+    total, reached = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
 
 
 def _waits(model: Mapping[str, Any]) -> dict[str, Any]:

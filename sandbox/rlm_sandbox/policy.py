@@ -52,6 +52,7 @@ from RestrictedPython.transformer import (
     copy_locations,
 )
 
+from rlm_sandbox.autobatch import is_generated, rewrite
 from rlm_sandbox.classes import (
     DEFINABLE_DUNDERS,
     READABLE_DUNDERS,
@@ -133,6 +134,8 @@ class SandboxTransformer(RestrictingNodeTransformer):
             self.error(node, f'"{name}" is a reserved name.')
 
     def visit_Name(self, node: ast.Name) -> ast.AST | Iterable[ast.AST] | None:
+        if is_generated(node):
+            return node  # a policy name the auto-batching rewrite put there (autobatch.py)
         if node.id == "__name__" and isinstance(node.ctx, ast.Load):
             return node  # `if __name__ == "__main__":` reads the namespace's "__main__"
         return super().visit_Name(node)
@@ -161,6 +164,31 @@ class SandboxTransformer(RestrictingNodeTransformer):
         copy_locations(write, node.value)
         node.value = write
         return node
+
+    # --- async ------------------------------------------------------------------------------
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef
+                               ) -> ast.AST | Iterable[ast.AST] | None:
+        """``async def``, checked like ``def``: its coroutine runs under the sandbox's
+        asyncio stand-in (``concurrency.py``), or by hand; never an async generator."""
+        if any(isinstance(n, ast.Yield | ast.YieldFrom) or (isinstance(
+                n, ast.comprehension) and n.is_async) for n in ast.walk(node)):
+            self.error(node, "async generators and async comprehensions are not supported "
+                             "in the sandbox")
+        self.check_name(node, node.name, allow_magic_methods=True)
+        self.check_function_argument_names(node)
+        with self.print_info.new_print_scope():
+            node = self.node_contents_visit(node)
+            self.inject_print_collector(node)  # type: ignore[arg-type]  # a body, as def's
+        return node
+
+    def visit_Await(self, node: ast.Await) -> ast.AST | Iterable[ast.AST] | None:
+        return self.node_contents_visit(node)
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> ast.AST | Iterable[ast.AST] | None:
+        """``async with``: only the stand-ins' semaphores and task groups can be entered
+        (model classes cannot define ``__aenter__``); unpacked like ``with``."""
+        return self.visit_With(node)  # type: ignore[arg-type]
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | Iterable[ast.AST] | None:
         """``x: int = 0``: target, annotation and value are visited like any expression."""
@@ -276,12 +304,28 @@ class SandboxTransformer(RestrictingNodeTransformer):
         return ast.fix_missing_locations(ast.copy_location(ast.Expr(call), node))
 
 
-def compile_code(source: str, filename: str = REPL_FILENAME) -> types.CodeType:
+def compile_code(source: str, filename: str = REPL_FILENAME, *, autobatch: bool = False,
+                 helpers: frozenset[str] = frozenset()) -> types.CodeType:
     """Compile model code under the sandbox policy.
+
+    ``autobatch``: first rewrite its predictable loops so their sub-queries are
+    sent ahead (:mod:`rlm_sandbox.autobatch`; ``helpers`` names functions of
+    earlier blocks whose prompts are known).  The rewritten tree goes through the
+    same policy; a block the policy refuses is compiled again as written, so its
+    errors are the model's own.
 
     Raises SyntaxError whose message lists every syntax or policy error with
     its line number, one per line.
     """
+    if autobatch:
+        try:
+            tree = rewrite(ast.parse(source, filename), helpers)
+        except (SyntaxError, ValueError, RecursionError):
+            tree = None  # compiled as written below, which reports the error
+        if tree is not None:
+            result = compile_restricted_exec(tree, filename, policy=SandboxTransformer)
+            if not result.errors and result.code is not None:
+                return result.code
     try:
         result = compile_restricted_exec(source, filename, policy=SandboxTransformer)
     except ValueError as exc:  # e.g. "source code string cannot contain null bytes"
@@ -707,13 +751,31 @@ def _refused(name: str) -> Callable[..., None]:
     return refused
 
 
-def build_builtins() -> dict[str, object]:
-    """The ``__builtins__`` mapping of the sandbox namespace."""
+def _importer(stand_ins: Mapping[str, object]) -> Callable[..., object]:
+    """``__import__`` that hands out ``stand_ins`` (by module name) before real modules."""
+    if not stand_ins:
+        return guarded_import
+
+    def import_(name: str, globals: Mapping[str, object] | None = None,
+                locals: Mapping[str, object] | None = None,
+                fromlist: tuple[str, ...] | list[str] | None = (), level: int = 0) -> object:
+        name = plain_str(name, "module name")
+        if level == 0 and name in stand_ins:
+            # `import concurrent.futures` binds `concurrent`; `from ... import` the module.
+            return stand_ins[name if fromlist else name.partition(".")[0]]
+        return guarded_import(name, globals, locals, fromlist, level)
+
+    return import_
+
+
+def build_builtins(stand_ins: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The ``__builtins__`` mapping of the sandbox namespace; ``stand_ins``: modules
+    imported by name instead of real ones (``concurrency.py``)."""
     table: dict[str, object] = {name: getattr(builtins, name) for name in _BUILTIN_NAMES}
     table.update({name: _refused(name) for name in _REFUSED_NAMES})
     table.update({
         "__build_class__": builtins.__build_class__,
-        "__import__": guarded_import,
+        "__import__": _importer(stand_ins or {}),
         "getattr": guarded_getattr,
         "hasattr": guarded_hasattr,
         "setattr": guarded_setattr,
@@ -722,10 +784,12 @@ def build_builtins() -> dict[str, object]:
     return table
 
 
-def new_namespace(sink: PrintSink, extra: Mapping[str, object] | None = None) -> dict[str, Any]:
-    """A fresh globals dict for model code, printing into ``sink``, plus ``extra`` names."""
+def new_namespace(sink: PrintSink, extra: Mapping[str, object] | None = None,
+                  stand_ins: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """A fresh globals dict for model code, printing into ``sink``, plus ``extra`` names
+    (and ``stand_ins``: see :func:`build_builtins`)."""
     namespace: dict[str, Any] = {
-        "__builtins__": build_builtins(),
+        "__builtins__": build_builtins(stand_ins),
         "__name__": "__main__",  # model classes read as __main__.X, as in a REPL
         "__metaclass__": sandbox_metaclass,
         "_getattr_": guarded_getattr,

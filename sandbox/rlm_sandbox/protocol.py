@@ -9,7 +9,8 @@ Host → child
     ``init``      ``{"t", "context", "max_output_chars"}`` — first frame, once.  A large
                   context is sent as ``"context_fd": true`` instead, with a sealed memfd
                   passed on the context socket (``shared_context.py``).
-    ``exec``      ``{"t", "id", "code"}`` — run one code block.
+    ``exec``      ``{"t", "id", "code", "window"}`` — run one code block; ``window``: how
+                  many sub-queries it may send ahead (auto-batching; 0 or absent: none).
     ``reply``     ``{"t", "id", "ok", "value", "error", "kind"}`` — answer to a bridge frame.
     ``shutdown``  ``{"t"}`` — exit cleanly.
 
@@ -21,7 +22,15 @@ Child → host
     ``bridge``    ``{"t", "id", "fn", "prompts", "contexts"}`` — model code called
                   ``llm_query`` (one prompt) or ``llm_query_batched``; the child
                   blocks until the matching ``reply``.  ``fn == "budget"`` asks
-                  for the remaining budget (no prompts).
+                  for the remaining budget (no prompts).  Auto-batching adds three
+                  (``speculation.py``): ``speculate`` sends ``prompts`` ahead as
+                  speculative calls numbered ``spec``, for loop ``loop`` at source
+                  line ``line`` (the reply's value: ``{"accepted": n}``, the first n
+                  were sent); ``collect`` waits for speculative call ``spec[0]`` and
+                  answers as ``llm_query`` would (kind ``unsent``: it was not sent, ask
+                  it); ``cancel`` cancels calls ``spec`` of loop ``loop``, ``end``: the
+                  loop is over (the value: ``{"cancelled": n}``, those the provider had
+                  not answered yet).
     ``result``    ``{"t", "id", "ok", "output", "output_chars", "error", "final"}`` —
                   the outcome of one ``exec``; ``final`` is the answer string when
                   model code called ``FINAL``/``FINAL_VAR``, else ``None``.
@@ -54,6 +63,8 @@ __all__ = [
     "BridgeFrame",
     "BridgeRequest",
     "BudgetRequest",
+    "CancelRequest",
+    "CollectRequest",
     "ExecFrame",
     "ExportFrame",
     "ExportedFrame",
@@ -67,6 +78,7 @@ __all__ = [
     "ReplyKind",
     "ResultFrame",
     "ShutdownFrame",
+    "SpeculateRequest",
     "ToolRequest",
     "answer",
     "decode_bridge",
@@ -120,12 +132,15 @@ class ExecFrame(TypedDict):
     #: does for every execution: a session's sandbox outlives its queries, and only some
     #: of them ask for structured data.
     answer_json: NotRequired[bool]
+    #: Speculative sub-queries this execution may have outstanding (auto-batching).
+    window: NotRequired[int]
 
 
 #: ``usage``: the request was refused as malformed; ``budget``: the run's budget is spent
 #: (model code sees BudgetExceeded); ``tool``: a host tool failed (model code sees
-#: ToolError); empty when ``ok``.
-ReplyKind = Literal["", "usage", "budget", "tool"]
+#: ToolError); ``unsent``: a speculative call that was never sent (the sandbox asks it
+#: normally); empty when ``ok``.
+ReplyKind = Literal["", "usage", "budget", "tool", "unsent"]
 
 
 class BridgeAnswer(TypedDict):
@@ -161,7 +176,8 @@ class ReadyFrame(TypedDict):
     isolation: NotRequired[dict[str, str]]
 
 
-BridgeFn = Literal["llm_query", "llm_query_batched", "budget", "tool"]
+BridgeFn = Literal["llm_query", "llm_query_batched", "budget", "tool", "speculate", "collect",
+                   "cancel"]
 
 
 class BridgeFrame(TypedDict):
@@ -177,6 +193,12 @@ class BridgeFrame(TypedDict):
     #: reply's value is JSON text of the result.
     tool: NotRequired[str]
     arguments: NotRequired[str]
+    #: Auto-batching (``speculate``, ``collect``, ``cancel``): speculative call ids, the
+    #: loop they belong to, its source line, and whether the loop is over.
+    spec: NotRequired[list[int]]
+    loop: NotRequired[int]
+    line: NotRequired[int]
+    end: NotRequired[bool]
 
 
 class QueryRequest(NamedTuple):
@@ -205,8 +227,39 @@ class ToolRequest(NamedTuple):
     arguments: str
 
 
+class SpeculateRequest(NamedTuple):
+    """A checked ``speculate`` frame: sub-queries a loop will ask, to send ahead."""
+
+    id: int
+    loop: int
+    line: int
+    #: The speculative calls' ids, one per prompt.
+    spec: list[int]
+    prompts: list[str]
+    contexts: list[str | None]
+    schema: str | None
+
+
+class CollectRequest(NamedTuple):
+    """A checked ``collect`` frame: model code asked what speculative call ``spec`` asks."""
+
+    id: int
+    spec: int
+
+
+class CancelRequest(NamedTuple):
+    """A checked ``cancel`` frame: speculative calls no longer needed; ``end``: the loop
+    that offered them is over."""
+
+    id: int
+    loop: int
+    spec: list[int]
+    end: bool
+
+
 #: A bridge frame once its reader has checked it: what the host dispatches on.
-BridgeRequest = QueryRequest | BudgetRequest | ToolRequest
+BridgeRequest = (QueryRequest | BudgetRequest | ToolRequest | SpeculateRequest | CollectRequest
+                 | CancelRequest)
 
 
 def decode_bridge(frame: Mapping[str, Any]) -> BridgeRequest:
@@ -224,6 +277,8 @@ def decode_bridge(frame: Mapping[str, Any]) -> BridgeRequest:
         if not isinstance(tool, str) or not isinstance(arguments, str):
             raise FrameError("a tool call needs a tool name and JSON arguments")
         return ToolRequest(request_id, tool, arguments)
+    if fn in ("speculate", "collect", "cancel"):
+        return _decode_speculation(request_id, fn, frame)
     if fn not in ("llm_query", "llm_query_batched"):
         raise FrameError(f"unknown bridge function {fn!r}")
     prompts, contexts, schema = frame.get("prompts"), frame.get("contexts"), frame.get("schema")
@@ -237,6 +292,32 @@ def decode_bridge(frame: Mapping[str, Any]) -> BridgeRequest:
     if schema is not None and not isinstance(schema, str):
         raise FrameError("a schema must be JSON text")
     return QueryRequest(request_id, fn == "llm_query_batched", prompts, contexts, schema)
+
+
+def _decode_speculation(request_id: int, fn: str, frame: Mapping[str, Any]
+                        ) -> SpeculateRequest | CollectRequest | CancelRequest:
+    spec, loop = frame.get("spec"), frame.get("loop", 0)
+    if not isinstance(spec, list) or not all(type(s) is int for s in spec) or type(
+            loop) is not int:
+        raise FrameError(f"a {fn} frame needs int speculative call ids and an int loop")
+    if fn == "collect":
+        if len(spec) != 1:
+            raise FrameError("a collect frame names one speculative call")
+        return CollectRequest(request_id, spec[0])
+    if fn == "cancel":
+        end = frame.get("end", False)
+        if not isinstance(end, bool):
+            raise FrameError("a cancel frame's end must be a bool")
+        return CancelRequest(request_id, loop, spec, end)
+    query = decode_bridge({"id": request_id, "fn": "llm_query_batched",
+                           "prompts": frame.get("prompts"), "contexts": frame.get("contexts"),
+                           "schema": frame.get("schema")})
+    line = frame.get("line", 0)
+    assert isinstance(query, QueryRequest)
+    if len(spec) != len(query.prompts) or type(line) is not int:
+        raise FrameError("a speculate frame needs one id per prompt and an int line")
+    return SpeculateRequest(request_id, loop, line, spec, query.prompts,
+                            query.contexts or [None] * len(spec), query.schema)
 
 
 def answer(value: str | list[str] | dict[str, Any]) -> BridgeAnswer:

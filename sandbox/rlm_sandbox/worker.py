@@ -21,6 +21,7 @@ import weakref
 from collections import deque
 from typing import Any, NoReturn, cast
 
+from rlm_sandbox import concurrency
 from rlm_sandbox.plaindata import export_namespace
 from rlm_sandbox.policy import (
     REPL_FILENAME,
@@ -44,6 +45,7 @@ from rlm_sandbox.protocol import (
     encode_frame,
 )
 from rlm_sandbox.shared_context import ContextError, receive_context
+from rlm_sandbox.speculation import Speculator, guard_names
 
 __all__ = ["BudgetExceeded", "Channel", "Repl", "serve", "warm_up"]
 
@@ -154,9 +156,12 @@ class Repl:
         self._sources: weakref.WeakKeyDictionary[types.CodeType, list[str]] = (
             weakref.WeakKeyDictionary()
         )
+        query = self.llm_query  # one bound method: the speculator knows it by identity
+        self.speculator = Speculator(self._speculation_frame, query, _schema_json)
         self.namespace = new_namespace(self.sink, {
+            **guard_names(self.speculator),
             "context": context,
-            "llm_query": self.llm_query,
+            "llm_query": query,
             "llm_query_batched": self.llm_query_batched,
             "budget": self.budget,
             "FINAL": self.FINAL,
@@ -164,38 +169,48 @@ class Repl:
             "BudgetExceeded": BudgetExceeded,
             "ToolError": ToolError,
             **{name: self._tool(name) for name in tools or []},
-        })
+        }, stand_ins=concurrency.modules(self.speculator))
         self.reserved = set(self.namespace)
 
     # --- running code ---------------------------------------------------------------------
 
-    def execute(self, exec_id: int, source: str, answer_json: bool = False) -> ResultFrame:
+    def execute(self, exec_id: int, source: str, answer_json: bool = False, window: int = 0
+                ) -> ResultFrame:
         """Run one code block; return its ``result`` frame.  ``answer_json``: its
-        FINAL_VAR of a dict or list answers JSON (see ``ExecFrame``)."""
+        FINAL_VAR of a dict or list answers JSON (see ``ExecFrame``); ``window``: how many
+        sub-queries its loops may send ahead (0: none, the code runs as written)."""
         self.sink.reset()
         self.final = None
         self._answer_json_now = answer_json
         error: str | None = None
         self._executing = True
         try:
-            code = compile_code(source)
+            code = compile_code(source, autobatch=window > 0, helpers=self._helpers())
         except SyntaxError as exc:
             error = f"SyntaxError: {exc.msg}"
         except BaseException as exc:  # RecursionError/MemoryError while compiling
             error = self._format_error(exc)
         else:
             self._remember_source(code, source)
+            self.speculator.begin(window)
             try:
                 with self.sink.as_stdout():
                     exec(code, self.namespace)
             except BaseException as exc:  # model code may raise anything, SystemExit included
                 error = self._format_error(exc)
+            finally:
+                self.speculator.finish()  # while executing: it may still send frames
         finally:
             self._executing = False
         return ResultFrame(
             t="result", id=exec_id, ok=error is None, output=self.sink.text(),
             output_chars=self.sink.total_chars, error=error, final=self.final,
         )
+
+    def _helpers(self) -> frozenset[str]:
+        """Names bound to functions of earlier blocks whose prompts are known."""
+        return frozenset(name for name, value in self.namespace.items()
+                         if self.speculator.is_helper(value))
 
     def _remember_source(self, code: types.CodeType, source: str) -> None:
         lines = source.splitlines()
@@ -252,7 +267,16 @@ class Repl:
                 f"llm_query: context must be a str or None, not {_type_name(context)}"
                 "; join the pieces into one string first")
         extra = {} if schema is None else {"schema": _schema_json(schema)}
-        reply = self._bridge("llm_query", [prompt], [context], **extra)
+        if type(prompt) is str and (context is None or type(context) is str):
+            spec = self.speculator.take((prompt, context, extra.get("schema")))
+            if spec is not None:  # sent ahead by auto-batching: its answer, when it comes
+                reply = self._bridge("collect", [], [], spec=[spec])
+                if reply.get("kind") != "unsent":
+                    return self._query_value(reply, schema)
+        return self._query_value(self._bridge("llm_query", [prompt], [context], **extra), schema)
+
+    def _query_value(self, reply: ReplyFrame, schema: object) -> object:
+        """What ``llm_query`` returns for ``reply``."""
         if not reply.get("ok"):
             return "Error: " + str(reply.get("error"))
         value = reply.get("value")
@@ -366,8 +390,16 @@ class Repl:
 
     # --- the bridge -----------------------------------------------------------------------
 
+    def _speculation_frame(self, fn: BridgeFn, prompts: list[str], contexts: list[str | None],
+                           **extra: object) -> dict[str, Any]:
+        """A frame of the speculator: sent while code runs; otherwise nothing is sent (a loop
+        collected between executions: the host cancelled its calls when it ended)."""
+        if not self._executing or self._waiting:
+            return {}
+        return cast(dict[str, Any], self._bridge(fn, prompts, contexts, **extra))
+
     def _bridge(self, fn: BridgeFn, prompts: list[str], contexts: list[str | None],
-                **extra: str) -> ReplyFrame:
+                **extra: object) -> ReplyFrame:
         if not self._executing or self._waiting:
             raise RuntimeError(f"{fn}() can only be called from running code, one call at a time")
         self._bridge_id += 1
@@ -448,8 +480,9 @@ def warm_up() -> None:
     touched ~220 pages of the zygote's heap (~14 us each on a virtual
     machine), a trivial one only a few.
     """
-    namespace = new_namespace(PrintSink(1000), {"context": "warm up"})
-    exec(compile_code(WARM_UP_CODE), namespace)
+    idle = Speculator(lambda *args, **kwargs: {}, None, _schema_json)
+    namespace = new_namespace(PrintSink(1000), {"context": "warm up", **guard_names(idle)})
+    exec(compile_code(WARM_UP_CODE, autobatch=True), namespace)  # the planner is warm too
 
 
 def _terminate(code: int) -> NoReturn:
@@ -555,10 +588,12 @@ def serve(in_fd: int, out_fd: int, ctx_fd: int | None = None,
                 continue
             if message["t"] != "exec" or not isinstance(code, str) or type(exec_id) is not int:
                 raise ProtocolError(f"unexpected {message['t']!r} frame")
-            answer_json = message.get("answer_json", False)
+            answer_json, window = message.get("answer_json", False), message.get("window", 0)
             if not isinstance(answer_json, bool):
                 raise ProtocolError("exec: answer_json must be a bool")
-            _send_result(channel, repl.execute(exec_id, code, answer_json))
+            if type(window) is not int or window < 0:
+                raise ProtocolError("exec: window must be a non-negative int")
+            _send_result(channel, repl.execute(exec_id, code, answer_json, window))
     except ProtocolError:
         return EXIT_PROTOCOL
     except BrokenPipeError:

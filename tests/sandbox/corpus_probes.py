@@ -132,6 +132,49 @@ PROBES: dict[str, list[str]] = {
         "_tmp0 = 1",
         "FINAL_VAR('_getattr_')",
     ],
+    # async def is allowed (issue 28: asyncio.gather over asyncio.to_thread runs); what it
+    # makes, and the stand-ins that run it, hand out no frame, loop, thread or internal.
+    "coroutines and concurrency stand-ins": [
+        "async def f():\n    pass\nprint(f().cr_frame)",
+        "async def f():\n    pass\nprint(getattr(f(), 'cr_code'))",
+        "async def f():\n    pass\nc = f()\nc.send(None)\nprint(c.cr_await)",
+        "async def f():\n    yield 1",
+        "async def f():\n    return [x async for x in g()]",
+        "class A:\n    def __await__(self):\n        return iter([])",
+        "class A:\n    async def __aenter__(self):\n        return self",
+        "import asyncio\nasync def main():\n    await (i for i in [1])\nasyncio.run(main())",
+        "import asyncio\nasync def f():\n    return 1\nasync def main():\n"
+        "    t = asyncio.create_task(f())\n    await t\n    return t\n"
+        "print(asyncio.run(main())._coro)",
+        "import asyncio\nprint(asyncio.new_event_loop()._calls)",
+        "import asyncio\nprint(asyncio.get_event_loop()._ready)",
+        "import asyncio\nprint(asyncio.run.__closure__)",
+        "import asyncio\nprint(asyncio.run.__globals__)",
+        "import asyncio\nprint(asyncio.Task.__init__.__globals__)",
+        "import asyncio\nprint(type(asyncio.get_event_loop()).__dict__)",
+        "import asyncio\nclass T(asyncio.Task):\n    pass",
+        "import asyncio\ns = asyncio.Semaphore()\ns._value = 10",
+        "import asyncio\nasync def main():\n    loop = asyncio.get_running_loop()\n"
+        "    return loop.run_in_executor(None, len, 'x')._call\nprint(asyncio.run(main()))",
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "print(ThreadPoolExecutor.submit.__globals__)",
+        "from concurrent.futures import ThreadPoolExecutor\nclass P(ThreadPoolExecutor):\n"
+        "    pass",
+        "from concurrent.futures import ThreadPoolExecutor\nex = ThreadPoolExecutor()\n"
+        "print(ex.submit(len, 'x')._executor)",
+        "from concurrent.futures import ThreadPoolExecutor\nThreadPoolExecutor().x = 1",
+        "from concurrent.futures import ThreadPoolExecutor\nprint(ThreadPoolExecutor()._pending)",
+        "import concurrent.futures.thread",
+        "import concurrent.futures\nprint(concurrent.futures.thread)",
+        "import threading",
+        "import _thread",
+        # The auto-batching rewrite's names are the policy's, and its objects stay inside.
+        "print(_ab_for_)",
+        "_ab_helper_(print, print)",
+        "for _ab_tick_ in [1]:\n    pass",
+        "FINAL_VAR('_ab_predict_call_')",
+        "print(llm_query.__self__)",
+    ],
     "match patterns read without guards": [
         "g = (i for i in [1])\nG = type(g)\nmatch g:\n    case G(gi_frame=f):\n        print(f)",
         "g = (i for i in [1])\nG = type(g)\nmatch g:\n    case G(gi_code=c):\n        print(c)",

@@ -252,7 +252,8 @@
     const kids = bridge.children || [];
     return el("div", {class: "bridge", "data-bridge": bridge.bridge_id},
       labelRow(el("b", {}, bridge.fn + " × " + num(bridge.items)), bridge.mode,
-        secs(bridge.duration_s), (bridge.failed_items || 0) + " failed"),
+        bridge.speculative ? (bridge.cancelled ? "sent ahead, cancelled (not needed)" : "sent ahead") : null,
+        secs(bridge.duration_s), bridge.cancelled ? null : (bridge.failed_items || 0) + " failed"),
       kids.length ? el("div", {}, "child calls: ", kids.slice(0, 300).map((id, i) => [i ? ", " : "", callLink(id)]),
         kids.length > 300 ? " … and " + num(kids.length - 300) + " more (in the tree)" : "") : null,
       itemsTable(bridge));
@@ -278,6 +279,16 @@
     more.addEventListener("click", () => add(BRIDGE_PAGE));
     add(BRIDGE_PAGE);
     return box;
+  }
+
+  // Loops whose llm_query calls auto-batching sent ahead (loop_batched events).
+  function loopsView(loops) {
+    if (!loops || !loops.length) return null;
+    return el("div", {class: "loops"}, loops.map((loop) =>
+      el("div", {class: "loop", "data-loop": loop.loop},
+        labelRow(el("b", {}, "loop at line " + loop.line + " ran concurrently"),
+          count(loop.calls, "call") + " sent ahead", num(loop.used) + " used",
+          num(loop.cancelled) + " cancelled", "window " + num(loop.window), secs(loop.duration_s)))));
   }
 
   function requestView(request) {
@@ -310,6 +321,7 @@
         (step.reply_cut_chars ? ", the conversation kept all but the last " + num(step.reply_cut_chars) : "") + ")" : "")),
       textView(step.reply, {absent: "the reply's text is " + ABSENT}),
       step.blocks.map(blockView),
+      loopsView(step.loops),
       bridgesView(step.bridges),
       finalHere ? el("div", {class: "final-line"}, el("b", {}, "FINAL "), textView(call.answer)) : null);
   }
