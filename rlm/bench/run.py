@@ -46,10 +46,12 @@ from rlm.view.limit import (
 from rlm.view.phases import time_phases
 
 __all__ = [
+    "Run",
     "ScenarioResult",
     "efficiency",
     "max_rss_mib",
     "measure",
+    "one_run",
     "run_figures",
     "run_scenario",
     "server_shape",
@@ -149,7 +151,7 @@ def _settings(s: Scenario) -> dict[str, Any]:
     rpm, burst = (None, 1) if s.announced else (s.rpm, s.burst)
     return {"model": s.model, "sub_model": s.sub_model, "max_concurrent": s.max_concurrent,
             "root_permits": 1, "max_depth": s.depth, "rpm": rpm, "burst": burst,
-            "max_llm_calls": None}
+            "max_llm_calls": None, "auto_batch": s.auto_batch}
 
 
 async def _run_in_process(s: Scenario, text: str, question: str,
@@ -175,7 +177,7 @@ def server_shape(s: Scenario) -> ServerShape:
 
 
 @dataclass(frozen=True)
-class _Run:
+class Run:
     result: RunResult
     boot_s: float  # how long its zygote took to boot (not part of T)
     cpu_s: float  # this process's CPU time (user + system) while the run ran
@@ -186,7 +188,7 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _one_run(s: Scenario) -> _Run:
+def one_run(s: Scenario) -> Run:
     """One run, how long its zygote took to boot, and the CPU the run's process took.
 
     As ``rlm run`` does at process start, the zygote is started before the
@@ -210,7 +212,7 @@ def _one_run(s: Scenario) -> _Run:
         gc.collect()
         cpu = _cpu_s()
         result = trio.run(runner, s, text, question, sandboxes, *extra)
-        return _Run(result, boot_s, _cpu_s() - cpu)
+        return Run(result, boot_s, _cpu_s() - cpu)
 
 
 def _http_latency(s: Scenario) -> Any:
@@ -288,16 +290,16 @@ def run_scenario(s: Scenario, *, baseline: bool = True) -> list[ScenarioResult]:
     Returns the scenario's result, followed by its sequential twin's when that ran.
     """
     started = time.perf_counter()
-    run = _one_run(s)
+    run = one_run(s)
     wall_s = time.perf_counter() - started
     twin: ScenarioResult | None = None
     if s.baseline and baseline:
         seq = s.sequential()
         started = time.perf_counter()
-        seq_run = _one_run(seq)
+        seq_run = one_run(seq)
         twin = measure(seq, seq_run.result, wall_s=time.perf_counter() - started,
                        zygote_boot_s=seq_run.boot_s, cpu_s=seq_run.cpu_s)
-    peak = traced_peak(lambda: _one_run(s)) if s.memory else None
+    peak = traced_peak(lambda: one_run(s)) if s.memory else None
     main = measure(s, run.result, wall_s=wall_s, t_seq=twin.t if twin else None,
                    peak_bytes=peak, zygote_boot_s=run.boot_s, cpu_s=run.cpu_s)
     return [main] if twin is None else [main, twin]

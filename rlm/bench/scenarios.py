@@ -10,7 +10,8 @@ C is the number of permits sub-queries may use (``max_concurrent -
 root_permits``); every run scenario keeps one reserved root permit, as runs do
 by default.  N is the number of chunks the fixture root fans out over (with
 ``depth=2`` each chunk is a child call that fans out ``child_n`` ways, or
-``N`` when that is not given).
+``N`` when that is not given).  ``auto_batch`` off runs a sequential loop one
+``llm_query`` at a time, as runtimes without auto-batching do.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "QUICK",
     "AnyScenario",
     "LargeVolleyScenario",
+    "LoopScenario",
     "Scenario",
     "VolleyScenario",
     "by_name",
@@ -53,6 +55,7 @@ class Scenario:
     variant: Literal["batched", "sequential"] = "batched"
     context_chars: int = 200_000
     baseline: bool = True  # also run the sequential llm_query loop for the speedup
+    auto_batch: bool = True
     memory: bool = False  # a second run under tracemalloc for peak Python memory
     target_eta: float | None = None
     target_rate: float | None = None  # sub-queries per second
@@ -72,11 +75,28 @@ class Scenario:
         """The children's model at depth 2 (their fan-out), when it differs from the root's."""
         return f"fixture:{self.child_n}" if self.child_n else None
 
-    def sequential(self) -> Scenario:
-        """The same work done by the sequential ``llm_query`` loop."""
-        return replace(self, name=f"{self.name}/seq", variant="sequential",
-                       about=f"{self.name}'s chunks, one llm_query after another",
-                       baseline=False, memory=False, target_eta=None, target_rate=None)
+    def sequential(self, *, auto_batch: bool = False) -> Scenario:
+        """The same work done by the sequential ``llm_query`` loop (one call at a time,
+        unless ``auto_batch``)."""
+        how = "auto-batched" if auto_batch else "one llm_query after another"
+        return replace(self, name=f"{self.name}/seq" + ("-ab" if auto_batch else ""),
+                       variant="sequential", about=f"{self.name}'s chunks, {how}",
+                       baseline=False, memory=False, target_eta=None, target_rate=None,
+                       auto_batch=auto_batch)
+
+
+@dataclass(frozen=True)
+class LoopScenario:
+    """The sequential ``llm_query`` loop models write, auto-batched, against its batched
+    form (``rlm.bench.loop`` runs it): ``run`` is the batched run; the loop runs the same
+    chunks with auto-batching and without.  The target: the loop's speedup over one call
+    at a time is at least ``target_share`` of the batched form's."""
+
+    name: str
+    about: str
+    run: Scenario
+    target_share: float = 0.8
+    target_fan_out_s: float | None = None  # the loop's sub-queries, first sent to last answer
 
 
 @dataclass(frozen=True)
@@ -118,7 +138,7 @@ class LargeVolleyScenario:
     target_ratio: float = 1.25  # time per task at n over time per task at small
 
 
-AnyScenario = Scenario | VolleyScenario | LargeVolleyScenario
+AnyScenario = Scenario | VolleyScenario | LargeVolleyScenario | LoopScenario
 
 DEFAULT: tuple[AnyScenario, ...] = (
     # A hosted API: long, spread latencies and a rate limit the run learns from the
@@ -140,6 +160,13 @@ DEFAULT: tuple[AnyScenario, ...] = (
     VolleyScenario("volley-local", "rlm volley: 5,000 tasks over HTTP at 0.4 s, 64 slots, "
                    "default journal against none", n=5000, c=64, latency=0.4,
                    transport="http", journal=True, target_eta=0.95, target_journal=0.05),
+    # The loop models write instead of llm_query_batched (issue 28).
+    LoopScenario("sequential-loop", "16 chunks at 0.3 s, 16 slots: a sequential llm_query "
+                 "loop, auto-batched, against llm_query_batched and against one call at a "
+                 "time", Scenario("sequential-loop", "", n=16, c=16, sub_latency=0.3,
+                                  root_latency=0.3, transport="http", baseline=False,
+                                  context_chars=40_000),
+                 target_share=0.8, target_fan_out_s=0.45),
 )
 
 LARGE: tuple[AnyScenario, ...] = (

@@ -50,6 +50,9 @@ def bench(names: tuple[str, ...], large: bool, micro: bool, quick: bool, no_base
       wide-tree     depth 2, 16 child calls at once              η ≥ 0.9
       volley-local  5,000 tasks at 0.4 s, 64 slots, with the journal and without
                                                   η ≥ 0.95, journal ≤ 5 %
+      sequential-loop  16 chunks at 0.3 s, 16 slots: a sequential llm_query loop,
+                    auto-batched, against llm_query_batched and one call at a time
+                                 speedup ≥ 0.8 of batched, fan-out ≤ 0.45 s
     --large adds volley-1M (1,000,000 tasks through `rlm volley -f`: peak
     memory ≤ 300 MiB, time per task linear in N), which takes several minutes.
 
@@ -117,12 +120,15 @@ def _run_and_print(chosen: tuple[AnyScenario, ...], *, baseline: bool, as_json: 
 
 def _run_one(s: AnyScenario, baseline: bool) -> list[Figures | ScenarioResult]:
     from rlm.bench.large import run_large_volley
+    from rlm.bench.loop import loop_figures
     from rlm.bench.run import run_figures, run_scenario
-    from rlm.bench.scenarios import DEFAULT, LargeVolleyScenario, VolleyScenario
+    from rlm.bench.scenarios import DEFAULT, LargeVolleyScenario, LoopScenario, VolleyScenario
     from rlm.bench.volley import run_volley_scenario, volley_figures
 
     if isinstance(s, LargeVolleyScenario):
         return [run_large_volley(s)]
+    if isinstance(s, LoopScenario):
+        return [loop_figures(s)]
     if isinstance(s, VolleyScenario):
         return [volley_figures(s)] if s in DEFAULT else list(run_volley_scenario(s))
     return [run_figures(s)] if s in DEFAULT else list(run_scenario(s, baseline=baseline))

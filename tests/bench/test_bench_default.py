@@ -16,16 +16,24 @@ from click.testing import CliRunner
 
 from rlm.bench.figures import Check, Figures
 from rlm.bench.large import run_large_volley
+from rlm.bench.loop import loop_figures
 from rlm.bench.report import FIGURE_COLUMNS, bench_json, figure_rows, markdown_table
 from rlm.bench.run import run_figures
-from rlm.bench.scenarios import DEFAULT, LARGE, LargeVolleyScenario, Scenario, VolleyScenario
+from rlm.bench.scenarios import (
+    DEFAULT,
+    LARGE,
+    LargeVolleyScenario,
+    LoopScenario,
+    Scenario,
+    VolleyScenario,
+)
 from rlm.bench.server import drawn_latency
 from rlm.bench.volley import volley_figures
 from rlm.cli import main
 from rlm.testing.server import FixtureServer, FixtureServerOptions
 
 
-def _named(name: str) -> Scenario | VolleyScenario | LargeVolleyScenario:
+def _named(name: str) -> Scenario | VolleyScenario | LargeVolleyScenario | LoopScenario:
     return next(s for s in (*DEFAULT, *LARGE) if s.name == name)
 
 
@@ -104,6 +112,25 @@ def test_the_large_volley_measures_rlm_volley_at_two_sizes() -> None:
     assert peak.what == "peak memory" and peak.value is not None and peak.value > 10
     assert ratio.what == "time per task" and ratio.value is not None and ratio.value > 0
     assert set(figures.detail["runs"]) == {"200", "600"}
+
+
+def test_the_sequential_loop_is_measured_against_its_batched_form_and_one_by_one() -> None:
+    loop = _named("sequential-loop")
+    assert isinstance(loop, LoopScenario)
+    assert (loop.run.n, loop.run.c, loop.run.sub_latency) == (16, 16, 0.3)
+    assert loop.target_share == 0.8 and loop.target_fan_out_s == 0.45
+    tiny = replace(loop, run=replace(loop.run, n=4, c=4, sub_latency=0.02, root_latency=0.02,
+                                     context_chars=6_000))
+    figures = loop_figures(tiny)
+    assert figures.correct and figures.t and figures.t_star
+    share, fan_out = figures.checks
+    assert share.what == "loop speedup" and share.value is not None
+    assert share.met == (share.value >= 0.8)
+    assert fan_out.what == "loop fan-out" and fan_out.value is not None
+    runs = figures.detail
+    assert runs["loop"]["variant"] == runs["one_by_one"]["variant"] == "sequential"
+    assert runs["batched"]["variant"] == "batched"
+    assert runs["loop"]["n"] == runs["batched"]["n"] == runs["one_by_one"]["n"] == 4
 
 
 def test_the_table_json_and_markdown_of_the_default_set() -> None:
