@@ -5,6 +5,8 @@ A sandbox whose loop can predict the prompts it is about to ask offers them
 budget admits starts at once as its own ``llm_query``, in a task of this
 execution's nursery, through the bridge and the gate like any other: counted
 in the budget, paced, retried, traced (its bridge events say ``speculative``).
+The host holds the sandbox to its window: offers past ``window`` calls
+outstanding plus those already given up are not accepted.
 ``collect`` waits for one and answers as ``llm_query`` would; ``cancel``
 cancels those the code will not use, where the provider has not answered yet.
 When the execution ends, whatever is left is cancelled and every loop still
@@ -83,6 +85,7 @@ class Speculation:
         self._admit = admit
         self._items: dict[int, _Item] = {}
         self._loops: dict[int, _Loop] = {}
+        self._given_up = 0  # accepted, then cancelled unused
 
     async def speculate(self, request: SpeculateRequest) -> BridgeAnswer:
         """Start the offered calls the budget admits (in order); answer how many."""
@@ -92,6 +95,8 @@ class Speculation:
         accepted = 0
         for spec, prompt, context in zip(request.spec, request.prompts, request.contexts,
                                          strict=True):
+            if len(self._items) + self._given_up >= self.window:
+                break  # the sandbox's own bound, kept here whatever the sandbox does
             try:
                 await self._admit([(prompt, context)], request.schema, accepted)
             except (BudgetExceeded, SchemaError, ValueError):
@@ -139,7 +144,10 @@ class Speculation:
         cancelled = 0
         for spec in specs:
             item = self._items.pop(spec, None)
-            if item is not None and not item.done.is_set():
+            if item is None:
+                continue
+            self._given_up += 1
+            if not item.done.is_set():
                 item.scope.cancel()
                 item.loop.cancelled += 1
                 cancelled += 1

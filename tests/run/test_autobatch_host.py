@@ -15,11 +15,13 @@ import trio
 import trio.testing
 
 from rlm import RLM, RunResult
+from rlm._sandbox.process import ExecResult
 from rlm.testing.provider import FunctionProvider, is_root_request
 from rlm.testing.sandboxes import LineLauncher
 from rlm.view import parse_trace
 from rlm.view.limit import ideal_makespan, work_from_trace
 from rlm.view.model import build_model
+from rlm_sandbox.protocol import CancelRequest, SpeculateRequest
 from tests.helpers import repl
 
 SUB_S = 0.3
@@ -148,3 +150,30 @@ def test_the_physical_limit_counts_a_loop_sent_ahead_as_one_fan_out() -> None:
     work = work_from_trace(result.trace, lambda step, response: 0.0 if step else SUB_S)
     assert ideal_makespan(work, sub_permits=16) == pytest.approx(SUB_S)
     assert ideal_makespan(work, sub_permits=4) == pytest.approx(4 * SUB_S)
+
+
+async def test_the_host_holds_a_sandbox_to_its_window(autojump_clock: trio.abc.Clock) -> None:
+    """A sandbox that offers more than its window (it is not trusted) gets no more."""
+    prompts = [f"item {i}" for i in range(40)]
+    replies: list[object] = []
+
+    class Greedy(LineLauncher):
+        async def open(self, nursery: trio.Nursery, **kwargs: Any) -> Any:
+            box = await super().open(nursery, **kwargs)
+
+            async def execute(code: str, on_bridge: Any, **options: Any) -> Any:
+                for first in (0, 20):  # 20 at once, then 20 more after cancelling 4
+                    offer = SpeculateRequest(1, 1, 1, list(range(first + 1, first + 21)),
+                                             prompts[first:first + 20], [None] * 20, None)
+                    replies.append((await on_bridge(offer))["value"])
+                    await on_bridge(CancelRequest(1, 1, list(range(1, 5)), False))
+                return ExecResult(True, "", 0, None, "done", 0.0)
+
+            box.execute = execute  # type: ignore[method-assign]
+            return box
+
+    fake = provider("ignored")
+    model = RLM(providers=fake, sandboxes=lambda config, events: Greedy(), max_concurrent=17)
+    await model.acompletion("q", "ctx")
+    # 16 accepted; then 4 given up: 12 outstanding + 4 given up leave no room.
+    assert replies == [{"accepted": 16}, {"accepted": 0}]
