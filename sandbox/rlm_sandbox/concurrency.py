@@ -16,12 +16,18 @@ What model code gets: executors, futures, tasks, semaphores, locks, events,
 and a loop object with ``run_in_executor``/``run_until_complete`` — all plain
 Python objects of this module.  Their state lives in ``__slots__`` (never
 readable from model code), the speculator only in closures, and none of them
-can be subclassed.  ``asyncio.sleep`` does not wait; nothing here has timeouts.
+can be subclassed.  Time is the loop's own: ``asyncio.sleep`` never waits, it
+parks its task until the tasks ready and the calls outstanding have run and no
+earlier sleeper is left (``loop.time()`` reads that clock); nothing here has
+timeouts.  A task that sleeps in a loop therefore leaves the others their turn,
+and ends, like any task left running, when the main task does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import types
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
@@ -393,12 +399,25 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
     class Loop(_StandIn):
         """Runs tasks until they wait for calls, then the calls in order (sent ahead)."""
 
-        __slots__ = ("_calls", "_ready", "_tasks")
+        __slots__ = ("_calls", "_now", "_ready", "_sleepers", "_tasks", "_turns")
 
         def __init__(self) -> None:
-            self._ready: deque[tuple[Task | _Wake, Any]] = deque()
+            self._ready: deque[tuple[Task, Any]] = deque()
             self._calls: list[Call] = []
             self._tasks: list[Task] = []
+            self._now = 0.0
+            # (when, turn, future): the heap gives sleepers their turn by time, then FIFO
+            self._sleepers: list[tuple[float, int, _AsyncFuture]] = []
+            self._turns = itertools.count()
+
+        def time(self) -> float:
+            return self._now
+
+        def _sleep_until(self, delay: float) -> _AsyncFuture:
+            woken = _AsyncFuture()
+            turn = next(self._turns)
+            heapq.heappush(self._sleepers, (self._now + max(delay, 0.0), turn, woken))
+            return woken
 
         def create_task(self, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> Task:
             if not isinstance(coro, types.CoroutineType):
@@ -425,9 +444,11 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
             try:
                 while not task.done():
                     if self._ready:
-                        self._step_ready()
+                        self._step_once()
                     elif self._calls:
                         self._run_calls(task)
+                    elif self._sleepers:
+                        self._wake_next_sleeper()
                     else:
                         raise RuntimeError("every task waits for something that nothing "
                                            "left running can do")
@@ -436,11 +457,23 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
                 self._abandon()
             return task.result()
 
-        def _step_ready(self) -> None:
-            while self._ready:
+        def _step_once(self) -> None:
+            """Step the tasks ready now, once each; those they make ready wait for the next
+            round, so the main task's end is seen between rounds (as asyncio's loop does)."""
+            for _ in range(len(self._ready)):
                 task, value = self._ready.popleft()
                 if not task.done():
                     task._step(value)
+
+        def _step_ready(self, main: Task) -> None:
+            while self._ready and not main.done():
+                self._step_once()
+
+        def _wake_next_sleeper(self) -> None:
+            when, _, woken = heapq.heappop(self._sleepers)
+            self._now = max(self._now, when)
+            if not woken.done():
+                woken.set_result(None)
 
         def _run_calls(self, main: Task) -> None:
             calls = self._calls
@@ -448,7 +481,7 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
                 if not call.done():
                     ok, outcome = _run_call(*call._call)
                     call.set_result(outcome) if ok else call.set_exception(outcome)
-                self._step_ready()  # what the answer lets run may add calls
+                self._step_ready(main)  # what the answer lets run may add calls
                 if main.done():
                     break
             calls.clear()  # all ran (or the main task is done, and the rest is abandoned)
@@ -457,6 +490,7 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
             """The main task is done: what it left running is closed, as asyncio cancels it."""
             self._ready.clear()
             self._calls.clear()
+            self._sleepers.clear()
             tasks, self._tasks = self._tasks, []
             for task in tasks:
                 task.cancel()
@@ -473,6 +507,8 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
 
     def run(main: Coroutine[Any, Any, Any], *, debug: bool | None = None) -> Any:
         if running:
+            if isinstance(main, types.CoroutineType):
+                main.close()  # refused: it never runs (no "never awaited" warning)
             raise RuntimeError("asyncio.run() cannot be called from a running event loop")
         return Loop().run_until_complete(main)
 
@@ -496,9 +532,7 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
         return current().create_task(collect())
 
     async def sleep(delay: float, result: Any = None) -> Any:
-        ticked = _AsyncFuture()
-        current()._ready.append((_Wake(ticked), None))
-        await ticked
+        await current()._sleep_until(delay)
         return result
 
     # asyncio's own signatures, timeouts included (nothing here waits for time to pass).
@@ -553,17 +587,3 @@ def _asyncio_module(speculator: Speculator, predict: Callable[[Any], list[Key]])
         "ALL_COMPLETED": "ALL_COMPLETED",
     })
 
-
-class _Wake(_StandIn):
-    """A ready-queue entry that sets a future when its turn comes (``asyncio.sleep``)."""
-
-    __slots__ = ("_future",)
-
-    def __init__(self, future: _AsyncFuture) -> None:
-        self._future = future
-
-    def done(self) -> bool:
-        return False
-
-    def _step(self, value: Any) -> None:
-        self._future.set_result(None)

@@ -180,3 +180,28 @@ def test_prompts_asked_through_a_helper_in_an_executor_are_sent_ahead() -> None:
         """
     ran = run_block(block(code), window=16)
     assert ran.error is None and ran.host.most_in_flight() == 16
+
+
+def test_a_task_sleeping_in_a_loop_leaves_the_calls_and_the_others_their_turn() -> None:
+    code = """
+        import asyncio
+        beats = []
+        async def heartbeat():
+            while True:
+                beats.append(asyncio.get_running_loop().time())
+                await asyncio.sleep(1)
+        async def late(x):
+            await asyncio.sleep(2.5)
+            return x
+        async def main():
+            asyncio.create_task(heartbeat())
+            answers = await asyncio.gather(
+                *(asyncio.to_thread(llm_query, f"c{i}") for i in range(8)))
+            print(answers[0], len(answers), await late("late"))
+            return asyncio.get_running_loop().time()
+        print(asyncio.run(main()), beats)
+        """
+    ran = run_block(block(code), window=16)
+    assert ran.error is None, ran.error
+    assert ran.output == "A[c0] 8 late\n2.5 [0.0, 1.0, 2.0]\n"
+    assert ran.host.most_in_flight() == 8
