@@ -217,3 +217,30 @@ def test_ten_thousand_sub_queries_render_and_the_time_is_reported(
     ready_ms = browser.evaluate("document.body.dataset.renderMs")
     print(f"\n10,000 sub-queries: page {page.stat().st_size / 2**20:.1f} MB written in "
           f"{written:.2f} s; ready in the browser {ready_ms} ms after navigation start")
+
+
+def test_a_loop_auto_batching_sent_ahead_is_shown_on_its_step(
+        browser: Browser, tmp_path: Path) -> None:
+    """The fixture's sequential llm_query loop: its loop_batched event on the step, each call
+    marked as sent ahead; with --no-auto-batch, neither."""
+    loop_step = "#detail .step .loop"
+    for flag in ("--auto-batch", "--no-auto-batch"):
+        trace = fixture_run(tmp_path, "--model", "fixture-sequential:16", "--max-depth", "1",
+                            flag)
+        page = tmp_path / f"{flag}.html"
+        assert rlm_in_process("view", str(trace), "-o", str(page)).returncode == 0
+        loops = [e for e in events(trace) if e["event"] == "loop_batched"]
+        open_page(browser, page)
+        shown = text_of(browser, loop_step)
+        if flag == "--no-auto-batch":
+            assert loops == [] and shown == ""
+            assert "sent ahead" not in text_of(browser, "#detail")
+            continue
+        [loop] = loops
+        assert loop["calls"] == loop["used"] == 16 and loop["cancelled"] == 0
+        assert f"loop at line {loop['line']} ran concurrently" in shown
+        assert "16 calls sent ahead" in shown and "16 used" in shown
+        assert "0 cancelled" in shown and f"window {loop['window']}" in shown
+        ahead = browser.evaluate("[...document.querySelectorAll('#detail .bridge')]"
+                                 ".filter(b => b.innerText.includes('sent ahead')).length")
+        assert ahead == 16
