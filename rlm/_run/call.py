@@ -421,6 +421,7 @@ class Call:
         # A session's sandbox was started before this query's schema was known: the
         # execution itself says FINAL_VAR answers JSON (a run's sandboxes are told at start).
         answer_json = self._carry is not None and self._parts.answer_schema is not None
+        failure: Exception | None = None
         async with trio.open_nursery() as ahead:
             speculation = Speculation(
                 self, nursery=ahead, events=self._parts.events, window=bridge.window(),
@@ -435,8 +436,12 @@ class Call:
                 return await self._slot.execute(code, nursery, on_bridge, limit,
                                                 answer_json=answer_json,
                                                 window=speculation.window)
+            except Exception as exc:
+                failure = exc  # raised below, as the sandbox raised it: not in a nursery's group
             finally:
                 speculation.close()
+        assert failure is not None
+        raise failure
 
     def _answer_problem(self, answer: str | None) -> str | None:
         """Why a root answer does not fit the run's schema (None when it fits or no

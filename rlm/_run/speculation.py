@@ -66,6 +66,8 @@ class _Item:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     reply: BridgeAnswer | None = None
+    #: What asking it raised: raised where the code collects it, as its own call would.
+    failure: Exception | None = None
 
 
 class Speculation:
@@ -110,7 +112,10 @@ class Speculation:
 
     async def _run(self, item: _Item, query: QueryRequest) -> None:
         with item.scope:
-            item.reply = await self._ask(query)
+            try:
+                item.reply = await self._ask(query)
+            except Exception as exc:  # not the nursery's: the execution's, if it collects it
+                item.failure = exc
         item.done.set()
 
     async def collect(self, request: CollectRequest) -> BridgeAnswer:
@@ -120,6 +125,8 @@ class Speculation:
             return refusal(_UNSENT, "unsent")
         await item.done.wait()
         del self._items[request.spec]
+        if item.failure is not None:
+            raise item.failure
         reply = item.reply
         if reply is None or reply["kind"] == "budget":
             return refusal(_UNSENT, "unsent")  # it never went: the code asks it itself

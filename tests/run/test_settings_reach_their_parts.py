@@ -73,6 +73,7 @@ READ_AT_USE = {
     "max_response_bytes": "providers (what is read of one response)",
     "max_reply_chars": "run (what one reply adds to the conversation)",
     "context_window": "volley/test_volley_own_tasks.py (a completion task is held to it)",
+    "auto_batch": "run/test_autobatch_host.py (a block's window: the sub lane's, or 0 when off)",
 }
 
 
