@@ -41,6 +41,7 @@ from rlm_sandbox.protocol import (
     ResultFrame,
     decode_bridge,
     encode_frame,
+    join_bridge,
     refusal,
 )
 
@@ -242,6 +243,7 @@ class Sandbox:
         if window:
             request["window"] = window
         await self._send_frame(request)
+        parts: list[dict[str, Any]] = []  # of a bridge request too large for one frame
         while True:
             frame: dict[str, Any] | None = None
             with trio.move_on_at(deadline):
@@ -259,6 +261,9 @@ class Sandbox:
             kind = frame.get("t")
             if kind == "result" and frame.get("id") == exec_id:
                 return self._result(frame, round(trio.current_time() - started, 6))
+            if kind == "bridge" and frame.get("part") is True:
+                parts.append(frame)  # joined with the rest when its last frame comes;
+                continue  # the execution's read cap bounds how many parts there can be
             if kind == "bridge":
                 paused = trio.current_time()
                 request_id = frame.get("id")
@@ -266,7 +271,9 @@ class Sandbox:
                     self.kill("protocol-error")
                     raise SandboxCrashed("the sandbox sent a bridge frame without an int id")
                 try:
-                    answer = await on_bridge(decode_bridge(frame))
+                    pieces, parts = parts, []
+                    answer = await on_bridge(decode_bridge(
+                        join_bridge(pieces, frame) if pieces else frame))
                 except FrameError as exc:  # model code's own doing: its call is refused
                     answer = refusal(str(exc), "usage")
                 if answer.get("kind") != "budget":

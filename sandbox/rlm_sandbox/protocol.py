@@ -31,6 +31,13 @@ Child → host
                   it); ``cancel`` cancels calls ``spec`` of loop ``loop``, ``end``: the
                   loop is over (the value: ``{"cancelled": n}``, those the provider had
                   not answered yet).
+                  A bridge frame too large for the frame cap (a batch of many long
+                  prompts, or a loop's calls sent ahead) comes in parts: frames with
+                  ``"part": true`` carry its first prompts and contexts, in order, and
+                  the last frame the rest with every other field; the host joins them
+                  (:func:`encode_bridge`, :func:`join_bridge`) before it checks the
+                  request.  Model code never meets the cap unless one prompt alone
+                  passes it.
     ``result``    ``{"t", "id", "ok", "output", "output_chars", "error", "final"}`` —
                   the outcome of one ``exec``; ``final`` is the answer string when
                   model code called ``FINAL``/``FINAL_VAR``, else ``None``.
@@ -47,7 +54,7 @@ This module is imported by both sides, so it depends only on msgpack.
 # annotation into a ForwardRef when it is defined, which made this module's import cost
 # ~0.7-1 ms more, in the host and in the zygote at every start.
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 import msgpack
@@ -70,6 +77,7 @@ __all__ = [
     "ExportedFrame",
     "FrameDecoder",
     "FrameError",
+    "FrameTooLarge",
     "HardenedFrame",
     "InitFrame",
     "QueryRequest",
@@ -82,7 +90,9 @@ __all__ = [
     "ToolRequest",
     "answer",
     "decode_bridge",
+    "encode_bridge",
     "encode_frame",
+    "join_bridge",
     "refusal",
 ]
 
@@ -199,6 +209,8 @@ class BridgeFrame(TypedDict):
     loop: NotRequired[int]
     line: NotRequired[int]
     end: NotRequired[bool]
+    #: More of this request's prompts and contexts follow in the next frame.
+    part: NotRequired[bool]
 
 
 class QueryRequest(NamedTuple):
@@ -367,8 +379,76 @@ def encode_frame(message: Mapping[str, Any], max_bytes: int = DEFAULT_MAX_FRAME_
     except (TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"cannot encode frame: {exc}") from exc
     if len(payload) > max_bytes:
-        raise FrameError(f"frame of {len(payload)} bytes exceeds the {max_bytes}-byte cap")
+        raise FrameTooLarge(f"frame of {len(payload)} bytes exceeds the {max_bytes}-byte cap")
     return HEADER.pack(len(payload)) + payload
+
+
+class FrameTooLarge(FrameError):
+    """A message encodes to more bytes than the frame cap allows."""
+
+
+def encode_bridge(message: BridgeFrame, max_bytes: int = CHILD_FRAME_MAX_BYTES) -> list[bytes]:
+    """``message`` as one frame, or, when its prompts and contexts do not fit in one, as
+    parts: ``"part": true`` frames with its first items, in order, then the last frame
+    with the rest and every other field (see :func:`join_bridge`).
+
+    Raises FrameTooLarge when one prompt with its context alone exceeds ``max_bytes``,
+    FrameError when the message cannot be encoded at all.
+    """
+    try:
+        return [encode_frame(message, max_bytes)]
+    except FrameTooLarge:
+        pass
+    prompts, contexts = message["prompts"], message["contexts"]
+    rest = {k: v for k, v in message.items() if k not in ("prompts", "contexts")}
+    # What every frame costs besides its items (the last frame's fields are the most).
+    room = max_bytes - len(encode_frame({**rest, "prompts": [], "contexts": [],
+                                         "part": True}, max_bytes)) - _ARRAY_HEADERS
+    frames: list[bytes] = []
+    start, size = 0, 0
+    for index, (prompt, context) in enumerate(zip(prompts, contexts, strict=True)):
+        cost = _packed_str_bytes(prompt) + (1 if context is None else _packed_str_bytes(context))
+        if cost > room:
+            raise FrameTooLarge(f"one prompt of the request (item {index}) with its context "
+                                f"takes {cost} bytes, more than a frame may hold ({max_bytes})")
+        if size + cost > room:
+            frames.append(encode_frame({"t": "bridge", "id": message["id"], "fn": message["fn"],
+                                        "prompts": prompts[start:index],
+                                        "contexts": contexts[start:index], "part": True},
+                                       max_bytes))
+            start, size = index, 0
+        size += cost
+    frames.append(encode_frame({**rest, "prompts": prompts[start:],
+                                "contexts": contexts[start:]}, max_bytes))
+    return frames
+
+
+#: The most two msgpack array headers take (the prompts' and the contexts').
+_ARRAY_HEADERS = 10
+
+
+def _packed_str_bytes(text: str) -> int:
+    """The most bytes msgpack takes for ``text``: a header of up to 5 bytes, then UTF-8."""
+    return 5 + (len(text) if text.isascii() else len(text.encode()))
+
+
+def join_bridge(parts: Sequence[Mapping[str, Any]], last: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``bridge`` frame whose parts (``"part": true`` frames, in order) came before
+    ``last``: its prompts and contexts joined, every other field ``last``'s.  Checked as
+    far as joining needs (lists, the same id and function); :func:`decode_bridge` checks
+    the rest.  The host's per-execution byte cap bounds how many parts can come."""
+    prompts: list[Any] = []
+    contexts: list[Any] = []
+    for frame in (*parts, last):
+        if frame.get("id") != last.get("id") or frame.get("fn") != last.get("fn"):
+            raise FrameError("the parts of a bridge request name different requests")
+        part_prompts, part_contexts = frame.get("prompts"), frame.get("contexts")
+        if not isinstance(part_prompts, list) or not isinstance(part_contexts, list) or len(
+                part_prompts) != len(part_contexts):
+            raise FrameError("each part of a bridge request needs as many contexts as prompts")
+        prompts += part_prompts
+        contexts += part_contexts
+    return {**last, "prompts": prompts, "contexts": contexts}
 
 
 class FrameDecoder:

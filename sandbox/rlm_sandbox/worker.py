@@ -42,6 +42,7 @@ from rlm_sandbox.protocol import (
     ReadyFrame,
     ReplyFrame,
     ResultFrame,
+    encode_bridge,
     encode_frame,
 )
 from rlm_sandbox.shared_context import ContextError, receive_context
@@ -72,11 +73,15 @@ class Channel:
 
     def send(self, message: HardenedFrame | ReadyFrame | BridgeFrame | ResultFrame | ExportedFrame
              ) -> None:
-        """Write one frame; raises FrameError if it cannot be encoded or is too large."""
-        view = memoryview(encode_frame(message, CHILD_FRAME_MAX_BYTES))
-        while view:
-            written = os.write(self.out_fd, view)
-            view = view[written:]
+        """Write one frame (a bridge request too large for one: in parts); raises
+        FrameError if it cannot be encoded or is too large."""
+        frames = (encode_bridge(message, CHILD_FRAME_MAX_BYTES) if message["t"] == "bridge"
+                  else [encode_frame(message, CHILD_FRAME_MAX_BYTES)])
+        for frame in frames:
+            view = memoryview(frame)
+            while view:
+                written = os.write(self.out_fd, view)
+                view = view[written:]
 
     def receive(self) -> dict[str, Any] | None:
         """Next frame, or None at a clean end of input; ProtocolError on garbage."""

@@ -14,10 +14,13 @@ from rlm_sandbox.protocol import (
     BudgetRequest,
     FrameDecoder,
     FrameError,
+    FrameTooLarge,
     QueryRequest,
     ToolRequest,
     decode_bridge,
+    encode_bridge,
     encode_frame,
+    join_bridge,
 )
 
 scalars = (
@@ -187,3 +190,52 @@ def test_the_frames_model_code_sends_decode_as_what_they_ask() -> None:
         decode_bridge({**batch, "contexts": ["one"]})
     with pytest.raises(FrameError, match="unknown bridge function 'exec'"):
         decode_bridge({**query, "fn": "exec"})
+
+
+# -- a bridge request larger than a frame: parts (issue 31 item 10) -------------------------
+
+CAP = 2_000  # a small frame cap, so that small requests need parts
+
+
+def _request(prompts: list[str], contexts: list[str | None], **extra: Any) -> dict[str, Any]:
+    return {"t": "bridge", "id": 7, "fn": "llm_query_batched", "prompts": prompts,
+            "contexts": contexts, **extra}
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.tuples(st.text(max_size=300), st.none() | st.text(max_size=300)),
+                      max_size=60),
+       schema=st.none() | st.text(max_size=200))
+def test_a_request_in_parts_is_joined_back_whole(
+        items: list[tuple[str, str | None]], schema: str | None) -> None:
+    extra = {} if schema is None else {"schema": schema}
+    request = _request([p for p, _ in items], [c for _, c in items], **extra)
+    frames = encode_bridge(request, CAP)  # type: ignore[arg-type]
+    assert all(len(frame) <= HEADER.size + CAP for frame in frames)
+    decoded = FrameDecoder(CAP).feed(b"".join(frames))
+    *parts, last = decoded
+    assert all(part.get("part") is True for part in parts) and "part" not in last
+    joined = join_bridge(parts, last) if parts else last
+    assert joined == request
+    assert decode_bridge(joined) == decode_bridge(request)
+
+
+def test_a_request_that_fits_is_one_frame() -> None:
+    request = _request(["a", "b"], [None, "c"])
+    assert encode_bridge(request, CAP) == [encode_frame(request, CAP)]  # type: ignore[arg-type]
+
+
+def test_one_prompt_larger_than_a_frame_is_refused() -> None:
+    request = _request(["a", "x" * CAP, "b"], [None, None, None])
+    with pytest.raises(FrameTooLarge, match="item 1"):
+        encode_bridge(request, CAP)  # type: ignore[arg-type]
+
+
+def test_parts_of_another_request_or_without_lists_are_not_joined() -> None:
+    last = _request(["c"], [None])
+    with pytest.raises(FrameError, match="different requests"):
+        join_bridge([{**_request(["a"], [None]), "id": 6, "part": True}], last)
+    with pytest.raises(FrameError, match="as many contexts"):
+        join_bridge([{**_request(["a", "b"], [None]), "part": True}], last)
+    with pytest.raises(FrameError, match="as many contexts"):
+        join_bridge([{**_request(["a"], [None]), "prompts": "a", "part": True}], last)
