@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from rlm.cli._errors import RLMGroup
+from rlm.cli._terminal import survive_hangups
 
 __all__ = ["COMMANDS", "LazyGroup", "main"]
 
@@ -107,3 +108,4 @@ def main() -> None:
     scripted stand-in for demos, tests and benchmarks: it is not a language
     model, and its answers say so in their metadata.
     """
+    survive_hangups()

@@ -15,14 +15,24 @@ process instead of letting a ``BrokenPipeError`` end the run.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
+import sys
+from typing import Any, TextIO
 
 import click
 
 __all__ = [
-    "RAW_HELP", "answer_for_stdout", "plural", "raw_option", "safe_text", "say", "silence",
+    "RAW_HELP",
+    "answer_for_stdout",
+    "plural",
+    "raw_option",
+    "safe_text",
+    "say",
+    "silence",
+    "survive_hangups",
 ]
 
 # Whole sequences first (their parameters would otherwise be left behind as
@@ -80,6 +90,53 @@ def silence(fd: int = 2) -> None:
         os.close(devnull)
     except OSError:  # no /dev/null (a very bare container): leave fd 2 alone
         return
+
+
+class _HangupSafe:
+    """A terminal stream whose writes outlive the terminal.
+
+    When the terminal hangs up, writes to it fail (EIO) at once, while SIGHUP is
+    still on its way to the watch that stops the command: a result or a progress
+    line written in between would end the command with an error (exit 1, its claims
+    left in progress) instead of its stop.  The first such failure points the stream
+    at /dev/null, as the hang-up's handler does (``_signals.leave_terminal``).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self._hung_up(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._hung_up(exc)
+
+    def _hung_up(self, exc: OSError) -> None:
+        if exc.errno != errno.EIO:
+            raise exc
+        silence(self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def survive_hangups() -> None:
+    """Make stdout and stderr, where they are a terminal, survive its hang-up."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            terminal = stream is not None and os.isatty(stream.fileno())
+        except (OSError, ValueError, AttributeError):  # closed, or not a file
+            continue
+        if terminal and not isinstance(stream, _HangupSafe):
+            setattr(sys, name, _HangupSafe(stream))
 
 
 def say(message: str) -> None:

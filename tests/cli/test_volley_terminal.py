@@ -168,3 +168,30 @@ def test_resume_last_is_the_last_volley_started_here(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "--encoding applies only to files" in refused.stderr
     skipped = rlm(here, "x", "--skip-failed", "--provider", "fixture")
     assert skipped.returncode == 2 and "--skip-failed goes with --resume" in skipped.stderr
+
+
+def test_a_write_to_a_terminal_that_hung_up_goes_to_dev_null() -> None:
+    # Writes fail with EIO as soon as the terminal hangs up, before SIGHUP reaches the
+    # watch that stops the command: the stream must take them, not end the command.
+    from rlm.cli._terminal import _HangupSafe
+
+    read_end, write_end = os.pipe()
+
+    class HungUp:
+        def write(self, text: str) -> int:
+            raise OSError(5, "Input/output error")  # EIO
+
+        def flush(self) -> None:
+            raise OSError(5, "Input/output error")
+
+        def fileno(self) -> int:
+            return write_end
+
+    try:
+        stream = _HangupSafe(HungUp())  # type: ignore[arg-type]
+        assert stream.write("a result\n") == len("a result\n")
+        stream.flush()
+        assert os.path.samestat(os.fstat(write_end), os.stat(os.devnull))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
