@@ -16,12 +16,13 @@ import gc
 import json
 from pathlib import Path
 
+import pytest
 import trio
 
 from rlm._config import RunConfig, VolleyOptions
 from rlm.journal import JournalStore, Owner, Verdict, open_store
+from rlm.journal import worker as worker_module
 from rlm.journal.volleys import record_volley, result_reader, stored_settings
-from rlm.journal.worker import _MAX_CLAIM
 from rlm.volley.journaled import JournaledVolley
 from rlm.volley.output import OrderedWriter
 from rlm.volley.records import TaskResult, VolleyTask
@@ -66,15 +67,19 @@ def _volley(n: int, path: Path) -> tuple[list[int], list[str]]:
     return alive, lines
 
 
-def test_a_volley_holds_what_is_in_flight_not_its_tasks(tmp_path: Path) -> None:
+def test_a_volley_holds_what_is_in_flight_not_its_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     n = 10_000
+    # Claim batches (each at most _MAX_CLAIM: the one buffered, the one claimed ahead,
+    # and the journal's pages of tasks they were read from), the runner's window, the
+    # writer's window and the verdicts waiting for a group commit: whatever N is.  The
+    # claim cap is lowered so that this bound sits far below N: holding every task (or
+    # result) would reach N by the last sample.
+    monkeypatch.setattr(worker_module, "_MAX_CLAIM", 512)
     alive, lines = _volley(n, tmp_path / "journal.sqlite3")
-    # A claim batch buffered (at most _MAX_CLAIM), the runner's window running, the
-    # writer's window and the verdicts waiting for a group commit: whatever N is, and
-    # with room for a slow commit.  Holding every task (or result) would reach N by the
-    # last sample.
-    bound = 3 * n // 4
-    assert bound > _MAX_CLAIM
+    bound = 4 * 512 + 1_200
+    assert bound < n // 3
     assert len(alive) == n // 250 and max(alive) <= bound, alive
     # Nothing was lost for it: every result, in task order, then the summary.
     results = [json.loads(line) for line in lines[:-1]]
