@@ -33,7 +33,6 @@ from rlm.journal._backends import Backend, Tx
 from rlm.journal._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, TABLES
 from rlm.journal.records import (
     Alive,
-    HolderTally,
     Owner,
     Recovered,
     Spend,
@@ -48,18 +47,11 @@ from rlm.journal.records import (
 
 __all__ = ["JournalStore"]
 
+from rlm.journal.task_rows import HOLDER_STARTED, TASK_COLUMNS, int_or_none, task_row
+
 _T = TypeVar("_T")
 _NOTHING_SPENT = Spend()
 
-_TASK_COLUMNS = (
-    "idx, spec, status, started_at, finished_at, heartbeat_at, claimed_host, claimed_pid, "
-    "claimed_worker, attempts, output, usage, cost, error"
-)
-#: The start time of a claim's holder's process, as its worker registered it (NULL:
-#: unknown, or the worker's row is gone).
-_HOLDER_STARTED = (
-    "(SELECT pid_start FROM workers WHERE workers.worker = tasks.claimed_worker)"
-)
 _UNCLAIM = (
     "status = 'open', started_at = NULL, heartbeat_at = NULL, "
     "claimed_host = NULL, claimed_pid = NULL, claimed_worker = NULL"
@@ -284,66 +276,24 @@ class JournalStore:
         as its worker registered it: ``Owner.started``)."""
         rows = self._read(
             lambda tx: tx.rows(
-                f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
+                f"SELECT {TASK_COLUMNS}, {HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
                 "ORDER BY idx",
                 (volley_id,),
             )
         )
-        return [_task_row(volley_id, row) for row in rows]
+        return [task_row(volley_id, row) for row in rows]
 
     def tasks_after(self, volley_id: str, after: int, limit: int) -> list[TaskRow]:
         """Up to ``limit`` tasks of a volley with an index above ``after``, in task order:
         :meth:`tasks` a page at a time, for readers that must not hold them all."""
         rows = self._read(
             lambda tx: tx.rows(
-                f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks "
+                f"SELECT {TASK_COLUMNS}, {HOLDER_STARTED} FROM tasks "
                 "WHERE volley_id = ? AND idx > ? ORDER BY idx LIMIT ?",
                 (volley_id, after, limit),
             )
         )
-        return [_task_row(volley_id, row) for row in rows]
-
-    def claimed(self, volley_id: str) -> list[TaskRow]:
-        """The volley's tasks in progress, in task order, each with its holder (read
-        through the claims index, not the volley's every row)."""
-        rows = self._read(
-            lambda tx: tx.rows(
-                f"SELECT {_TASK_COLUMNS}, {_HOLDER_STARTED} FROM tasks WHERE volley_id = ? "
-                "AND status = 'in_progress' ORDER BY idx",
-                (volley_id,),
-            )
-        )
-        return [_task_row(volley_id, row) for row in rows]
-
-    def holder_tallies(self, volley_id: str) -> list[HolderTally]:
-        """Per holder (host, pid, worker) of any of the volley's tasks: its tasks done,
-        failed and in progress, the tokens and cost of its verdicts, their time at the
-        provider in all, its first claim and its last verdict."""
-        number = self.backend.json_number
-        tokens = f"COALESCE({number('usage', 'tokens_input')}, 0) + " \
-                 f"COALESCE({number('usage', 'tokens_output')}, 0)"
-        rows = self._read(
-            lambda tx: tx.rows(
-                "SELECT claimed_host, claimed_pid, claimed_worker, "
-                "SUM(CASE WHEN status = 'done' THEN 1 ELSE 0 END), "
-                "SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), "
-                "SUM(CASE WHEN status = 'in_progress' THEN 1 ELSE 0 END), "
-                f"SUM({tokens}), SUM(COALESCE(cost, 0)), "
-                # Older verdicts have no time at the provider: their time in a worker.
-                f"SUM(COALESCE({number('usage', 'request_sec')}, "
-                f"{number('usage', 'duration_sec')}, 0)), "
-                "MIN(started_at), MAX(finished_at) "
-                "FROM tasks WHERE volley_id = ? AND claimed_worker IS NOT NULL "
-                "GROUP BY claimed_host, claimed_pid, claimed_worker",
-                (volley_id,),
-            )
-        )
-        return [
-            HolderTally(Owner(str(host), int(pid), str(worker)), int(done), int(failed),
-                        int(held), int(tokens_sum or 0), float(cost or 0.0), float(busy or 0.0),
-                        first, last)
-            for host, pid, worker, done, failed, held, tokens_sum, cost, busy, first, last in rows
-        ]
+        return [task_row(volley_id, row) for row in rows]
 
     def spent(self, volley_id: str) -> Spend:
         """What every attempt of the volley has cost so far (for budgets across resumes)."""
@@ -357,8 +307,8 @@ class JournalStore:
         Each row is as :meth:`tasks` would read it now, ``claimed_by.started`` included
         (the start time ``owner``'s worker registered; None if it registered none).
         """
-        rows = self._claim(volley_id, owner, limit, f"{_TASK_COLUMNS}, {_HOLDER_STARTED}")
-        return sorted((_task_row(volley_id, row) for row in rows), key=lambda t: t.index)
+        rows = self._claim(volley_id, owner, limit, f"{TASK_COLUMNS}, {HOLDER_STARTED}")
+        return sorted((task_row(volley_id, row) for row in rows), key=lambda t: t.index)
 
     def claim_specs(self, volley_id: str, owner: Owner, limit: int = 1) -> list[dict[str, Any]]:
         """:meth:`claim`, returning only each task's spec (what a worker runs).
@@ -604,7 +554,7 @@ class JournalStore:
             dead = [
                 (w, volley_id, w)
                 for w, host, pid, start in rows
-                if host == here and not alive(int(pid), _int_or_none(start))
+                if host == here and not alive(int(pid), int_or_none(start))
             ]
             # Only a dead worker's claims are looked for (this runs every second under
             # SQLite's write lock): live ones touch no task row.  The claimed_tasks index
@@ -659,7 +609,7 @@ class JournalStore:
         found = _reopen(
             tx,
             "SELECT volley_id, idx, claimed_host, claimed_pid, claimed_worker, heartbeat_at, "
-            f"{_HOLDER_STARTED} FROM tasks WHERE status = 'in_progress' AND volley_id = ? "
+            f"{HOLDER_STARTED} FROM tasks WHERE status = 'in_progress' AND volley_id = ? "
             f"AND claimed_host = ?{self.backend.lock_clause}",
             (volley_id, local_host()),
             now,
@@ -789,7 +739,7 @@ def _reopen(
     rows.sort(key=lambda row: (str(row[0]), int(row[1])))
     for vid, idx, host, pid, worker, beat, *started in rows:
         owner = (
-            Owner(host, int(pid), worker, _int_or_none(started[0]) if started else None)
+            Owner(host, int(pid), worker, int_or_none(started[0]) if started else None)
             if worker is not None
             else None
         )
@@ -811,10 +761,6 @@ def _reopen(
     return found
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
 def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
     if spend == Spend():
         return
@@ -830,25 +776,4 @@ def _add_spend(tx: Tx, volley_id: str, spend: Spend) -> None:
             spend.input_tokens + spend.output_tokens,
             volley_id,
         ),
-    )
-
-
-def _task_row(volley_id: str, row: tuple[Any, ...]) -> TaskRow:
-    (idx, spec, status, started, finished, beat, host, pid, worker, attempts) = row[:10]
-    output, usage, cost, error = row[10:14]
-    holder_started = _int_or_none(row[14]) if len(row) > 14 else None
-    return TaskRow(
-        volley_id=volley_id,
-        index=int(idx),
-        spec=json.loads(spec),
-        status=status,
-        started_at=started,
-        finished_at=finished,
-        heartbeat_at=beat,
-        claimed_by=Owner(host, int(pid), worker, holder_started) if worker is not None else None,
-        attempts=int(attempts),
-        output=output,
-        usage=json.loads(usage) if usage else {},
-        cost=cost,
-        error=error,
     )

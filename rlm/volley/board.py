@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlm._config import DEFAULT_STALE_TIMEOUT
-from rlm.journal import HolderTally, JournalStore, Owner, TaskRow
+from rlm.journal import HolderTally, JournalStore, Owner, TaskRow, board_reads
 
 __all__ = ["NEAR_STALE", "Board", "Holding", "WorkerLine", "read_board"]
 
@@ -146,8 +146,8 @@ class Board:
 def read_board(store: JournalStore, volley_id: str) -> Board:
     """Volley ``volley_id``'s board as the journal has it now."""
     row = store.volley(volley_id)
-    claimed = store.claimed(volley_id)
-    tallies = store.holder_tallies(volley_id)
+    claimed = board_reads.claimed(store, volley_id)
+    tallies = board_reads.holder_tallies(store, volley_id)
     now = store.now()
     options, config = row.settings.get("options") or {}, row.settings.get("config") or {}
     stale_timeout = float(options.get("stale_timeout") or DEFAULT_STALE_TIMEOUT)
