@@ -27,6 +27,7 @@ import click
 __all__ = [
     "RAW_HELP",
     "answer_for_stdout",
+    "echo_exact",
     "plural",
     "raw_option",
     "safe_text",
@@ -150,6 +151,14 @@ def say(message: str) -> None:
 def answer_for_stdout(answer: str, raw: bool = False) -> str:
     """The answer as printed: terminal-safe (tab and newline kept), or exact with ``raw``."""
     return answer if raw else safe_text(answer)
+
+
+def echo_exact(text: str) -> None:
+    """Write ``text`` and a newline to stdout as it is.  ``click.echo`` takes colour and
+    cursor sequences (CSI) out by itself when stdout is not a terminal, OSC sequences
+    left in, which made ``--raw`` inexact on a pipe; text that is not raw has passed
+    :func:`safe_text` already."""
+    click.echo(text, color=True)
 
 
 RAW_HELP = (

@@ -23,7 +23,7 @@ from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_params
 from rlm.cli._signals import TERMINATE_SIGNALS, insists, leave_terminal
-from rlm.cli._terminal import RAW_HELP, answer_for_stdout, say
+from rlm.cli._terminal import RAW_HELP, answer_for_stdout, echo_exact, say
 from rlm.cli.run_cmd import run
 from rlm.errors import RLMError, UsageError
 from rlm.providers.keys import missing_key_message
@@ -237,7 +237,7 @@ def _loop(session: Session, *, interactive: bool, as_json: bool, raw: bool = Fal
             click.echo(json.dumps(shown, ensure_ascii=False))
         else:
             shown_answer = result.answer if result.answer is not None else f"({result.status})"
-            click.echo(answer_for_stdout(shown_answer, raw))
+            echo_exact(answer_for_stdout(shown_answer, raw))
             if result.status != "answered":  # the reason says which limit, and how to lift it
                 reason = f": {result.error}" if result.error else ""
                 say(f"the question ended with status {result.status}{reason}")

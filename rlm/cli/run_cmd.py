@@ -14,7 +14,7 @@ from rlm._settings import api_key_from_environment
 from rlm.cli._errors import echo_json_error, fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_options
-from rlm.cli._terminal import answer_for_stdout, plural, raw_option, say
+from rlm.cli._terminal import answer_for_stdout, echo_exact, plural, raw_option, say
 from rlm.errors import RLMError, UsageError
 
 if TYPE_CHECKING:
@@ -301,7 +301,7 @@ def _report(
     elif events:
         pass  # stdout carried the events; run_finished holds the answer
     elif result.answer is not None:
-        click.echo(answer_for_stdout(result.answer, raw))
+        echo_exact(answer_for_stdout(result.answer, raw))
     if verbose and result.traffic:  # each lane's traffic: for tuning, not for every run
         from rlm.cli._progress import format_traffic
 

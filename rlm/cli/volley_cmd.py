@@ -23,7 +23,7 @@ from rlm.cli._flags import usage_message
 from rlm.cli._history import RunKeeper, volley_label
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_options
-from rlm.cli._terminal import raw_option, safe_text
+from rlm.cli._terminal import echo_exact, raw_option, safe_text
 from rlm.cli._volley_input import (
     check_resume_flags,
     confirmed,
@@ -236,7 +236,7 @@ class _Stdout:
         if self.closed:
             return
         try:
-            click.echo(text)  # flushed: a closed pipe is met here, not at exit
+            echo_exact(text)  # flushed: a closed pipe is met here, not at exit
         except BrokenPipeError:
             self.closed = True
             # Nothing more reaches the reader; the interpreter's last flush must not fail.

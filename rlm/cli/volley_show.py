@@ -14,7 +14,7 @@ import click
 
 from rlm.cli._progress import stderr_console
 from rlm.cli._settings_cli import settings_options
-from rlm.cli._terminal import plural, raw_option, safe_text
+from rlm.cli._terminal import echo_exact, plural, raw_option, safe_text
 from rlm.cli._volley_run import open_volleys, volley_options
 from rlm.cli.volley_board import board_text
 from rlm.errors import RLMError
@@ -99,7 +99,7 @@ def show_cmd(volley_ref: str, output_format: str, board: bool, raw: bool) -> Non
             result = stored_result(journal.store, volley_id)
     except RLMError as exc:
         _fail(exc)
-    writer = OrderedWriter(output_format, len(result.tasks), click.echo,  # type: ignore[arg-type]
+    writer = OrderedWriter(output_format, len(result.tasks), echo_exact,  # type: ignore[arg-type]
                            clean=str if raw else safe_text)
     writer.finish(result)
 

@@ -32,7 +32,9 @@ from rlm.testing.provider import FunctionProvider
 from tests.helpers import repl, serving
 
 RLM_CMD = [sys.executable, "-m", "rlm"]
-ESCAPE_ANSWER = "42\x1b]0;x\x07"  # FINAL("\x1b]0;x\x07") of issue 10, after visible text
+# FINAL("\x1b]0;x\x07") of issue 10, after visible text; a clipboard write (OSC 52) and a
+# clear screen (CSI, which click.echo strips off a pipe by itself) of issue 27.
+ESCAPE_ANSWER = "42\x1b]0;x\x07\x1b]52;c;aGk=\x07\x1b[2J"
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
 
 
@@ -209,6 +211,25 @@ def test_a_volleys_text_output_is_stripped_and_exact_with_raw(tmp_path: Path) ->
     raw = subprocess.run([*RLM_CMD, *args, "--raw"], capture_output=True, timeout=60,
                          check=False)
     assert ESCAPE_ANSWER.encode() in raw.stdout
+    volley_id = re.search(rb"=== volley (\S+):", raw.stdout)
+    assert volley_id is not None, raw.stdout
+    show = [*RLM_CMD, "volley", "show", volley_id[1].decode(), "--journal",
+            str(tmp_path / "j.sqlite3")]
+    stored = subprocess.run(show, capture_output=True, timeout=60, check=False)
+    assert b"42" in stored.stdout and b"\x1b" not in stored.stdout
+    stored_raw = subprocess.run([*show, "--raw"], capture_output=True, timeout=60, check=False)
+    assert ESCAPE_ANSWER.encode() in stored_raw.stdout
+
+
+def test_a_chats_answer_is_stripped_and_exact_with_raw(tmp_path: Path) -> None:
+    chat = [*RLM_CMD, "chat", "--context-file", str(_escape_context(tmp_path)),
+            "--provider", "fixture"]
+    asked = {"input": b"What is the magic number?\n", "capture_output": True, "timeout": 60}
+    shown = subprocess.run(chat, check=False, **asked)  # type: ignore[call-overload]
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == b"42\n"
+    raw = subprocess.run([*chat, "--raw"], check=False, **asked)  # type: ignore[call-overload]
+    assert raw.stdout == (ESCAPE_ANSWER + "\n").encode()
 
 
 async def test_a_terminal_sees_a_spinner_while_the_first_step_is_generated(
