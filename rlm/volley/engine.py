@@ -326,10 +326,14 @@ class Volley:
                 await telemetry.aclose()
 
     def _window(self) -> int:
+        """Tasks claimed and unfinished at most: never more than are left to run (each
+        slot is a coroutine that claims, so 4,096 slots for one task would be 4,095 idle)."""
         if self.options.window:
-            return self.options.window
-        cap = self.config.max_concurrent
-        return cap if self.options.mode == "rlm" else 2 * cap
+            window = self.options.window
+        else:
+            cap = self.config.max_concurrent
+            window = cap if self.options.mode == "rlm" else 2 * cap
+        return max(1, min(window, self.total - self._earlier))
 
     @asynccontextmanager
     async def _executor(

@@ -291,3 +291,26 @@ def test_a_python_volley_without_tasks_says_so_in_python_terms(tasks: list[str])
         RLM(provider="fixture").volley(tasks)
     assert str(raised.value).startswith("no tasks: give a list of at least one prompt")
     assert "--stdin" not in str(raised.value)
+
+
+async def test_the_window_is_never_larger_than_the_tasks(autojump_clock: Clock) -> None:
+    # --max-concurrent 4096 for three tasks: a worker coroutine per slot (8,192 of them,
+    # each claiming) would cost memory and time for nothing; three are enough.
+    from rlm.volley import MemoryStore, Volley, number_tasks
+
+    class CountedClaims(MemoryStore):
+        claims = 0
+
+        async def claim(self):  # type: ignore[no-untyped-def]
+            self.claims += 1
+            return await super().claim()
+
+    tasks = number_tasks(["a", "b", "c"])
+    store = CountedClaims(tasks)
+    fake = VolleyFake(latency=lambda task: 1.0)
+    run = Volley(model(fake, max_concurrent=4096).config, tasks,
+                 providers={"root": fake, "sub": fake}, source=store, sink=store)
+    result = await run.run()
+    assert outputs(result) == ["answer: a", "answer: b", "answer: c"]
+    assert store.claims <= 2 * len(tasks), store.claims  # each task, and one None per worker
+    assert result.summary.duration_sec == pytest.approx(1.0)  # still all at once
