@@ -169,3 +169,17 @@ def test_tasks_that_are_not_utf8_are_a_usage_error_and_encoding_reads_them(tmp_p
                               "--encoding", "latin-1", env=journal, stdin=stdin)
         assert done.returncode == 0, done.stderr
         assert "=== [1/1] ✓ Qu'est-ce que le nombre magique, café ? ===" in done.stdout
+
+
+def test_a_task_files_max_concurrent_has_the_flags_bound(tmp_path: Path) -> None:
+    # A shared task file's "max_concurrent": 100000 started 100,000 coroutines for one
+    # task, as --max-concurrent 100000 did: refused alike, before anything is stored.
+    tasks = tmp_path / "t.json"
+    tasks.write_text('{"max_concurrent": 100000, "tasks": ["What is x?"]}')
+    journal = tmp_path / "j.sqlite3"
+    done = rlm_in_process("volley", "-f", str(tasks), "--provider", "fixture", "-y",
+                          "--journal", str(journal))
+    assert done.returncode == 2, done.stderr
+    assert "must be at most 4,096, got 100,000" in done.stderr
+    listed = rlm_in_process("volley", "list", "--journal", str(journal))
+    assert "no volleys yet" in listed.stderr and not listed.stdout
