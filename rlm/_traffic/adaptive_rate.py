@@ -19,7 +19,14 @@ as adaptive concurrency does with permits:
   request in a few; once the fraction holds 5 % above the refused rate, it
   grows at full speed again.
 
-Every change of the pacer's rates is reported through ``on_change``.
+A provider that announces its limit also says how many requests it would take
+now (``x-ratelimit-remaining-requests``): its bucket holds at least that many,
+so with a learned rate the pacer lets the most it has said go back to back
+(this worker's share of them) instead of spacing the first wave.  A rate 429
+says the bucket, or a shorter window the provider enforces, is smaller than
+that: the burst goes back to the configured one for the rest of the run.
+
+Every change of the pacer's rates and burst is reported through ``on_change``.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ class AdaptiveRate:
         # (see rlm._traffic.pacer).
         self._margins = {"rpm": JITTER_MARGIN, "tpm": JITTER_MARGIN}
         self._workers = 1
+        self._burst_given = pacer.burst
+        self._burst_seen = 0.0  # the most requests the provider said it would take now
+        self._burst_refused = False  # a rate 429 since: back to the configured burst
         self._fraction = 1.0
         self._refused_at: float | None = None  # the fraction the provider last refused
         self._patience = _FIRST_PATIENCE
@@ -76,6 +86,7 @@ class AdaptiveRate:
         if workers >= 1 and workers != self._workers:
             self._workers = workers
             self._apply("share")
+            self._apply_burst("share")
 
     def learned(self, limit: str, value: float) -> bool:
         """The provider announced ``limit`` (``rpm``/``tpm``); adopted when none is known."""
@@ -85,6 +96,24 @@ class AdaptiveRate:
         self._margins[limit] = 0.0
         self._apply("learned")
         return True
+
+    def remaining(self, requests: float) -> None:
+        """The provider would take ``requests`` more requests now (a learned rate only:
+        a configured one keeps the configured burst)."""
+        if self._limits["rpm"] is None or self._margins["rpm"] > 0 or not self.enabled:
+            return
+        if requests > self._burst_seen:
+            self._burst_seen = requests
+            self._apply_burst("learned")
+
+    def _apply_burst(self, reason: str) -> None:
+        seen = 0 if self._burst_refused else int(self._burst_seen // self._workers)
+        burst = max(self._burst_given, seen)
+        old = self._pacer.burst
+        if burst != old:
+            self._pacer.set_burst(burst)
+            if self._on_change is not None:
+                self._on_change("burst", old, burst, reason)
 
     def refused(self, sent_at: float) -> bool:
         """A request sent at ``sent_at`` got a 429 whose cause is rate.
@@ -107,6 +136,8 @@ class AdaptiveRate:
         self._cut_at = trio.current_time()
         self.cuts += 1
         self._apply("rate_limited")
+        self._burst_refused = True
+        self._apply_burst("rate_limited")
         return True
 
     def on_success(self) -> None:

@@ -410,7 +410,8 @@ class Gate:
             raise
 
     def _learn_limits(self, completion: Completion) -> None:
-        """Adopt rpm/tpm from response headers when the user gave none."""
+        """Adopt rpm/tpm from response headers when the user gave none, and the burst
+        the provider says it would take."""
         limits = completion.metadata.get("ratelimit")
         if not isinstance(limits, dict):
             return
@@ -424,6 +425,9 @@ class Gate:
                         source=str(limits.get("source", "headers")),
                     )
                 )
+        remaining = limits.get("requests_remaining")
+        if isinstance(remaining, int | float):
+            self.rate.remaining(float(remaining))
 
     def _capacity_changed(self, old: int, new: int, reason: str) -> None:
         self.metrics.capacity_changes += 1

@@ -20,7 +20,9 @@ than one request's jitter.
 
 By default there is no burst: the provider's bucket size is unknown, so
 requests are spread evenly at the configured rate.  ``burst`` (in requests)
-lets that many go back to back before spacing applies.
+lets that many go back to back before spacing applies; a provider that
+announces its limit also says how many requests it would take at once
+(``AdaptiveRate`` adopts that as the burst).
 
 Root-lane requests never queue behind sub-queries: they go at once and still
 charge the limit, pushing later sub-queries back.  So the configured rate can
@@ -31,7 +33,7 @@ than that only queue here.
 
 The rates are set by one owner (:class:`~rlm._traffic.adaptive_rate.
 AdaptiveRate`: the configured or learned limit, this worker's share of it, cut
-after rate 429s); nothing else calls ``set_rpm``/``set_tpm``.
+after rate 429s); nothing else calls ``set_rpm``/``set_tpm``/``set_burst``.
 """
 
 from __future__ import annotations
@@ -109,6 +111,12 @@ class Pacer:
     def set_rpm(self, rpm: float, *, margin: float = JITTER_MARGIN) -> None:
         self._requests = _replace(self._requests, rpm, self.burst, margin)
         self.rpm = rpm
+
+    def set_burst(self, burst: int) -> None:
+        """Let ``burst`` requests go back to back (the schedule so far is kept)."""
+        self.burst = burst
+        if self._requests is not None:
+            self._requests.tolerance = max(0.0, burst - 1.0) * self._requests.interval
 
     def set_tpm(self, tpm: float, *, margin: float = JITTER_MARGIN) -> None:
         self._tokens = _replace(self._tokens, tpm, 0, margin)

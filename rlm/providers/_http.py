@@ -558,18 +558,25 @@ def _header_number(headers: Mapping[str, str], *names: str) -> float | None:
 
 
 def parse_rate_limit_headers(headers: Mapping[str, str]) -> dict[str, float | str]:
-    """Per-minute request and token limits announced by the provider, if any.
+    """Per-minute request and token limits announced by the provider, if any, and
+    how many requests it would take now (``requests_remaining``).
 
-    Understands OpenAI-style ``x-ratelimit-limit-*`` and Anthropic-style
-    ``anthropic-ratelimit-*-limit`` headers.
+    Understands OpenAI-style ``x-ratelimit-limit-*`` / ``x-ratelimit-remaining-requests``
+    and Anthropic-style ``anthropic-ratelimit-*-limit`` /
+    ``anthropic-ratelimit-requests-remaining`` headers.
     """
     found: dict[str, float | str] = {}
     requests = _header_number(
         headers, "x-ratelimit-limit-requests", "anthropic-ratelimit-requests-limit"
     )
     tokens = _header_number(headers, "x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-limit")
+    remaining = _header_number(
+        headers, "x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"
+    )
     if requests:
         found["requests_limit"] = requests
+        if remaining is not None and math.isfinite(remaining) and remaining >= 0:
+            found["requests_remaining"] = remaining
     if tokens:
         found["tokens_limit"] = tokens
     if found:

@@ -41,7 +41,8 @@ async def test_system_messages_become_the_system_field_and_the_key_a_header() ->
     def handler(req: httpx2.Request) -> httpx2.Response:
         seen.append(req)
         return httpx2.Response(
-            200, json=message(), headers={"anthropic-ratelimit-requests-limit": "50"}
+            200, json=message(), headers={"anthropic-ratelimit-requests-limit": "50",
+                                            "anthropic-ratelimit-requests-remaining": "49"}
         )
 
     request = CompletionRequest(
@@ -63,6 +64,7 @@ async def test_system_messages_become_the_system_field_and_the_key_a_header() ->
     assert (done.text, done.input_tokens, done.output_tokens) == ("hello", 50, 5)
     assert done.metadata["cached_tokens"] == 30
     assert done.metadata["ratelimit"]["requests_limit"] == 50.0
+    assert done.metadata["ratelimit"]["requests_remaining"] == 49.0
 
 
 @pytest.mark.parametrize(

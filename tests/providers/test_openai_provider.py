@@ -63,13 +63,15 @@ async def test_a_completion_with_usage_and_the_key_in_the_header_only() -> None:
             "prompt_tokens_details": {"cached_tokens": 4},
         }
         return httpx2.Response(
-            200, json=chat(usage=usage), headers={"x-ratelimit-limit-requests": "500"}
+            200, json=chat(usage=usage), headers={"x-ratelimit-limit-requests": "500",
+                                                  "x-ratelimit-remaining-requests": "499"}
         )
 
     done = await provider(handler).complete(request())
     assert (done.text, done.input_tokens, done.output_tokens) == ("hello", 12, 3)
     assert done.metadata["cost"] == 0.001 and done.metadata["cached_tokens"] == 4
     assert done.metadata["ratelimit"]["requests_limit"] == 500.0
+    assert done.metadata["ratelimit"]["requests_remaining"] == 499.0
     assert seen[0].headers["authorization"] == "Bearer sk-test"
     assert b"sk-test" not in seen[0].content
     assert json.loads(seen[0].content) == {"model": "m", "messages": request().messages}

@@ -165,3 +165,70 @@ async def test_limits_are_learned_once_and_shared_among_workers(
     assert [(e.limit, e.value) for e in learned] == [("rpm", 600.0)]
     changes = [(round(e.new), e.reason) for e in events.events if isinstance(e, RateChanged)]
     assert changes == [(200, "learned"), (300, "share")]
+
+
+class AnnouncingBucket:
+    """A GCRA bucket of ``rpm`` with room for ``burst`` requests at once, which announces
+    its limit and how many requests it would take now (``x-ratelimit-*`` headers);
+    ``claims`` overstates that room, as a provider enforcing a shorter window may."""
+
+    def __init__(self, rpm: float, burst: int, *, claims: int | None = None) -> None:
+        self.interval, self.burst, self.rpm = 60.0 / rpm, burst, rpm
+        self.claims = claims
+        self.tat = -float("inf")
+        self.requests = self.refused = 0
+        self.provider = FunctionProvider(self.reply, name="announcing-bucket")
+
+    async def reply(self, request: CompletionRequest) -> Completion:
+        now = trio.current_time()
+        self.requests += 1
+        tolerance = (self.burst - 1) * self.interval
+        if now < max(self.tat, now) - tolerance:
+            self.refused += 1
+            raise RateLimitError(f"more than {self.rpm:g} requests per minute", status=429,
+                                 retryable=True, retry_after=0.2)
+        self.tat = max(self.tat, now) + self.interval
+        room = int((now + tolerance - self.tat) // self.interval) + 1
+        remaining = self.claims if self.claims is not None else max(0, room)
+        await trio.sleep(0.2)
+        limits = {"requests_limit": self.rpm, "requests_remaining": float(remaining),
+                  "source": "headers"}
+        return Completion(text="ok", model=request.model, input_tokens=1, output_tokens=1,
+                          metadata={"ratelimit": limits})
+
+
+async def test_the_burst_a_provider_announces_goes_at_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # 600 rpm (one request per 0.1 s) with room for 10 at once.  Spread evenly, 30
+    # requests after the first take 3.1 s; with the room announced after the first
+    # request (9), 9 go at once.
+    bucket = AnnouncingBucket(rpm=600, burst=10)
+    events = EventBus()
+    gate = Gate(limiter=TieredLimiter(32, 0), events=events,
+                providers={"root": bucket.provider, "sub": bucket.provider})
+    await gate.complete(REQUEST)  # learns the rate and the room
+    await trio.sleep(1.0)  # the bucket fills again
+    took = await fan_out(gate, 30)
+    assert bucket.refused == 0
+    assert took <= (30 - 9) * 0.1 + 0.2 + 0.05, took
+    changes = [(e.limit, e.new, e.reason) for e in events.events if isinstance(e, RateChanged)]
+    assert ("burst", 9, "learned") in changes
+
+
+async def test_a_room_announced_too_large_is_dropped_at_the_first_refusal(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The provider says 20 would go now, and enforces one per 0.1 s: the first wave
+    # is refused, and every request after it is paced evenly.
+    bucket = AnnouncingBucket(rpm=600, burst=1, claims=20)
+    events = EventBus()
+    gate = Gate(limiter=TieredLimiter(16, 0), events=events, retry=RetryPolicy(max_retries=8),
+                providers={"root": bucket.provider, "sub": bucket.provider})
+    await gate.complete(REQUEST)
+    await trio.sleep(1.0)
+    await fan_out(gate, 60)
+    assert bucket.requests - bucket.refused == 61  # every request answered
+    assert bucket.refused <= 16, bucket.refused  # the first wave, no more
+    changes = [(e.limit, e.new, e.reason) for e in events.events if isinstance(e, RateChanged)]
+    assert ("burst", 20, "learned") in changes and ("burst", 1, "rate_limited") in changes
