@@ -72,8 +72,17 @@ def rewrite(tree: ast.Module, helpers: frozenset[str] = frozenset()) -> ast.Modu
     ``helpers``: names that, in the namespace, are bound to functions whose
     prompts are known (defined by earlier blocks).
     """
+    if not _names_a_sub_query(tree, helpers):
+        return tree  # no call site to predict: the planner's walks would find none
     _Rewriter(_Planner(tree, helpers)).visit(tree)
     return ast.fix_missing_locations(tree)
+
+
+def _names_a_sub_query(tree: ast.Module, helpers: frozenset[str]) -> bool:
+    """Whether ``tree`` names ``llm_query`` or a known helper anywhere: every call site
+    the planner predicts (a call, ``map``'s function, a helper defined here) names one."""
+    asks = helpers | {"llm_query"}
+    return any(isinstance(node, ast.Name) and node.id in asks for node in ast.walk(tree))
 
 
 # --- building generated code -------------------------------------------------------------

@@ -334,3 +334,16 @@ def test_no_window_means_the_code_runs_as_written() -> None:
     ran = run_block(block(CHUNKS, FORMS["for, append to a list"]), window=0)
     assert ran.host.speculative == {} and ran.host.loops == []
     assert ran.host.most_in_flight() == 1
+
+
+def test_a_block_that_names_no_sub_query_is_compiled_as_written() -> None:
+    import ast
+
+    from rlm_sandbox.autobatch import rewrite
+
+    source = block(CHUNKS, "lengths = []\nfor c in chunks:\n    lengths.append(len(c))")
+    tree = ast.parse(source)
+    before = ast.dump(tree)
+    assert ast.dump(rewrite(tree)) == before
+    ran = run_block(source)
+    assert ran.error is None and ran.host.sent == []
