@@ -531,7 +531,7 @@ class Call:
 
     def _reap_later(self) -> bool:
         """Leave the killed sandbox to the parent's nursery to reap, so the answer goes up
-        now, not after the reaping (~10 ms a child).  The parent's nursery outlives the
+        now, not after the reaping.  The parent's nursery outlives the
         batch this call answers, and waits for the reaping before its own call ends."""
         if self._reaper is None:
             return False

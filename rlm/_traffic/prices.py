@@ -81,7 +81,7 @@ class PriceTable:
         self._prices = dict(prices)
         self._batch = dict(batch or {})
         # Every request is priced twice (reserve, settle); a model the table does not
-        # name exactly costs a scan of every entry each time (~15 us here).
+        # name exactly costs a scan of every entry each time.
         self._found: dict[str, ModelPrice | None] = {}
 
     @classmethod
@@ -131,8 +131,8 @@ class PriceTable:
 @functools.cache
 def _shipped_prices() -> tuple[dict[str, ModelPrice], dict[str, ModelPrice]]:
     """Read and parsed once per process; PriceTable copies it, so it is never mutated."""
-    # Read beside the package, as rlm.prompts reads its texts: importlib.resources cost
-    # ~3 ms of every run's start to import, for one file that is always on disk.
+    # Read beside the package, as rlm.prompts reads its texts: importlib.resources would
+    # be one more import at every run's start, for one file that is always on disk.
     text = (_DATA / "prices.json").read_text(encoding="utf-8")
     return _parse(text, "rlm/data/prices.json")
 

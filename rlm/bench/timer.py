@@ -49,7 +49,7 @@ _LIBC = _libc()
 
 
 async def precise_sleep(seconds: float) -> None:
-    """Sleep ``seconds`` of the monotonic clock, waking within ~50 µs of the end."""
+    """Sleep ``seconds`` of the monotonic clock, waking within the timer slack of the end."""
     fd = -1 if _LIBC is None or seconds <= 0 else _LIBC.timerfd_create(
         _CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
     if fd < 0:

@@ -4,7 +4,7 @@ Used when stderr is a terminal (or a person asked for colour with
 FORCE_COLOR / TTY_COMPATIBLE=1) and by the commands that draw tables.
 Progress on a pipe or in a file needs none of it and does not import rich
 (``_progress.py``), which a plain ``rlm run`` would otherwise load for
-nothing (~35 ms of a start).
+nothing.
 """
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ __all__ = [
 
 # Whole sequences first (their parameters would otherwise be left behind as
 # text), then any control character that is left.  Compiled on first use: most
-# text (every progress line) has nothing to strip and never needs them, and
-# compiling both took ~2 ms of a tiny run's start.
+# text (every progress line) has nothing to strip and never needs them.
 _SEQUENCES = r"""
       \x1b\[ [0-?]* [ -/]* [@-~]?               # CSI: cursor moves, colours, clear screen
     | \x1b[\]PX^_] .*? (?: \x07 | \x1b\\ | $ )  # OSC (title, hyperlink), DCS, SOS, PM, APC

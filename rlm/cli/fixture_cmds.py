@@ -234,8 +234,8 @@ def fixture_server(
     # `rlm fixture-server & ... kill -INT $!` would never stop the server.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        # Latencies end within ~50 us (a timerfd), not trio's 0.5-1.5 ms late: a
-        # provider's answer wakes its client when it comes (docs/bench.md).
+        # Latencies end on a timerfd, not trio's timeouts, which Linux rounds up to the
+        # next millisecond: a provider's answer wakes its client when it comes.
         server = FixtureServer(options, sleep=precise_sleep)
         trio.run(_serve_forever, server, host, port)
     except OSError as exc:

@@ -33,7 +33,7 @@ RECURSION_LIMIT = 2_000
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
-    import argparse  # not for the zygote (main): with what it loads, ~5 ms of its start
+    import argparse  # not for the zygote (main), whose start would load it for nothing
 
     parser = argparse.ArgumentParser(prog="python -m rlm_sandbox", description=__doc__)
     parser.add_argument("--in-fd", type=int, help="fd to read host frames from")

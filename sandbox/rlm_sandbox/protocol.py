@@ -51,8 +51,8 @@ This module is imported by both sides, so it depends only on msgpack.
 """
 
 # No ``from __future__ import annotations`` here: a TypedDict compiles each string
-# annotation into a ForwardRef when it is defined, which made this module's import cost
-# ~0.7-1 ms more, in the host and in the zygote at every start.
+# annotation into a ForwardRef when it is defined, at every start of the host and of
+# the zygote.
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict

@@ -481,9 +481,8 @@ def warm_up() -> None:
     The zygote does it before it forks anything, so the code it loads is
     shared; each sandbox does it again once it answered ``ready``, so it takes
     its copy-on-write page faults while its call's first step is generated,
-    not while the call waits for its first block: compiling a typical block
-    touched ~220 pages of the zygote's heap (~14 us each on a virtual
-    machine), a trivial one only a few.
+    not while the call waits for its first block (compiling a typical block
+    touches hundreds of the zygote's heap pages, a trivial one only a few).
     """
     idle = Speculator(lambda *args, **kwargs: {}, None, _schema_json)
     namespace = new_namespace(PrintSink(1000), {"context": "warm up", **guard_names(idle)})

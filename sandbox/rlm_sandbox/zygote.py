@@ -67,12 +67,11 @@ def serve_zygote(control_fd: int) -> int:
     sys.dont_write_bytecode = True
     warm_up()  # what the first block compiles and runs is then warm in every fork
     # Everything loaded so far lives as long as the zygote: frozen, the collector never
-    # walks it again, so a fork needs no collection first (one took 5-20 ms on a loaded
-    # 2-core machine, on the path of every sandbox a call waits for) and a sandbox's own
-    # collections do not write to the pages it shares with the zygote.  The collector
-    # was paused while all this loaded (``python -m rlm_sandbox --zygote``): it ran ~30
-    # times over the growing heap, a sixth of the zygote's start, and a last collection
-    # before freezing found ~140 unreachable objects, not worth its 4-10 ms.
+    # walks it again, so a fork needs no collection first (on the path of every sandbox
+    # a call waits for) and a sandbox's own collections do not write to the pages it
+    # shares with the zygote.  The collector was paused while all this loaded
+    # (``python -m rlm_sandbox --zygote``): it would have walked the growing heap over
+    # and over, and a last collection before freezing finds next to nothing.
     gc.freeze()
     gc.enable()
     children: set[int] = set()
@@ -249,9 +248,9 @@ def _spare_main(sock: socket.socket, zygote: int) -> NoReturn:
         # Warm up now, while nothing waits for it (as a pool's sandbox does): the spare
         # is forked as soon as the zygote has preloaded, usually long before the host has
         # imported its runtime and asks for it.  Warmed up after 'ready' instead, the
-        # warm-up (~3-5 ms, 10-40 on a loaded machine) sat between a fast first step
-        # and its first block; a request that arrives meanwhile waits at most for its
-        # rest, which the sandbox would otherwise spend after 'ready'.
+        # warm-up sat between a fast first step and its first block; a request that
+        # arrives meanwhile waits at most for its rest, which the sandbox would
+        # otherwise spend after 'ready'.
         warm_up()
         data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, len(CHILD_FDS))
         sock.close()
