@@ -149,8 +149,10 @@ def finished_within(
 def load_http_transport() -> None:
     """Import what a run over HTTP uses, so that a caller can load it before the run's
     clock starts: the run's duration then counts the run, not the loading of the HTTP
-    stack (httpx2 imports its transport, httpcore2, when the first client is made)."""
-    for module in ("httpcore2", "rlm.providers.anthropic", "rlm.providers.openai"):
+    stack (httpx2 imports its transport, httpcore2, when the first client is made, and the
+    first connection encodes its host name with the ``idna`` codec)."""
+    for module in ("httpcore2", "encodings.idna", "rlm.providers.anthropic",
+                   "rlm.providers.openai"):
         importlib.import_module(module)
 
 
