@@ -227,6 +227,12 @@ def _work(journal: JournaledVolley, plan: dict[str, Any], keeper: RunKeeper, qui
             f"{record.eval_id}` runs the rest (nothing finished is paid for again)")
     elif result.error and result.status not in ("succeeded", "failed"):
         click.echo(f"Error: {result.error}", err=True)
+        s = result.summary
+        left = s.total_tasks - s.succeeded - s.failed
+        if left and result.status == "budget_exceeded":
+            say(f"stopped with {left:,} of {s.total_tasks:,} tasks left: `rlm eval --resume "
+                f"{record.eval_id}` with a larger budget runs them (nothing finished is "
+                "paid for again)")
     return result
 
 

@@ -164,6 +164,21 @@ def test_with_cache_an_eval_run_again_sends_nothing(tmp_path: Path) -> None:
     assert second["eval_id"] != first["eval_id"]
 
 
+def test_a_budget_stop_says_how_to_run_the_rest(tmp_path: Path) -> None:
+    stopped = rlm(tmp_path, "eval", "needle", "--provider", "fixture", "--tiers", "2k",
+                  "--per-tier", "10", "-y", "-q", "--max-llm-calls", "12")
+    assert stopped.returncode == 3, stopped.stderr
+    hint = next(line for line in stopped.stderr.splitlines() if line.startswith("stopped with"))
+    eval_id = json.loads(rlm(tmp_path, "eval", "show", "last", "--output-format",
+                             "json").stdout)["eval_id"]
+    assert f"`rlm eval --resume {eval_id}` with a larger budget runs them" in hint
+    left = int(hint.split()[2])
+    resumed = rlm(tmp_path, "eval", "--resume", eval_id, "-y", "-q", "--max-llm-calls",
+                  "1000", "--output-format", "json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert left > 0 and json.loads(resumed.stdout)["status"] == "complete"
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["eval"], "give a DATASET"),
     (["eval", "nothing-here.jsonl"], "no dataset file"),
