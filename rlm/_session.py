@@ -38,6 +38,7 @@ import trio
 
 from rlm._config import RunConfig, SessionOptions, public_settings
 from rlm._events import Event, EventBus
+from rlm._files import ReadLimits, read_bytes
 from rlm._result import RunResult
 from rlm._run.assembly import default_launcher, open_telemetry
 from rlm._run.call import SessionCarry
@@ -45,6 +46,7 @@ from rlm._run.context import Context
 from rlm._sandbox.process import ExecResult, SandboxIdentity
 from rlm._sandbox.slot import SandboxSlot
 from rlm._settings_types import SessionSettings
+from rlm._spelling import python_spelled
 from rlm._traffic.budget import SessionTotals
 from rlm._trio_only import require_trio
 from rlm.errors import RLMError, UsageError
@@ -380,9 +382,12 @@ class Session:
 
 def read_saved_session(path: str | os.PathLike[str], context: Context) -> SavedSession:
     """The saved session at ``path``; UsageError if unreadable, newer, or for another context."""
+    # Bounded and refused in one line like every file a person names: /dev/zero, a pipe.
+    what = "the saved session" if python_spelled() else "--load"
+    data = read_bytes(os.fspath(path), what, ReadLimits.file_only())
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read the saved session {path}: {exc}") from None
     if not isinstance(document, dict) or "rlm_session" not in document:
         raise UsageError(f"{path} is not a saved rlm session")

@@ -17,9 +17,11 @@ import trio
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import EventBus
+from rlm._files import ReadLimits, check_file
 from rlm._run.tools import ToolBox
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.launcher import SandboxLauncher
+from rlm._spelling import setting
 from rlm._traffic.budget import Budget, BudgetLimits, SessionTotals
 from rlm._traffic.gate import CompletionCache, Gate, SendCheck
 from rlm._traffic.limiter import TieredLimiter
@@ -89,6 +91,8 @@ def load_prices(config: RunConfig) -> PriceTable:
     """The shipped price table, with ``prices_path`` entries on top."""
     prices = PriceTable.default()
     if config.prices_path:
+        # A device, a pipe or a huge file is refused before the table reads it whole.
+        check_file(config.prices_path, setting("prices_path"), ReadLimits.file_only())
         prices = PriceTable.load(config.prices_path, base=prices)
     return prices
 

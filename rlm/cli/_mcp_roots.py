@@ -17,8 +17,9 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlm._files import ReadLimits
 from rlm._run.context import Context
-from rlm.cli._context_input import ReadLimits, read_context
+from rlm.cli._context_input import read_context
 from rlm.errors import UsageError
 
 __all__ = ["Roots"]

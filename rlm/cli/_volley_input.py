@@ -18,9 +18,11 @@ import click
 from click import ParameterSource
 
 from rlm._config import RunConfig, VolleyOptions
+from rlm._files import ReadLimits, read_text
 from rlm._run.assembly import load_prices
-from rlm.cli._context_input import ReadLimits, read_context, read_text
+from rlm.cli._context_input import read_context
 from rlm.cli._settings_cli import command_settings, given_flag
+from rlm.cli._terminal import say
 from rlm.cli._volley_run import volley_settings
 from rlm.errors import UsageError
 from rlm.journal import TaskRow
@@ -69,13 +71,13 @@ def _read_tasks(args: tuple[str, ...], task_file: str | None, from_stdin: bool,
     parsed = TaskFile([])
     if task_file is not None:
         name = "stdin" if task_file == "-" else task_file
-        parsed = parse_task_file(read_text(task_file, encoding, "task file", limits=limits),
-                                 name)
+        text = read_text(task_file, encoding, "task file", limits=limits, announce=say)
+        parsed = parse_task_file(text, name)
         if next(iter(parsed.tasks), None) is None and not items and not from_stdin:
             raise UsageError(f"task file {name} holds no tasks (blank lines are skipped): "
                              "one task per line, JSON or JSONL")
-    stdin_tasks: Iterable[dict[str, Any]] = (
-        parse_lines(read_text("-", encoding, "task file", limits=limits)) if from_stdin else ())
+    stdin_tasks: Iterable[dict[str, Any]] = (parse_lines(
+        read_text("-", encoding, "task file", limits=limits, announce=say)) if from_stdin else ())
     in_file = parsed.tasks
     return TaskFile(Items(lambda: itertools.chain(items, in_file, stdin_tasks)),
                     parsed.context, parsed.max_concurrent)

@@ -13,12 +13,13 @@ import click
 
 from rlm._api import RLM
 from rlm._config import RunConfig, SessionOptions
+from rlm._files import ReadLimits
 from rlm._run.tools import load_tool
 from rlm._session import Session
 from rlm._settings import api_key_from_environment, settings_of
 from rlm._settings_types import SessionSettings
 from rlm._trace import check_trace_path
-from rlm.cli._context_input import ReadLimits, context_paths, read_context
+from rlm.cli._context_input import context_paths, read_context
 from rlm.cli._errors import fail
 from rlm.cli._flags import model_or_blank, usage_message
 from rlm.cli._settings_cli import command_settings, settings_params

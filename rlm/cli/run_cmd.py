@@ -264,7 +264,8 @@ def _context(texts: tuple[str, ...], context_files: tuple[str, ...],
              more_paths: tuple[str, ...], encoding: str, glob_pattern: str,
              settings: dict[str, Any]) -> Context:
     """The run's context: ``--context`` texts, then what the paths hold."""
-    from rlm.cli._context_input import ReadLimits, context_paths, read_context, warn_if_empty
+    from rlm._files import ReadLimits
+    from rlm.cli._context_input import context_paths, read_context, warn_if_empty
 
     paths = context_paths(context_files, more_paths)
     limits = ReadLimits(settings["max_context_bytes"], settings["timeout"])

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm._config import EvalOptions, RunConfig, VolleyOptions
+from rlm._files import ReadLimits, read_bytes
 from rlm.errors import UsageError
 from rlm.eval.arms import Arm
 from rlm.eval.judge import DEFAULT_TEMPLATE, JudgeCase, judge
@@ -48,10 +49,12 @@ def read_judge_prompt(path: str | None) -> str | None:
     """The judge's template from ``--judge-prompt`` (UsageError when it cannot be used)."""
     if path is None:
         return None
+    name = str(Path(path).expanduser())
+    data = read_bytes(name, "--judge-prompt", ReadLimits.file_only())
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")[:100_000]
-    except OSError as exc:
-        raise UsageError(f"--judge-prompt {path}: {exc.strerror}") from None
+        text = data.decode("utf-8")[:100_000]
+    except UnicodeDecodeError:
+        raise UsageError(f"--judge-prompt {path} is not UTF-8 text; save it as UTF-8") from None
     if "{answer}" not in text:
         raise UsageError(f"--judge-prompt {path}: the prompt must hold {{answer}} (the output "
                          "judged), and usually {question} and {expected}")

@@ -17,6 +17,7 @@ from typing import Any
 
 import rlm.volley.events  # noqa: F401  (defines the volley's event kinds: they are known too)
 from rlm._events import Event, TraceStarted
+from rlm._files import TRACE_FILE_BYTES, ReadLimits, read_bytes
 from rlm._trace import TRACE_SCHEMA_VERSION, schema_version_of
 from rlm.errors import UsageError
 
@@ -88,15 +89,12 @@ class LoadedTrace:
 def load_trace(path: str | Path) -> LoadedTrace:
     """Read ``path``; raise :class:`UsageError` when it is missing or is not a trace."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"no trace file at {p}: pass a file written by "
-                         "`rlm run --trace PATH`") from None
-    except IsADirectoryError:
-        raise UsageError(f"{p} is a directory: pass a trace file (.jsonl)") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {p}: {exc.strerror}") from exc
+    if not p.exists():
+        raise UsageError(f"no trace file at {p}: pass a file written by `rlm run --trace PATH`")
+    if p.is_dir():
+        raise UsageError(f"{p} is a directory: pass a trace file (.jsonl)")
+    # A device or a pipe is refused, and a trace past the bound is not held whole.
+    raw = read_bytes(str(p), "trace", ReadLimits.file_only(TRACE_FILE_BYTES))
     return parse_trace(raw.decode("utf-8", errors="replace"), source=str(p))
 
 

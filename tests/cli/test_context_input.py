@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rlm.cli._context_input import ReadLimits, read_context, read_text
+from rlm._files import ReadLimits, read_text
+from rlm.cli._context_input import read_context
 from rlm.errors import UsageError
 from tests.helpers import rlm_in_process
 
