@@ -212,8 +212,11 @@ def _summary(event: RunFinished) -> str:
     estimated = int(event.usage_detail.get("estimated_calls") or 0)
     if estimated:
         tokens = f"~{tokens} ({estimated_note(estimated, event.llm_calls)})"
+    # What stopped a run is the Error line's to say: "timeout in 0.05s" would contradict a
+    # run that stopped at once rather than wait past its --timeout.
+    ended = event.status if event.status in ("answered", "interrupted") else "stopped"
     return sep.join([
-        f"run {event.status} in {event.duration_s:.2f}s", calls, tokens,
+        f"run {ended} in {event.duration_s:.2f}s", calls, tokens,
         format_cost(event.usage_detail, event.llm_calls),
     ])
 

@@ -332,8 +332,10 @@ def _report(
         tokens = f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens"
         if estimated := int(result.usage_detail.get("estimated_calls") or 0):
             tokens = f"~{tokens} ({estimated_note(estimated, usage.llm_calls)})"
+        # Facts only: the line above says what stopped the run (a status word here, as
+        # "timeout after 0.05s", contradicted a run that stopped before its --timeout).
         say(
-            f"run {result.status} after {result.duration_s:.2f}s: {partial}; "
+            f"stopped after {result.duration_s:.2f}s: {partial}; "
             f"{plural(usage.llm_calls, 'LLM call')}, {tokens}, "
             f"{format_cost(result.usage_detail, usage.llm_calls)}"
         )

@@ -135,6 +135,28 @@ async def test_summary_line_shows_cost() -> None:
     assert summary and ("$" in summary[0] or "unpriced" in summary[0])
 
 
+async def test_a_retry_after_past_the_timeout_is_said_once_without_a_contradiction() -> None:
+    """The Error line says the run stopped rather than wait past its --timeout; the lines
+    around it called the same run a "timeout after 0.05s", beside "the 30 s left" (item 5)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLM_", "OPENAI_"))}
+    async with serving(rpm=1, retry_after=200) as (url, _):
+        with trio.fail_after(60):
+            done = await trio.run_process(
+                [*RLM_CMD, "run", "q", "--context", "x", "--timeout", "30s", "--no-history",
+                 "--provider", "openai", "--base-url", url, "--model", "fixture"],
+                capture_stdout=True, capture_stderr=True, check=False,
+                env={**env, "RLM_API_KEY": "x"},
+            )
+    err = done.stderr.decode()
+    assert done.returncode == 3, err
+    errors = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, err
+    assert ("asked to wait 3 min before retrying, past the 30 s left of the run's --timeout, "
+            "so the run stopped without waiting") in errors[0]
+    assert "timeout after" not in err and "run timeout" not in err, err
+    assert err.splitlines()[-1].startswith("stopped after "), err
+
+
 def _run_in_pty(
     args: list[str], *, tty: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> tuple[int, bytes, bytes]:
