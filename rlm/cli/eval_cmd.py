@@ -104,15 +104,20 @@ def eval_run(dataset: str | None, arm_specs: tuple[str, ...], resume: str | None
         if resume is not None and (dataset or arm_specs):
             raise UsageError("--resume works on the stored eval: give no DATASET or --arm "
                              "(a new dataset is a new eval)")
-        with open_volleys("eval", console, existing=resume is not None) as journal:
-            plan: dict[str, Any] | None
-            if resume is not None:
-                plan = _resumed(journal, resume, rerun_failed, fixture_latency)
-            else:
-                plan = _created(journal, dataset, arm_specs, fixture_latency,
-                                partial(go_ahead, only=estimate_only, yes=yes, quiet=quiet))
-            if plan is None:
+        record = None
+        if resume is None:
+            # Read and checked before the journal is opened: a refused command leaves no
+            # journal file behind.
+            record = _created(dataset, arm_specs, fixture_latency,
+                              partial(go_ahead, only=estimate_only, yes=yes, quiet=quiet))
+            if record is None:  # the estimate was all that was asked for, or declined
                 return
+        with open_volleys("eval", console, existing=resume is not None) as journal:
+            if record is not None:
+                plan = record(journal)
+            else:
+                assert resume is not None
+                plan = _resumed(journal, resume, rerun_failed, fixture_latency)
             result = _work(journal, plan, keeper, quiet, console)
             assert journal.volley is not None
             calls = journal.volley.ledger.spent.calls
@@ -136,9 +141,10 @@ def _eval_options() -> Any:
     return EvalOptions(**resolved.scope(settings_of(EvalOptions))).validate()
 
 
-def _created(journal: JournaledVolley, dataset: str | None, arm_specs: tuple[str, ...],
-             fixture_latency: float | None, ask: Callable[..., bool]) -> dict[str, Any] | None:
-    """A new eval from the flags, recorded in the journal once it may run."""
+def _created(dataset: str | None, arm_specs: tuple[str, ...], fixture_latency: float | None,
+             ask: Callable[..., bool]) -> Callable[[JournaledVolley], dict[str, Any]] | None:
+    """A new eval from the flags, read and checked (None: the estimate was all that was
+    asked for, or declined); what it returns records it in a journal."""
     from rlm._profiles import load_profile
     from rlm._run.assembly import load_prices
     from rlm.eval import load_dataset
@@ -174,9 +180,13 @@ def _created(journal: JournaledVolley, dataset: str | None, arm_specs: tuple[str
         return None
     require_key(config)
     options = eval_volley_options(options, arms)
-    eval_id = create_eval(journal, plan, config, options, fixture)
-    return {"eval_id": eval_id, "stored": journal.load(eval_id), "config": config,
-            "options": options, "fixture": fixture, "scoring": Scoring.of(own, prompt)}
+
+    def record(journal: JournaledVolley) -> dict[str, Any]:
+        eval_id = create_eval(journal, plan, config, options, fixture)
+        return {"eval_id": eval_id, "stored": journal.load(eval_id), "config": config,
+                "options": options, "fixture": fixture, "scoring": Scoring.of(own, prompt)}
+
+    return record
 
 
 def _resumed(journal: JournaledVolley, ref: str, rerun_failed: bool,

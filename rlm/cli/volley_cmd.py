@@ -162,17 +162,26 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     keeper = RunKeeper(keep=history, view=False, trace_path=trace_path, query="")
     ask = partial(confirmed, only=estimate_only, skip=no_estimate, yes=yes, quiet=quiet)
     try:
+        record = None
+        if resume is not None:
+            check_resume_flags(tasks, task_file, from_stdin, contexts, context_files)
+        else:
+            if skip_failed:
+                raise UsageError("--skip-failed goes with --resume: it keeps a resumed "
+                                 "volley's failed tasks failed")
+            # Read, checked and agreed to before the journal is opened: a refused
+            # command leaves no journal file behind.
+            record = _created((tasks, task_file, from_stdin, contexts, context_files,
+                               encoding), fixture_latency, tools, ask)
+            if record is None:  # the estimate was all that was asked for, or declined
+                return
         with open_volleys("volley", out.console, existing=resume is not None) as journal:
-            if resume is not None:
-                check_resume_flags(tasks, task_file, from_stdin, contexts, context_files)
+            if record is not None:
+                plan: Plan | None = record(journal)
+            else:
+                assert resume is not None
                 say = (lambda line: None) if quiet else partial(click.echo, err=True)
                 plan = _resumed(journal, resume, skip_failed, fixture_latency, tools, ask, say)
-            else:
-                if skip_failed:
-                    raise UsageError("--skip-failed goes with --resume: it keeps a resumed "
-                                     "volley's failed tasks failed")
-                plan = _created(journal, (tasks, task_file, from_stdin, contexts,
-                                          context_files, encoding), fixture_latency, tools, ask)
             if plan is None:  # the estimate was all that was asked for, or declined
                 return
             stdout = _Stdout(journal)
@@ -190,19 +199,24 @@ def volley(tasks: tuple[str, ...], task_file: str | None, from_stdin: bool,
     sys.exit(result.exit_code)
 
 
-def _created(journal: JournaledVolley, read: tuple[tuple[str, ...], str | None, bool,
-                                                   tuple[str, ...], tuple[str, ...], str],
+def _created(read: tuple[tuple[str, ...], str | None, bool, tuple[str, ...],
+                         tuple[str, ...], str],
              fixture_latency: float | None, tools: tuple[str, ...],
-             ask: Callable[..., bool]) -> Plan | None:
-    """A new volley from the flags, recorded in the journal once it may run."""
+             ask: Callable[..., bool]) -> Callable[[JournaledVolley], Plan] | None:
+    """A new volley from the flags, read and checked (None: the estimate was all that was
+    asked for, or declined); what it returns records it in a journal."""
     task_list, context, config, options = read_volley("volley", *read)
     fixture = FixtureOptions(sub_latency=fixture_latency or 0.0)
     toolbox = host_tools(tools, options)  # a bad --tools before anything is stored
     if not ask(task_list, context, config, options, fixture=fixture):
         return None
     require_key(config, options)  # before the volley is stored: nothing to resume
-    volley_id = journal.create(task_list, context, config, options, fixture=fixture)
-    return Plan(journal.load(volley_id), config, options, fixture, toolbox)
+
+    def record(journal: JournaledVolley) -> Plan:
+        volley_id = journal.create(task_list, context, config, options, fixture=fixture)
+        return Plan(journal.load(volley_id), config, options, fixture, toolbox)
+
+    return record
 
 
 def _resumed(journal: JournaledVolley, ref: str, skip_failed: bool,

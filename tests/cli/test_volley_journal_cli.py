@@ -72,6 +72,23 @@ def test_commands_that_read_a_journal_never_create_one(tmp_path: Path) -> None:
         assert not missing.exists()
 
 
+@pytest.mark.parametrize("refused", [("--max-concurrent", "100000"), ("--max-cost", "nan")])
+def test_a_volley_or_eval_refused_for_a_setting_writes_no_journal(
+    tmp_path: Path, refused: tuple[str, str]
+) -> None:
+    # The journal was opened (and so created, its schema written) before the settings
+    # were checked: a refused command left an empty journal behind (issue 27).
+    journal = tmp_path / "j.sqlite3"
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("a\nb\n")
+    for command in (["volley", "-f", str(tasks)], ["eval", "needle", "--tiers", "2k", "-y"]):
+        done = rlm_in_process(*command, *refused, "--provider", "fixture",
+                              "--journal", str(journal))
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.startswith(f"Error: {refused[0]} must be "), done.stderr
+        assert not list(tmp_path.glob("j.sqlite3*")), command
+
+
 def test_an_unknown_volley_id_is_a_usage_error_that_says_how_to_list_them(
     tmp_path: Path,
 ) -> None:
