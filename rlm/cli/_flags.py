@@ -3,23 +3,33 @@
 :class:`rlm.errors.SettingError` messages mark each setting; here they are
 spelled as the command's own option (``max_depth`` → ``--max-depth``,
 ``prices_path`` → ``--prices``), with its environment variable when it has one.
+A usage error names a setting whose value came from elsewhere as where it came
+from (``RLM_MAX_CONCURRENT``, ``"max_concurrent" in tasks.json``): that is what
+the person must change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import click
 
 from rlm._config import SETTINGS
+from rlm.cli._settings_cli import setting_sources
 from rlm.errors import SettingError, SettingNamer
 
 __all__ = ["cli_setting", "flag_namer", "model_or_blank", "usage_message"]
 
 
-def flag_namer(command: click.Command) -> SettingNamer:
-    """Spell a setting as ``command``'s option for it (``--base-url URL (or set RLM_BASE_URL)``)."""
+def flag_namer(command: click.Command, sources: Mapping[str, str] | None = None) -> SettingNamer:
+    """Spell a setting as ``command``'s option for it (``--base-url URL (or set RLM_BASE_URL)``),
+    or, named without a value, as the place ``sources`` says its value came from."""
     options = {p.name: p for p in command.params if isinstance(p, click.Option)}
 
     def spell(name: str, value: str | None) -> str:
+        source = _from_source(name, (sources or {}).get(name, "flag"))
+        if value is None and source is not None:
+            return source
         option = options.get(name)
         flag = option.opts[-1] if option is not None else "--" + name.replace("_", "-")
         if value is None:
@@ -33,9 +43,21 @@ def flag_namer(command: click.Command) -> SettingNamer:
     return spell
 
 
+def _from_source(name: str, source: str) -> str | None:
+    """Setting ``name`` as where its value came from: its environment variable, or its key
+    in a file (a task file, a config file and profile); None when the flag is what to
+    name (given as one, the default, or stored with a volley: a resume takes the flag)."""
+    if source in ("flag", "default", "") or source.startswith("stored "):
+        return None
+    if source.startswith("env "):
+        return source.removeprefix("env ")
+    return f'"{name}" in {source}'
+
+
 def usage_message(exc: Exception, command: click.Command) -> str:
     """The message of ``exc`` for this command's user."""
-    message = exc.spelled(flag_namer(command)) if isinstance(exc, SettingError) else str(exc)
+    message = (exc.spelled(flag_namer(command, setting_sources()))
+               if isinstance(exc, SettingError) else str(exc))
     if taken := _flag_taken_as_argument(command):
         # Only `--` lets a flag through as an argument (`rlm volley -- list --provider x`):
         # a message that says "use --provider" must not leave the user puzzled.

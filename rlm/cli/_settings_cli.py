@@ -25,12 +25,14 @@ from rlm._settings import Layer, Resolved, Setting, resolve
 from rlm.errors import UsageError
 
 __all__ = [
-    "command_settings", "current_profile", "given_flag", "settings_options", "settings_params",
+    "command_settings", "current_profile", "given_flag", "setting_sources", "settings_options",
+    "settings_params",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _GIVEN = "rlm.settings.given"
 _PROFILE = "rlm.settings.profile"
+_SOURCES = "rlm.settings.sources"
 
 
 def settings_options(command: str) -> Callable[[F], F]:
@@ -160,4 +162,14 @@ def command_settings(
     layers: list[Layer] = [*before_profile, (profile.chosen, profile.sources)]
     layers.append(stored if stored is not None else (profile.values, profile.sources))
     rows = [row for row in SETTINGS if row.scope in scopes and not row.spec.secret]
-    return resolve(rows, command, given=ctx.meta.get(_GIVEN, {}), layers=layers)
+    resolved = resolve(rows, command, given=ctx.meta.get(_GIVEN, {}), layers=layers)
+    ctx.meta.setdefault(_SOURCES, {}).update(resolved.sources)
+    return resolved
+
+
+def setting_sources(ctx: click.Context | None = None) -> dict[str, str]:
+    """Where each setting the running command resolved came from (``flag``, ``env
+    RLM_RPM``, a file...), as the last :func:`command_settings` found it."""
+    ctx = ctx or click.get_current_context(silent=True)
+    sources = ctx.meta.get(_SOURCES, {}) if ctx is not None else {}
+    return dict(sources)

@@ -57,7 +57,8 @@ def read_volley(
     context = [*parsed.context, *contexts, *_context_list(context_files, encoding, limits)]
     task_stream = TaskStream(parsed.tasks)
     len(task_stream)  # a bad task is a usage error now, before anything is stored
-    config, options = volley_settings(command, file_cap=parsed.max_concurrent)
+    named = "the task file on stdin" if task_file == "-" else task_file or "the task file"
+    config, options = volley_settings(command, file_cap=parsed.max_concurrent, task_file=named)
     return task_stream, context, config, options
 
 

@@ -98,16 +98,17 @@ def open_volleys(command: str, console: Console, *, existing: bool) -> Journaled
 
 
 def volley_settings(
-    command: str, *, stored: Mapping[str, Any] | None = None, file_cap: int | None = None
+    command: str, *, stored: Mapping[str, Any] | None = None, file_cap: int | None = None,
+    task_file: str = "the task file",
 ) -> tuple[RunConfig, VolleyOptions]:
-    """The run settings and volley options of ``command``: a new volley's (a task file's
-    ``max_concurrent`` between the environment and the profile), or, with ``stored``, a
-    volley read back from its journal (flags and the profile on top of what it stored).
+    """The run settings and volley options of ``command``: a new volley's (``file_cap``, the
+    ``max_concurrent`` of ``task_file``, between the environment and the profile), or, with
+    ``stored``, a volley read back from its journal (flags and the profile on top of what
+    it stored).
 
     The key comes from this process's environment; a volley reserves no root permits.
     """
-    layers: list[Layer] = [] if file_cap is None else [({"max_concurrent": file_cap},
-                                                        "the task file")]
+    layers: list[Layer] = [] if file_cap is None else [({"max_concurrent": file_cap}, task_file)]
     resolved = command_settings(
         ("run", "volley"), command, before_profile=layers,
         stored=None if stored is None else (stored_layer(stored), "stored with the volley"),

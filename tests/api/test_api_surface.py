@@ -6,6 +6,7 @@ import dataclasses
 import importlib.metadata
 import inspect
 import pydoc
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -96,6 +97,35 @@ def test_cli_errors_name_flags(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["run", "q", *args], env=env)
     assert result.exit_code == 2
     assert f"Error: {message}" in result.output
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "env", "message"),
+    [
+        ("max_concurrent = 100000\n", [], {},
+         '"max_concurrent" in {toml} must be at most 4,096, got 100,000'),
+        ("[profiles.big]\nmax_concurrent = 100000\n", ["--profile", "big"], {},
+         '"max_concurrent" in {toml} [profiles.big] must be at most 4,096, got 100,000'),
+        ("", ["--provider", "openai", "--model", "m"], {"RLM_BASE_URL": "ftp://x"},
+         "RLM_BASE_URL must start with http:// or https://, got 'ftp://x'"),
+        # Given as a flag, it is named as the flag, whatever else also sets it.
+        ("max_concurrent = 8\n", ["--max-concurrent", "100000"], {},
+         "--max-concurrent must be at most 4,096, got 100,000"),
+    ],
+)
+def test_cli_errors_name_where_a_value_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str, args: list[str],
+    env: dict[str, str], message: str,
+) -> None:
+    # A value from a config file or the environment was reported as the flag
+    # (`--max-concurrent must be ...`), which the person never gave.
+    (tmp_path / "rlm.toml").write_text(config)
+    monkeypatch.chdir(tmp_path)
+    unset = {"RLM_BASE_URL": None, "RLM_MODEL": None, "RLM_PROVIDER": None, "RLM_API_KEY": "k"}
+    result = CliRunner().invoke(main, ["run", "q", "--provider", "fixture", *args],
+                                env={**unset, **env})
+    assert result.exit_code == 2
+    assert result.output.endswith(f"Error: {message.format(toml=tmp_path / 'rlm.toml')}\n")
 
 
 def test_help_lists_every_provider_and_the_version_exists() -> None:

@@ -180,5 +180,7 @@ def test_a_task_files_max_concurrent_has_the_flags_bound(tmp_path: Path) -> None
     done = rlm_in_process("volley", "-f", str(tasks), "--provider", "fixture", "-y",
                           "--journal", str(journal))
     assert done.returncode == 2, done.stderr
-    assert "must be at most 4,096, got 100,000" in done.stderr
+    # Named as the key in the file it came from: no --max-concurrent was given.
+    assert done.stderr == (f'Error: "max_concurrent" in {tasks} must be at most 4,096, '
+                           "got 100,000\n")
     assert not journal.exists()  # nothing stored, not even an empty journal
