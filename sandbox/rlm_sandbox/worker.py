@@ -486,7 +486,7 @@ def warm_up() -> None:
     """
     idle = Speculator(lambda *args, **kwargs: {}, None, _schema_json)
     namespace = new_namespace(PrintSink(1000), {"context": "warm up", **guard_names(idle)})
-    exec(compile_code(WARM_UP_CODE, autobatch=True), namespace)  # the planner is warm too
+    exec(compile_code(WARM_UP_CODE, autobatch=True), namespace)  # (no sub-query: no planning)
 
 
 def _terminate(code: int) -> NoReturn:
