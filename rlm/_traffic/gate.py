@@ -60,6 +60,7 @@ from rlm._events import (
     StreamDiscarded,
     TextDelta,
 )
+from rlm._spelling import setting
 from rlm._traffic.adaptive import AdaptiveCapacity
 from rlm._traffic.adaptive_rate import AdaptiveRate
 from rlm._traffic.budget import Budget, Ticket
@@ -68,7 +69,13 @@ from rlm._traffic.metrics import TrafficMetrics
 from rlm._traffic.pacer import Pacer
 from rlm._traffic.retry import RetryPolicy, is_overload, refused_for_rate, waited_too_long
 from rlm._traffic.usage import estimate_io, usage_or_estimate
-from rlm.errors import BudgetExceeded, ProviderError, ProviderStatusError, RunTimeout
+from rlm.errors import (
+    BudgetExceeded,
+    ProviderError,
+    ProviderResponseError,
+    ProviderStatusError,
+    RunTimeout,
+)
 from rlm.providers.base import (
     Completion,
     CompletionRequest,
@@ -100,6 +107,28 @@ def estimate_tokens(request: CompletionRequest) -> int:
     """A request's tokens before sending: prompt chars / 4 plus the output allowance."""
     prompt, output = estimate_io(request)
     return prompt + output
+
+
+#: What providers say when a reply stopped at the request's output cap.
+_AT_THE_CAP = frozenset({"length", "max_tokens"})
+
+
+def cut_before_text(provider: Provider, request: CompletionRequest,
+                    completion: Completion) -> None:
+    """Refuse a reply that the output cap stopped before any text: a reasoning model
+    spends output tokens thinking, and an empty answer would pass for the model's own.
+    Not retried: the same request stops at the same cap.  Its tokens are still paid."""
+    if completion.text.strip() or completion.finish_reason not in _AT_THE_CAP:
+        return
+    cap = request.max_tokens
+    where = getattr(provider, "url", "") or provider.name
+    raise ProviderResponseError(
+        f"{where} stopped its reply at the output cap "
+        f"({setting('max_tokens', cap) if cap else 'its own'}) before writing any text "
+        f"({completion.output_tokens:,} output tokens: a reasoning model spends them "
+        f"thinking); raise {setting('max_tokens')}",
+        url=str(where), brief="cut at the output cap",
+    )
 
 
 class Gate:
@@ -306,6 +335,7 @@ class Gate:
                 else:
                     completion = await provider.complete(request)
                 completion = usage_or_estimate(request, completion)
+                cut_before_text(provider, request, completion)
             except ProviderError as exc:
                 # A refusal for rate slows the pacer; any other overload is concurrency's.
                 rate = refused_for_rate(exc) and self.rate.refused(started)

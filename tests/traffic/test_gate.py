@@ -284,3 +284,32 @@ async def test_limits_are_learned_from_headers_when_not_given(
     await fan_out(gate, 2)
     # Paced from the moment it was learned, as announced: no margin (see the pacer).
     assert provider.times[1:] == pytest.approx([0.0, 0.5])
+
+
+async def test_a_reply_cut_at_the_output_cap_before_any_text_is_an_error_not_an_answer(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A reasoning model that spent the whole cap thinking answers "" with
+    # finish_reason "length": that is not the model's answer, and sending it again
+    # would stop at the same cap.
+    async def reply(request: CompletionRequest) -> Completion:
+        return Completion(text="", model=request.model, input_tokens=10, output_tokens=4096,
+                          finish_reason="length")
+
+    provider = FunctionProvider(reply, name="thinker")
+    gate, _, ledger = make_gate(provider, total=4, retries=3)
+    asked = CompletionRequest(messages=[{"role": "user", "content": "x"}], model="m",
+                                lane="sub", max_tokens=4096)
+    with pytest.raises(ProviderError, match=r"output cap \(max_tokens=4096\) before writing any "
+                       r"text .*raise max_tokens"):
+        await gate.complete(asked)
+    assert len(provider.times) == 1  # not retried
+    usage = ledger.usage()
+    assert usage.llm_calls == 1 and usage.output_tokens == 4096  # paid for all the same
+
+    # A reply cut at the cap after some text is the model's (partial) answer.
+    async def partial(request: CompletionRequest) -> Completion:
+        return Completion(text="half an answ", model=request.model, finish_reason="length")
+
+    cut = await make_gate(FunctionProvider(partial), total=4)[0].complete(asked)
+    assert cut.text == "half an answ"
