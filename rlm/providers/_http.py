@@ -20,11 +20,12 @@ import email.utils
 import importlib
 import json
 import math
+import os
 import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -161,6 +162,7 @@ def make_http_client(
     max_connections: int,
     request_timeout: float,
     transport: httpx2.AsyncBaseTransport | None = None,
+    urls: Sequence[str] = (),
 ) -> httpx2.AsyncClient:
     """The one HTTP client a run's providers share.
 
@@ -171,8 +173,14 @@ def make_http_client(
     ``ALL_PROXY``/``NO_PROXY``, and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` for the CA
     bundle.  ``transport`` replaces the network under it (tests pass an
     ``httpx2.MockTransport``); everything above the transport stays the same.
+
+    When every URL it is for (``urls``) is plain ``http://`` and no proxy is set in
+    the environment, it never opens a TLS connection: it gets a TLS context that
+    trusts no certificate (any TLS connection would fail verification) instead of
+    loading the CA bundle, which every run against a local server paid at its start.
     """
     return httpx2.AsyncClient(
+        verify=_trusting_nothing() if _plain_http_only(urls) else True,
         timeout=httpx2.Timeout(request_timeout, connect=_CONNECT_TIMEOUT),
         limits=httpx2.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
@@ -180,6 +188,22 @@ def make_http_client(
         follow_redirects=False,
         transport=transport,
     )
+
+
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def _plain_http_only(urls: Sequence[str]) -> bool:
+    """Whether a client for ``urls`` can never need TLS: all plain http, no proxy set."""
+    if not urls or not all(url.lower().startswith("http://") for url in urls):
+        return False
+    return not any(name in _PROXY_VARIABLES and value for name, value in
+                   ((key.lower(), value) for key, value in os.environ.items()))
+
+
+def _trusting_nothing() -> ssl.SSLContext:
+    """A client TLS context that verifies and trusts no certificate authority."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class JSONProvider:

@@ -69,6 +69,7 @@ async def open_providers(
         max_connections=config.max_concurrent,
         request_timeout=config.request_timeout,
         transport=transport,
+        urls=(base_url, sub_url),
     ) as client:
         limits = ResponseLimits.of(config)
         root: Provider
@@ -120,7 +121,8 @@ async def open_batch_service(
     base_url = config.base_url or default_base_url(config.provider) or ""
     kind = AnthropicBatches if config.provider == "anthropic" else OpenAIBatches
     async with make_http_client(
-        max_connections=4, request_timeout=config.request_timeout, transport=transport
+        max_connections=4, request_timeout=config.request_timeout, transport=transport,
+        urls=(config.sub_base_url or base_url,),
     ) as client:
         yield kind(client, config.sub_base_url or base_url, config.api_key,
                    limits=ResponseLimits.of(config))

@@ -184,3 +184,35 @@ async def test_an_answer_slower_than_the_request_timeout_is_a_retryable_timeout(
         with pytest.raises(ProviderConnectionError, match=r"timed out \(ReadTimeout\)") as caught:
             await provider.complete(REQUEST)
     assert caught.value.retryable
+
+
+async def test_a_client_for_plain_http_urls_trusts_no_certificate_at_all(
+    trusted_tls: tuple[ssl.SSLContext, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Made for http:// endpoints only (a local server), the client loads no CA bundle: it
+    # never opens TLS, and were it asked to, verification fails even for a certificate
+    # SSL_CERT_FILE trusts.  Made for https://, the same certificate is accepted.
+    server_context, cert = trusted_tls
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with raw_server(lambda head: reply("200 OK", CHAT), server_context) as (port, heads):
+        tls_url = f"https://127.0.0.1:{port}/v1"
+        async with make_http_client(max_connections=2, request_timeout=10,
+                                    urls=["http://127.0.0.1:1/v1"]) as plain:
+            with pytest.raises(ProviderConnectionError, match="certificate verify failed"):
+                await OpenAIProvider(plain, tls_url, None).complete(REQUEST)
+        async with make_http_client(max_connections=2, request_timeout=10,
+                                    urls=[tls_url]) as verifying:
+            answer = await OpenAIProvider(verifying, tls_url, None).complete(REQUEST)
+            assert answer.text == "hello"
+        # A proxy in the environment may be reached over TLS: the CA bundle is loaded then.
+        # (Here it is not used for 127.0.0.1: NO_PROXY.)
+        monkeypatch.setenv("https_proxy", "https://proxy.invalid:3128")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with make_http_client(max_connections=2, request_timeout=10,
+                                    urls=["http://127.0.0.1:1/v1"]) as proxied:
+            answer = await OpenAIProvider(proxied, tls_url, None).complete(REQUEST)
+            assert answer.text == "hello"
+    assert len(heads) == 2
