@@ -25,7 +25,7 @@ from rlm._config import DEFAULT_MAX_CONTEXT_BYTES
 from rlm._sizes import format_size
 from rlm.errors import UsageError
 
-__all__ = ["SMALL_FILE_BYTES", "TRACE_FILE_BYTES", "ReadLimits", "check_file", "read_bytes",
+__all__ = ["SMALL_FILE_BYTES", "TRACE_FILE_BYTES", "ReadLimits", "read_bytes",
            "read_text"]
 
 #: The most read of a file that holds settings or a saved session (a price table, a
@@ -106,13 +106,6 @@ def read_bytes(path: str, what: str, limits: ReadLimits, *,
             return _read_pipe(fd, name, limits)
         os.set_blocking(fd, True)
         return _read_capped(lambda n: os.read(fd, n), name, limits)
-
-
-def check_file(path: str, what: str, limits: ReadLimits) -> None:
-    """Refuse ``path`` as :func:`read_bytes` would before reading it (its kind, its size),
-    for a reader that opens the file itself."""
-    with _opened(path, what, limits):
-        pass
 
 
 @contextmanager

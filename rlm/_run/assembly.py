@@ -17,7 +17,6 @@ import trio
 from rlm import prompts
 from rlm._config import RunConfig
 from rlm._events import EventBus
-from rlm._files import ReadLimits, check_file
 from rlm._run.tools import ToolBox
 from rlm._sandbox.early import EarlyZygote
 from rlm._sandbox.launcher import SandboxLauncher
@@ -91,9 +90,7 @@ def load_prices(config: RunConfig) -> PriceTable:
     """The shipped price table, with ``prices_path`` entries on top."""
     prices = PriceTable.default()
     if config.prices_path:
-        # A device, a pipe or a huge file is refused before the table reads it whole.
-        check_file(config.prices_path, setting("prices_path"), ReadLimits.file_only())
-        prices = PriceTable.load(config.prices_path, base=prices)
+        prices = PriceTable.load(config.prices_path, base=prices, what=setting("prices_path"))
     return prices
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlm._files import ReadLimits, read_text
 from rlm.errors import UsageError
 
 __all__ = ["CACHE_WRITE_FACTOR", "ModelPrice", "PriceTable"]
@@ -91,12 +92,12 @@ class PriceTable:
         return cls(live, batch)
 
     @classmethod
-    def load(cls, path: str | Path, *, base: PriceTable | None = None) -> PriceTable:
-        """The table in ``path``, on top of ``base`` (entries in the file win)."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read price table {path}: {exc.strerror}") from exc
+    def load(cls, path: str | Path, *, base: PriceTable | None = None,
+             what: str = "price table") -> PriceTable:
+        """The table in ``path``, on top of ``base`` (entries in the file win).  Read by
+        the bounded reader of named files: a device, a pipe or a huge file is refused
+        in a UsageError naming ``what`` (the setting that named the file)."""
+        text = read_text(str(path), "utf-8", what, limits=ReadLimits.file_only())
         prices = dict(base._prices) if base is not None else {}
         batch = dict(base._batch) if base is not None else {}
         live, batch_rates = _parse(text, str(path))
