@@ -20,12 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from rlm._config import DEFAULT_MAX_CONTEXT_BYTES
 from rlm._sizes import format_size
 from rlm.errors import UsageError
 
-__all__ = ["SMALL_FILE_BYTES", "TRACE_FILE_BYTES", "ReadLimits", "read_bytes",
+__all__ = ["SMALL_FILE_BYTES", "TRACE_FILE_BYTES", "ReadLimits", "open_file", "read_bytes",
            "read_text"]
 
 #: The most read of a file that holds settings or a saved session (a price table, a
@@ -106,6 +107,18 @@ def read_bytes(path: str, what: str, limits: ReadLimits, *,
             return _read_pipe(fd, name, limits)
         os.set_blocking(fd, True)
         return _read_capped(lambda n: os.read(fd, n), name, limits)
+
+
+@contextmanager
+def open_file(path: str, what: str, limits: ReadLimits) -> Iterator[BinaryIO]:
+    """``path`` open for reading in pieces (a file too large to hold whole, read a line
+    at a time): a regular file of at most ``limits.max_bytes``, refused as
+    :func:`read_bytes` refuses one, never a pipe or a device."""
+    with _opened(path, what, ReadLimits(limits.max_bytes, limits.wait, limits.raised_by,
+                                        streams=False)) as (fd, _):
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            yield handle
 
 
 @contextmanager

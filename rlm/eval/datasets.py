@@ -21,10 +21,12 @@ to ``max_context_bytes`` before it is read.  A name that is not a file and is on
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlm._files import ReadLimits, open_file, read_bytes
 from rlm.errors import UsageError
 from rlm.eval.generators import GENERATORS, generate
 from rlm.eval.items import Answer, EvalItem, tier_of
@@ -69,8 +71,10 @@ def read_jsonl(path: Path, *, tiers: Sequence[int], max_context_bytes: int) -> l
 def _lines(path: Path, max_context_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
     # A line may carry its context inline: it is held to the context bound (and some room).
     cap = max_context_bytes + 64 * 1024
+    # A dataset's own size is not bounded (each line is): its lines are read one by one.
+    whole = ReadLimits(sys.maxsize, raised_by=None, streams=False)
     try:
-        with path.open("rb") as handle:
+        with open_file(str(path), "dataset", whole) as handle:
             for lineno, raw in enumerate(iter(lambda: handle.readline(cap + 1), b""), 1):
                 if len(raw) > cap:
                     raise UsageError(f"{path}, line {lineno} is longer than --max-context-bytes "
@@ -162,14 +166,8 @@ def _context(data: dict[str, Any], where: str, folder: Path,
     docs, left = [], max_context_bytes
     for name in names:
         file = folder / Path(name).expanduser()
-        try:
-            with file.open("rb") as handle:
-                raw = handle.read(left + 1)  # never more than the bound allows
-        except OSError as exc:
-            raise UsageError(f"{where}: cannot read context file {file}: {exc.strerror}") from None
-        if len(raw) > left:
-            raise UsageError(f"{where}: the context files hold more than --max-context-bytes "
-                             f"({max_context_bytes:,} bytes) allows")
+        raw = read_bytes(str(file), f"{where}: context file",
+                         ReadLimits(left, streams=False))  # a file, within what is left
         left -= len(raw)
         docs.append(raw.decode("utf-8", errors="replace"))
     return tuple(docs)

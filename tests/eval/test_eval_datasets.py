@@ -4,6 +4,7 @@ and the built-in generators (sizes, seeds, answers that are really in the contex
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def test_a_jsonl_dataset_gives_its_items(tmp_path: Path) -> None:
     ({"context": "c", "answer": "a"}, "'question'"),
     ({"question": "Q?", "answer": "a", "extra": 1}, "unknown key(s) extra"),
     ({"question": "Q?", "answer": {"a": 1}}, "'answer' must hold"),
-    ({"question": "Q?", "answer": "a", "context_path": "missing.txt"}, "cannot read context"),
+    ({"question": "Q?", "answer": "a", "context_path": "missing.txt"},
+     "missing.txt does not exist"),
     ({"question": "Q?", "answer": "a", "context": "x", "context_path": "y"}, "not both"),
     ({"question": "Q?", "answer": "a", "context": "x" * 2_000}, "--max-context-bytes"),
 ])
@@ -61,6 +63,17 @@ def test_every_mistake_names_the_file_and_line(tmp_path: Path, line: object, say
     with pytest.raises(UsageError, match="line 2") as caught:
         read_jsonl(path, tiers=TIERS, max_context_bytes=1_000)
     assert says in str(caught.value)
+
+
+def test_a_pipe_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    # A named pipe with no writer would block the read for ever; /dev/zero never ends.
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UsageError, match=r"dataset .*pipe is not a regular file \(a named pipe"):
+        read_jsonl(tmp_path / "pipe", tiers=TIERS, max_context_bytes=1_000)
+    for name in ("pipe", "/dev/zero"):
+        path = write(tmp_path / "d.jsonl", {"question": "Q?", "answer": "a", "context_path": name})
+        with pytest.raises(UsageError, match=r"line 1: context file .* is not a regular file"):
+            read_jsonl(path, tiers=TIERS, max_context_bytes=1_000)
 
 
 def test_duplicate_ids_empty_files_and_bad_json_are_refused(tmp_path: Path) -> None:
