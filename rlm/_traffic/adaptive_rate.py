@@ -22,7 +22,9 @@ as adaptive concurrency does with permits:
 A provider that announces its limit also says how many requests it would take
 now (``x-ratelimit-remaining-requests``): its bucket holds at least that many,
 so with a learned rate the pacer lets the most it has said go back to back
-(this worker's share of them) instead of spacing the first wave.  A rate 429
+(this worker's share of them) instead of spacing the first wave, and never more
+than the last reply said are left (another client on the same key drains the
+same bucket).  A rate 429
 says the bucket, or a shorter window the provider enforces, is smaller than
 that: the burst goes back to the configured one for the rest of the run.
 
@@ -99,12 +101,14 @@ class AdaptiveRate:
 
     def remaining(self, requests: float) -> None:
         """The provider would take ``requests`` more requests now (a learned rate only:
-        a configured one keeps the configured burst)."""
+        a configured one keeps the configured burst): the most it said is the burst,
+        and the pacer lets no more than this worker's share of them go at once."""
         if self._limits["rpm"] is None or self._margins["rpm"] > 0 or not self.enabled:
             return
         if requests > self._burst_seen:
             self._burst_seen = requests
             self._apply_burst("learned")
+        self._pacer.hold_to(requests / self._workers)
 
     def _apply_burst(self, reason: str) -> None:
         seen = 0 if self._burst_refused else int(self._burst_seen // self._workers)

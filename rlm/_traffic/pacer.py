@@ -118,6 +118,15 @@ class Pacer:
         if self._requests is not None:
             self._requests.tolerance = max(0.0, burst - 1.0) * self._requests.interval
 
+    def hold_to(self, remaining: float) -> None:
+        """Let no more than ``remaining`` requests (and one, for the count being a moment
+        old) go at once from now: the provider says that is what its bucket holds, and
+        other clients on the same key drain it too.  Never loosens the schedule."""
+        cell = self._requests
+        if cell is not None:
+            now = trio.current_time()
+            cell.tat = max(cell.tat, now + cell.tolerance - remaining * cell.interval)
+
     def set_tpm(self, tpm: float, *, margin: float = JITTER_MARGIN) -> None:
         self._tokens = _replace(self._tokens, tpm, 0, margin)
         self.tpm = tpm

@@ -232,3 +232,19 @@ async def test_a_room_announced_too_large_is_dropped_at_the_first_refusal(
     assert bucket.refused <= 16, bucket.refused  # the first wave, no more
     changes = [(e.limit, e.new, e.reason) for e in events.events if isinstance(e, RateChanged)]
     assert ("burst", 20, "learned") in changes and ("burst", 1, "rate_limited") in changes
+
+
+async def test_a_bucket_another_client_drained_is_not_taken_for_full(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Another client on the same key takes half the provider's room for 10: the next
+    # reply says so, and the run sends no more at once than that reply allows.
+    bucket = AnnouncingBucket(rpm=600, burst=10)
+    gate = Gate(limiter=TieredLimiter(32, 0), events=EventBus(),
+                providers={"root": bucket.provider, "sub": bucket.provider})
+    await gate.complete(REQUEST)  # learns the rate and a room of 9
+    await trio.sleep(1.0)  # the bucket fills again, and so does the run's own count
+    bucket.tat = trio.current_time() + 5 * bucket.interval  # the neighbour took 5 of 10
+    await gate.complete(REQUEST)  # its reply says how few are left
+    await fan_out(gate, 20)
+    assert bucket.refused == 0
