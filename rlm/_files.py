@@ -12,6 +12,7 @@ is read.  Every failure is a :class:`~rlm.errors.UsageError` naming ``what`` was
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import stat
@@ -48,6 +49,9 @@ class ReadLimits:
     wait: float | None = None
     raised_by: str | None = "--max-context-bytes"
     streams: bool = True
+    # Sees where each file opened really is (its links followed, as opened, so a link
+    # swapped in after a check of the path does not lead elsewhere) and may refuse it.
+    admit: Callable[[str], None] | None = None
 
     @classmethod
     def file_only(cls, max_bytes: int = SMALL_FILE_BYTES) -> ReadLimits:
@@ -114,8 +118,7 @@ def open_file(path: str, what: str, limits: ReadLimits) -> Iterator[BinaryIO]:
     """``path`` open for reading in pieces (a file too large to hold whole, read a line
     at a time): a regular file of at most ``limits.max_bytes``, refused as
     :func:`read_bytes` refuses one, never a pipe or a device."""
-    with _opened(path, what, ReadLimits(limits.max_bytes, limits.wait, limits.raised_by,
-                                        streams=False)) as (fd, _):
+    with _opened(path, what, dataclasses.replace(limits, streams=False)) as (fd, _):
         os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as handle:
             yield handle
@@ -136,6 +139,8 @@ def _opened(path: str, what: str, limits: ReadLimits) -> Iterator[tuple[int, os.
     except OSError as exc:
         raise UsageError(f"cannot read {name}: {exc.strerror}") from exc
     try:
+        if limits.admit is not None:
+            limits.admit(_opened_path(fd, path))
         mode = os.fstat(fd)
         if stat.S_ISREG(mode.st_mode):
             limits.check(mode.st_size, name)  # by its size, before reading it
@@ -146,6 +151,15 @@ def _opened(path: str, what: str, limits: ReadLimits) -> Iterator[tuple[int, os.
         raise UsageError(f"cannot read {name}: {exc.strerror}") from exc
     finally:
         os.close(fd)
+
+
+def _opened_path(fd: int, path: str) -> str:
+    """Where the file open on ``fd`` is: what the kernel says it opened, or (where it
+    does not say: not Linux) ``path`` with its links followed now."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
 
 
 def _not_a_file(name: str, mode: int, streams: bool) -> str:

@@ -4,7 +4,9 @@ The server was started with ``--root DIR`` (repeatable; default the current
 directory).  A path a client names is resolved with every symbolic link followed
 (relative paths from the first root) and refused unless it lands inside one of
 those directories; a directory's files are held to the same rule, one by one, so
-a link inside a root cannot lead out of it.  Only regular files and directories
+a link inside a root cannot lead out of it; and each file, once open, is checked
+again where it really is, so a link swapped in between the check and the reading
+leads nowhere.  Only regular files and directories
 are read: a device, a socket or a named pipe is refused, whatever its place.
 What is read is bounded as ``rlm run`` bounds it (``max_context_bytes``), by the
 same reading code (:mod:`rlm.cli._context_input`).
@@ -70,6 +72,13 @@ class Roots:
             raise UsageError(f"{path} links outside the directories this server reads "
                              f"({self}); remove the link or narrow the glob")
 
+    def admit_opened(self, real: str) -> None:
+        """Refuse a file opened outside the roots: a path checked, then swapped for a link
+        before it was opened."""
+        if not self.contains(Path(real)):
+            raise UsageError(f"{real} is outside the directories this server reads ({self}); "
+                             "restart it with --root DIR to serve another")
+
     def read(self, paths: Sequence[str], *, glob: str, encoding: str,
              max_bytes: int) -> Context:
         """The context ``paths`` hold: one file a str, several or a directory a list.
@@ -79,5 +88,6 @@ class Roots:
         if not paths:
             raise UsageError("no paths: name at least one file or directory to read")
         resolved = tuple(str(self.resolve(p)) for p in paths)
-        return read_context(resolved, encoding, glob, limits=ReadLimits(max_bytes),
+        return read_context(resolved, encoding, glob,
+                            limits=ReadLimits(max_bytes, admit=self.admit_opened),
                             admit=self.admit)

@@ -99,6 +99,35 @@ def test_roots_refuse_what_lies_outside_them_links_followed(tmp_path: Path) -> N
         both.read(["link.txt", "sub/a.txt"], glob="*", encoding="utf-8", max_bytes=1)
 
 
+@pytest.mark.parametrize("swapped", ["a file", "a directory of the path"])
+def test_a_link_swapped_in_after_the_check_is_refused_once_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swapped: str
+) -> None:
+    # The race a client could run: the path is checked (inside the root), then replaced
+    # by a link out of it before it is read.
+    root, other = tmp_path / "root", tmp_path / "other"
+    (root / "docs").mkdir(parents=True)
+    other.mkdir()
+    (root / "docs" / "a.txt").write_text("a")
+    (other / "a.txt").write_text("secret")
+    roots = Roots([str(root)])
+    check = roots.resolve
+
+    def check_then_swap(given: str) -> Path:
+        checked = check(given)
+        if swapped == "a file":
+            checked.unlink()
+            checked.symlink_to(other / "a.txt")
+        else:
+            (root / "docs").rename(root / "gone")
+            (root / "docs").symlink_to(other, target_is_directory=True)
+        return checked
+
+    monkeypatch.setattr(roots, "resolve", check_then_swap)
+    with pytest.raises(UsageError, match="is outside the directories this server reads"):
+        roots.read(["docs/a.txt"], glob="*", encoding="utf-8", max_bytes=100)
+
+
 def test_a_root_prefix_is_not_a_root(tmp_path: Path) -> None:
     """``/x/root`` serves ``/x/root/...``, not ``/x/root2``."""
     (tmp_path / "root").mkdir()
