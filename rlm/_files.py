@@ -1,8 +1,10 @@
 """Reading a file a person named: bounded, and refused in one line when it cannot be read.
 
 One reader for every such file: the run's context (``--context-file``) and task files,
-and the files a setting or a flag names (``--prices``, ``rlm chat --load``,
-``--judge-prompt``, the trace ``rlm view`` reads).  What it may take is a
+the files a setting or a flag names (``--prices``, ``rlm chat --load``,
+``--judge-prompt``, the trace ``rlm view`` reads), an eval's dataset and its items'
+context files, and what ``rlm mcp`` reads for a client (``admit`` checks where each
+file really is once open).  What it may take is a
 :class:`ReadLimits`: at most ``max_bytes`` (a regular file is measured by its size
 before it is read), and, when ``streams`` allows it, stdin (``-``) and a named pipe,
 which must deliver its data within ``wait`` seconds.  Anything else (a device such as

@@ -24,9 +24,9 @@ now (``x-ratelimit-remaining-requests``): its bucket holds at least that many,
 so with a learned rate the pacer lets the most it has said go back to back
 (this worker's share of them) instead of spacing the first wave, and never more
 than the last reply said are left (another client on the same key drains the
-same bucket).  A rate 429
-says the bucket, or a shorter window the provider enforces, is smaller than
-that: the burst goes back to the configured one for the rest of the run.
+same bucket).  A rate 429 says the bucket, or a shorter window the provider
+enforces, is smaller than that: the burst goes back to the configured one for
+the rest of the run.
 
 Every change of the pacer's rates and burst is reported through ``on_change``.
 """
